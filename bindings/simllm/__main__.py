@@ -1,0 +1,3 @@
+from simllm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""Data types: names users write, and bytes per element.
+
+int4 is weight-only quantisation with one fp16 scale per group of 128 weights (GPTQ/AWQ-style),
+so 0.5 + 2/128 bytes per weight.
+"""
+from simllm.errors import ConfigError
+
+BYTES = {
+    "fp32": 4.0,
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5 + 2.0 / 128.0,
+}
+
+_ALIASES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "fp8_e4m3fn": "fp8",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "w8a8": "int8",
+    "w4a16": "int4",
+    "awq": "int4",
+    "gptq": "int4",
+}
+
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+NATIVE_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def normalize(value, allowed, *, source=None, key=None, line=None):
+    """Canonical dtype name for ``value`` (``"bfloat16"`` -> ``"bf16"``), checked against
+    ``allowed``; raises :class:`ConfigError` otherwise."""
+    if isinstance(value, str):
+        name = value.strip().lower()
+        name = _ALIASES.get(name, name)
+        if name in allowed:
+            return name
+    raise ConfigError("one of " + ", ".join(allowed), source=source, key=key, value=value, line=line)

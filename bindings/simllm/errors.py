@@ -1,0 +1,50 @@
+"""Errors simllm raises for bad input. Each renders as one line naming where the bad value came
+from (file and line, or the command line), the key, the value and what was expected."""
+
+_NO_VALUE = object()
+
+
+class ConfigError(ValueError):
+    """Invalid configuration or input.
+
+    Parameters
+    ----------
+    expected : str
+        What a valid value looks like, or (with no key) the whole message.
+    source : str, optional
+        The file the value came from, or ``"command line"``.
+    key : str, optional
+        Dotted key path (``model.hidden_size``) or flag (``--tensor-parallel-size``).
+    value : object, optional
+        The offending value.
+    line : int, optional
+        1-based line in ``source``.
+    """
+
+    def __init__(self, expected, *, source=None, key=None, value=_NO_VALUE, line=None):
+        self.source = source
+        self.key = key
+        self.value = None if value is _NO_VALUE else value
+        self.expected = expected
+        self.line = line
+        where = ""
+        if source:
+            where = f"{source}:{line}: " if line else f"{source}: "
+        if key is None:
+            text = f"{where}{expected}"
+        elif value is _NO_VALUE:
+            text = f"{where}{key}: {expected}"
+        else:
+            text = f"{where}{key} = {value!r}: expected {expected}"
+        super().__init__(" ".join(text.split("\n")))
+
+
+class SimulatedOOM(ConfigError):
+    """The configuration does not fit in GPU memory, as the real engine would refuse to start.
+
+    ``plan`` holds the :class:`simllm.memory.MemoryPlan` with the breakdown in bytes.
+    """
+
+    def __init__(self, message, plan=None):
+        super().__init__(message)
+        self.plan = plan

@@ -1,0 +1,93 @@
+"""Rendering results for people (aligned text tables) and machines (JSON)."""
+import json
+
+
+def _num(x, digits=2):
+    return f"{x:,.{digits}f}"
+
+
+def table(headers, rows, align=None):
+    """Plain-text table; ``align`` is a string of ``l``/``r`` per column (default: first left)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(row):
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)).rstrip()
+
+    lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def _step_table(step):
+    rows = []
+    for op in step.ops:
+        share = op.seconds / step.seconds if step.seconds else 0.0
+        rows.append([op.name, op.count, _num(op.flops / 1e9, 3), _num(op.bytes / 1e6, 2), _num(op.seconds * 1e3, 4),
+                     f"{share:6.1%}", op.bound])
+    rows.append(["total", "", _num(step.flops / 1e9, 3), _num(step.memory_bytes / 1e6, 2), _num(step.seconds * 1e3, 4),
+                 "100.0%", ""])
+    return table(["operator", "count", "GFLOP", "MB", "time ms", "share", "bound"], rows, "lrrrrrl")
+
+
+def format_estimate(est):
+    """The human-readable report of :func:`simllm.estimate`."""
+    m, hw, r, mem, s = est.model, est.hardware, est.resolved, est.memory, est.serving
+    declared = f"; declared {m.declared_parameters / 1e9:.2f} B" if m.declared_parameters else ""
+    active = f", {m.active_parameter_count() / 1e9:.2f} B active per token" if m.is_moe else ""
+    out = [
+        f"simllm estimate: {m.name} on {hw.name}",
+        f"  model    {m.parameter_count() / 1e9:.2f} B parameters (derived from the dimensions{declared}){active}; "
+        f"{m.layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads / {m.num_key_value_heads} KV heads "
+        f"x {m.head_dim}",
+        f"  serving  TP={s.tensor_parallel_size}, weights {r.weight_dtype}, activations {r.activation_dtype}, "
+        f"KV cache {r.kv_dtype}, max_model_len {r.max_model_len}",
+        "",
+        f"Prefill step: {est.batch_size} x {est.input_len} prompt tokens in one iteration (per GPU)",
+        _step_table(est.prefill),
+        "",
+        f"Decode step: {est.batch_size} x 1 token at context {est.decode.context_tokens} (mid-generation, per GPU)"
+        if m.kv_cache_enabled else
+        f"Decode step without KV cache: {est.batch_size} x {est.decode.new_tokens} tokens recomputed (per GPU)",
+        _step_table(est.decode),
+        "",
+        f"Memory per GPU: {mem.total_bytes / 1e9:.2f} GB x gpu_memory_utilization {s.gpu_memory_utilization:g} = "
+        f"{mem.usable_bytes / 1e9:.2f} GB usable",
+    ]
+    kv_line = (
+        f"{mem.kv_capacity_tokens:,} tokens = {mem.num_blocks:,} blocks of {mem.block_size}"
+        + (" (kv_cache.max_cache_size)" if mem.preallocated else "")
+    )
+    out.append(table(["", "GB", ""], [
+        ["weights", _num(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
+        ["activations", _num(mem.activation_bytes / 1e9), f"max_num_batched_tokens {s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
+        ["runtime overhead", _num(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
+        ["KV cache pool", _num(mem.kv_pool_bytes / 1e9), kv_line],
+        ["free", _num(mem.free_bytes / 1e9), ""],
+    ], "lrl"))
+    kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size
+    bw = hw.memory_bandwidth_gbps
+    out += [
+        "",
+        "Summary",
+        table(["", "value"], [
+            ["weights streamed per decode step", f"{est.streamed_weight_bytes / 1e9:.2f} GB per GPU"],
+            ["decode lower bound per token", f"{est.decode_lower_bound_s * 1e3:.2f} ms "
+             f"({est.streamed_weight_bytes / 1e9:.2f} GB / {bw:g} GB/s)"],
+            ["KV cache per token", f"{kv_total:,.0f} bytes ({1000 * kv_total / 1e6:.1f} MB per 1000 tokens)"],
+            ["largest batch that fits", f"{est.max_batch_size:,} sequences of {est.input_len + est.output_len} tokens"],
+            ["ideal TTFT (one request)", f"{est.ideal_ttft_s * 1e3:.2f} ms"],
+            ["ideal TPOT (one request)", f"{est.ideal_tpot_s * 1e3:.2f} ms"],
+            [f"TTFT / TPOT at batch {est.batch_size}", f"{est.batch_ttft_s * 1e3:.2f} ms / {est.batch_tpot_s * 1e3:.2f} ms"],
+            [f"output throughput at batch {est.batch_size}",
+             f"{est.batch_size / est.batch_tpot_s:,.0f} tokens/s" if est.batch_tpot_s else "-"],
+        ], "ll"),
+    ]
+    if est.warnings:
+        out += ["", "Warnings"] + [f"  - {w}" for w in est.warnings]
+    return "\n".join(out)
+
+
+def to_json(obj):
+    return json.dumps(obj, indent=2, ensure_ascii=False)

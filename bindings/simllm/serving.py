@@ -1,0 +1,131 @@
+"""Serving-engine settings, named as vLLM's engine arguments, and the checks that tie them to a
+model and a GPU (tensor-parallel divisibility, dtypes)."""
+from dataclasses import dataclass
+
+from simllm import dtypes
+from simllm.errors import ConfigError
+
+CLI = "command line"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """vLLM-style engine arguments (same names, same defaults where vLLM has one).
+
+    ``dtype="auto"`` takes the model's dtype, except that fp32 models are served in fp16, as vLLM
+    does; ``kv_cache_dtype="auto"`` follows the activation dtype.
+    """
+
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int = 0  # 0 = the model's max_sequence_length
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    kv_compression_ratio: float = 0.0  # 0 = the model's kv_cache.compression_ratio
+
+    def __post_init__(self):
+        def bad(flag, value, expected):
+            raise ConfigError(expected, source=CLI, key=flag, value=value)
+
+        for flag, value in (
+            ("--tensor-parallel-size", self.tensor_parallel_size),
+            ("--block-size", self.block_size),
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                bad(flag, value, "a positive integer")
+        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 0:
+            bad("--max-model-len", self.max_model_len, "a positive integer")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            bad("--gpu-memory-utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
+        if self.kv_compression_ratio and self.kv_compression_ratio < 1.0:
+            bad("--kv-compression-ratio", self.kv_compression_ratio, "a ratio >= 1")
+        if self.dtype != "auto":
+            object.__setattr__(self, "dtype", dtypes.normalize(self.dtype, dtypes.WEIGHT_DTYPES, source=CLI, key="--dtype"))
+        if self.kv_cache_dtype != "auto":
+            object.__setattr__(
+                self, "kv_cache_dtype",
+                dtypes.normalize(self.kv_cache_dtype, dtypes.KV_DTYPES, source=CLI, key="--kv-cache-dtype"),
+            )
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Dtypes and limits once a serving config meets a model."""
+
+    weight_dtype: str
+    activation_dtype: str
+    kv_dtype: str
+    kv_compression_ratio: float
+    max_model_len: int
+    kv_heads_per_gpu: int
+    warnings: tuple
+
+
+def resolve(model, hardware, serving):
+    """Check ``serving`` against ``model`` and ``hardware`` and settle dtypes and limits.
+
+    Raises
+    ------
+    ConfigError
+        When the tensor-parallel size does not divide the attention heads, the KV heads (or is
+        not a multiple of them), or the FFN width; or ``--max-model-len`` exceeds the model's.
+    """
+    tp = serving.tensor_parallel_size
+    warnings = []
+    heads, kv = model.num_attention_heads, model.num_key_value_heads
+    if heads % tp:
+        raise ConfigError(
+            f"a divisor of {model.name}'s num_attention_heads ({heads})", source=CLI, key="--tensor-parallel-size", value=tp
+        )
+    if kv % tp and tp % kv:
+        raise ConfigError(
+            f"a divisor or a multiple of {model.name}'s num_key_value_heads ({kv})",
+            source=CLI, key="--tensor-parallel-size", value=tp,
+        )
+    for what, width in (("intermediate_size", model.intermediate_size if model.dense_layers else 0),
+                        ("moe_intermediate_size", model.moe_intermediate_size),
+                        ("shared_expert_intermediate_size", model.shared_expert_intermediate_size)):
+        if width % tp:
+            raise ConfigError(
+                f"a divisor of {model.name}'s {what} ({width})", source=CLI, key="--tensor-parallel-size", value=tp
+            )
+    if tp > 1 and not hardware.interconnect_given:
+        warnings.append(
+            f"{hardware.gpu} gives no interconnect: all-reduces are timed on PCIe Gen4 x16 "
+            f"({hardware.interconnect_bandwidth_gbps:g} GB/s per direction)"
+        )
+    if tp > hardware.gpus_per_node:
+        warnings.append(
+            f"tensor parallel size {tp} exceeds {hardware.gpus_per_node} GPUs per node; "
+            f"all-reduces are still timed on {hardware.interconnect}"
+        )
+    weight = model.dtype if serving.dtype == "auto" else serving.dtype
+    if weight == "fp32" and serving.dtype == "auto":
+        weight = "fp16"  # vLLM serves fp32 checkpoints in fp16 under --dtype auto
+    if weight in dtypes.NATIVE_DTYPES:
+        act = weight
+    else:
+        act = model.dtype if model.dtype in ("fp16", "bf16") else "bf16"
+    kv_dtype = model.kv_cache_dtype if serving.kv_cache_dtype == "auto" else serving.kv_cache_dtype
+    if kv_dtype == "auto":
+        kv_dtype = act
+    max_len = serving.max_model_len or model.max_sequence_length
+    if max_len > model.max_sequence_length:
+        raise ConfigError(
+            f"at most {model.name}'s max_sequence_length ({model.max_sequence_length})",
+            source=CLI, key="--max-model-len", value=max_len,
+        )
+    return Resolved(
+        weight_dtype=weight,
+        activation_dtype=act,
+        kv_dtype=kv_dtype,
+        kv_compression_ratio=serving.kv_compression_ratio or model.kv_compression_ratio,
+        max_model_len=max_len,
+        kv_heads_per_gpu=max(1, kv // tp),
+        warnings=tuple(warnings),
+    )

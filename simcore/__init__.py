@@ -1,0 +1,39 @@
+"""simcore: the compiled core of simllm. numba kernels over plain arrays and NamedTuples of
+scalars; no files, no YAML, no printing. simllm builds the inputs and reads the outputs."""
+from simcore import codes
+from simcore.cost import (
+    batch_aggregates_nb,
+    decode_run_time_nb,
+    experts_hit_nb,
+    iteration_costs_nb,
+    iteration_time_nb,
+    new_cost_arrays,
+    op_cost_nb,
+    op_count_nb,
+    op_time_nb,
+)
+from simcore.memory import (
+    activation_workspace_bytes_nb,
+    kv_bytes_per_token_nb,
+    resident_weight_bytes_nb,
+    streamed_weight_bytes_nb,
+)
+from simcore.params import CostParams
+
+__all__ = [
+    "CostParams",
+    "activation_workspace_bytes_nb",
+    "batch_aggregates_nb",
+    "decode_run_time_nb",
+    "codes",
+    "experts_hit_nb",
+    "iteration_costs_nb",
+    "iteration_time_nb",
+    "kv_bytes_per_token_nb",
+    "new_cost_arrays",
+    "op_cost_nb",
+    "op_count_nb",
+    "op_time_nb",
+    "resident_weight_bytes_nb",
+    "streamed_weight_bytes_nb",
+]

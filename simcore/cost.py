@@ -1,0 +1,345 @@
+"""Operator-level cost of one engine iteration on the roofline.
+
+A batch is described by four aggregates (see :func:`batch_aggregates_nb`):
+
+- ``n_tokens``: new tokens processed (prefill chunk tokens + one per decoding sequence);
+- ``attn_pairs``: query-key pairs scored by attention, summed over sequences. A chunk of ``q``
+  new tokens after ``c`` tokens of context scores ``q*c + q*(q+1)/2`` pairs (causal); a decode
+  token (q = 1) scores ``c + 1``;
+- ``kv_read_tokens``: tokens whose K and V attention reads, summed over sequences (``c + q``):
+  each is read once per KV head, which is how GQA/MQA cut the bytes to n_kv_heads/n_heads of MHA;
+- ``n_emit``: rows that emit a token (decode rows and chunks that finish their prompt); only
+  these go through the LM head and the sampler.
+
+Each operator's time is ``max(flops / (peak * eff_compute), bytes / (bw * eff_bw)) + launch``;
+collectives are ``latency + 2 (tp - 1) / tp * message / (link_bw * eff_link)`` (ring all-reduce).
+Weights are read once per iteration whatever the batch, which is why batching pays in decode.
+"""
+import numpy as np
+
+from simcore._jit import jit
+from simcore.codes import (
+    BOUND_COMM,
+    BOUND_COMPUTE,
+    BOUND_MEMORY,
+    BOUND_NONE,
+    N_OPS,
+    OP_ALLREDUCE_ATTN,
+    OP_ALLREDUCE_FFN,
+    OP_ATTENTION,
+    OP_EMBEDDING,
+    OP_FFN_ACT,
+    OP_FFN_DOWN,
+    OP_FFN_UP,
+    OP_FINAL_NORM,
+    OP_INPUT_NORM,
+    OP_KV_WRITE,
+    OP_LM_HEAD,
+    OP_LOGITS_GATHER,
+    OP_MOE_ACT,
+    OP_MOE_DOWN,
+    OP_MOE_ROUTER,
+    OP_MOE_UP,
+    OP_O_PROJ,
+    OP_POST_NORM,
+    OP_QKV_PROJ,
+    OP_RESIDUAL,
+    OP_ROPE,
+    OP_SAMPLING,
+    UNIT_ATTN,
+    UNIT_GEMM,
+    UNIT_LINK,
+    UNIT_VECTOR,
+)
+
+# FLOPs per element of the FFN activation (SiLU(x) * y or GELU) and of the sampler's passes
+# over the vocabulary (max, exp, sum, normalise, top-k/top-p threshold), and the number of
+# fp32 passes the sampler makes over the logits.
+ACT_FLOPS_PER_ELEM = 5.0
+SAMPLING_FLOPS_PER_LOGIT = 6.0
+SAMPLING_PASSES = 3.0
+LOGIT_BYTES = 4.0  # logits are fp32
+
+
+@jit
+def op_count_nb(p, op):
+    """How many times operator ``op`` runs in one iteration (layers it appears in).
+
+    Returns
+    -------
+    int
+        0 when the operator does not exist for this model / parallel layout.
+    """
+    n_dense = p.n_layers - p.n_moe_layers
+    if op == OP_EMBEDDING or op == OP_FINAL_NORM or op == OP_LM_HEAD or op == OP_SAMPLING:
+        return 1
+    if op == OP_LOGITS_GATHER:
+        return 1 if p.tp > 1 else 0
+    if op == OP_ALLREDUCE_ATTN or op == OP_ALLREDUCE_FFN:
+        return p.n_layers if p.tp > 1 else 0
+    if op == OP_POST_NORM:
+        return p.n_layers if p.norms_per_layer == 2 else 0
+    if op == OP_FFN_UP or op == OP_FFN_ACT or op == OP_FFN_DOWN:
+        return n_dense
+    if op == OP_MOE_ROUTER or op == OP_MOE_UP or op == OP_MOE_ACT or op == OP_MOE_DOWN:
+        return p.n_moe_layers
+    return p.n_layers
+
+
+@jit
+def experts_hit_nb(n_experts, experts_per_token, n_tokens):
+    """Expected number of distinct routed experts hit when ``n_tokens`` tokens each pick
+    ``experts_per_token`` of ``n_experts`` uniformly: ``E * (1 - (1 - k/E) ** T)``."""
+    if n_experts <= 0.0 or n_tokens <= 0.0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** n_tokens)
+
+
+@jit
+def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """FLOPs and bytes of one instance of operator ``op`` (one layer) for a batch.
+
+    Parameters
+    ----------
+    p : CostParams
+    op : int
+        An ``OP_*`` code.
+    n_tokens, attn_pairs, kv_read_tokens, n_emit : float
+        The batch aggregates (see the module docstring).
+
+    Returns
+    -------
+    flops : float
+    nbytes : float
+        Bytes moved through memory, or over the interconnect for a collective.
+    unit : int
+        A ``UNIT_*`` code: which peak the FLOPs run at (``UNIT_LINK`` for collectives).
+    """
+    t = n_tokens
+    h = p.hidden
+    ab = p.a_bytes
+    qh = p.q_heads
+    kvh = p.kv_heads
+    d = p.head_dim
+    if op == OP_EMBEDDING:
+        # Gather t rows of the table: only those rows are read, not the whole table.
+        return 0.0, t * h * (p.e_bytes + ab), UNIT_VECTOR
+    if op == OP_INPUT_NORM or op == OP_POST_NORM or op == OP_FINAL_NORM:
+        return p.norm_flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.e_bytes, UNIT_VECTOR
+    if op == OP_QKV_PROJ:
+        width = (qh + 2.0 * kvh) * d
+        return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + width) * ab, UNIT_GEMM
+    if op == OP_ROPE:
+        elems = t * (qh + kvh) * d
+        flops = 3.0 * t * (qh + kvh) * p.rotary_dim + p.qk_norm * 4.0 * elems
+        nbytes = 2.0 * elems * ab * (1.0 + p.qk_norm) + p.qk_norm * 2.0 * d * p.e_bytes
+        return flops, nbytes, UNIT_VECTOR
+    if op == OP_KV_WRITE:
+        elems = t * 2.0 * kvh * d
+        return 0.0, elems * (ab + p.kv_bytes), UNIT_VECTOR
+    if op == OP_ATTENTION:
+        flops = 4.0 * d * qh * attn_pairs
+        nbytes = kv_read_tokens * 2.0 * kvh * d * p.kv_bytes + 2.0 * t * qh * d * ab
+        return flops, nbytes, UNIT_ATTN
+    if op == OP_O_PROJ:
+        return 2.0 * t * p.p_o, p.p_o * p.w_bytes + t * (qh * d + h) * ab, UNIT_GEMM
+    if op == OP_ALLREDUCE_ATTN or op == OP_ALLREDUCE_FFN or op == OP_LOGITS_GATHER:
+        tp = float(p.tp)
+        if op == OP_LOGITS_GATHER:
+            # Vocab-parallel logits gathered to the sampling rank.
+            return 0.0, (tp - 1.0) / tp * n_emit * p.vocab * LOGIT_BYTES, UNIT_LINK
+        msg = t * h * ab
+        return (tp - 1.0) / tp * t * h, 2.0 * (tp - 1.0) / tp * msg, UNIT_LINK
+    if op == OP_RESIDUAL:
+        # Two residual adds per layer: read two streams, write one.
+        return 2.0 * t * h, 2.0 * 3.0 * t * h * ab, UNIT_VECTOR
+    if op == OP_FFN_UP:
+        return 2.0 * t * p.p_ffn_up, p.p_ffn_up * p.w_bytes + t * (h + p.ffn_up_width) * ab, UNIT_GEMM
+    if op == OP_FFN_ACT:
+        return (
+            ACT_FLOPS_PER_ELEM * t * p.ffn_inner,
+            t * (p.ffn_up_width + p.ffn_inner) * ab,
+            UNIT_VECTOR,
+        )
+    if op == OP_FFN_DOWN:
+        return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
+    if op == OP_MOE_ROUTER:
+        flops = 2.0 * t * p.p_router
+        return flops, p.p_router * p.e_bytes + t * h * ab + t * p.n_experts * LOGIT_BYTES, UNIT_GEMM
+    if op == OP_MOE_UP or op == OP_MOE_DOWN:
+        routed = t * p.experts_per_token  # token-expert assignments
+        hit = experts_hit_nb(p.n_experts, p.experts_per_token, t)
+        if op == OP_MOE_UP:
+            pe = p.p_expert_up
+            ps = p.p_shared_up
+            act = routed * (h + p.expert_up_width) + t * (h + p.shared_up_width)
+        else:
+            pe = p.p_expert_down
+            ps = p.p_shared_down
+            act = routed * (p.expert_inner + h) + t * (p.shared_inner + h)
+        flops = 2.0 * routed * pe + 2.0 * t * ps
+        nbytes = (hit * pe + ps) * p.w_bytes + act * ab
+        return flops, nbytes, UNIT_GEMM
+    if op == OP_MOE_ACT:
+        routed = t * p.experts_per_token
+        inner = routed * p.expert_inner + t * p.shared_inner
+        up = routed * p.expert_up_width + t * p.shared_up_width
+        return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
+    if op == OP_LM_HEAD:
+        vocab_here = p.p_lm_head / h
+        nbytes = p.p_lm_head * p.e_bytes + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
+        return 2.0 * n_emit * p.p_lm_head, nbytes, UNIT_GEMM
+    if op == OP_SAMPLING:
+        logits = n_emit * p.vocab
+        return SAMPLING_FLOPS_PER_LOGIT * logits, SAMPLING_PASSES * logits * LOGIT_BYTES, UNIT_VECTOR
+    return 0.0, 0.0, UNIT_VECTOR
+
+
+@jit
+def op_time_nb(p, flops, nbytes, unit):
+    """Roofline time of one operator instance.
+
+    Returns
+    -------
+    seconds : float
+        Including one kernel launch overhead.
+    bound : int
+        ``BOUND_COMPUTE``, ``BOUND_MEMORY`` or ``BOUND_COMM``.
+    """
+    if unit == UNIT_LINK:
+        return p.link_latency_s + nbytes / (p.link_bw * p.eff_link) + p.launch_s, BOUND_COMM
+    if unit == UNIT_GEMM:
+        peak = p.gemm_flops
+    elif unit == UNIT_ATTN:
+        peak = p.attn_flops
+    else:
+        peak = p.vector_flops
+    t_compute = flops / (peak * p.eff_compute)
+    t_memory = nbytes / (p.mem_bw * p.eff_bw)
+    if t_compute > t_memory:
+        return t_compute + p.launch_s, BOUND_COMPUTE
+    return t_memory + p.launch_s, BOUND_MEMORY
+
+
+@jit
+def _op_runs_nb(op, n_tokens, n_emit):
+    if n_tokens <= 0.0:
+        return False
+    if op == OP_LM_HEAD or op == OP_SAMPLING or op == OP_LOGITS_GATHER:
+        return n_emit > 0.0
+    return True
+
+
+@jit
+def iteration_time_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Seconds of one engine iteration: the sum of every operator's roofline time.
+
+    This is the hot-path kernel the engine calls once per (run of) iteration(s); it allocates
+    nothing. An empty batch takes 0 s.
+    """
+    total = 0.0
+    for op in range(N_OPS):
+        count = op_count_nb(p, op)
+        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+            continue
+        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        seconds, _ = op_time_nb(p, flops, nbytes, unit)
+        total += count * seconds
+    return total
+
+
+@jit
+def iteration_costs_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit, flops, nbytes, seconds, bound):
+    """Per-operator totals of one iteration, written into the output arrays.
+
+    Parameters
+    ----------
+    flops, nbytes, seconds : ndarray of float64, shape (N_OPS,)
+        Filled with each operator's FLOPs, bytes and time summed over the layers it runs in.
+    bound : ndarray of int64, shape (N_OPS,)
+        Filled with ``BOUND_*`` codes (``BOUND_NONE`` where the operator does not run).
+
+    Returns
+    -------
+    float
+        The iteration time, equal to ``iteration_time_nb`` on the same batch.
+    """
+    total = 0.0
+    for op in range(N_OPS):
+        count = op_count_nb(p, op)
+        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+            flops[op] = 0.0
+            nbytes[op] = 0.0
+            seconds[op] = 0.0
+            bound[op] = BOUND_NONE
+            continue
+        f, b, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        s, bd = op_time_nb(p, f, b, unit)
+        flops[op] = count * f
+        nbytes[op] = count * b
+        seconds[op] = count * s
+        bound[op] = bd
+        total += count * s
+    return total
+
+
+@jit
+def batch_aggregates_nb(new_tokens, prior_context, emits):
+    """Reduce a batch given per sequence to the aggregates the cost kernels take.
+
+    Parameters
+    ----------
+    new_tokens : ndarray of float64, shape (n_seqs,)
+        Tokens each sequence processes in this iteration (a prefill chunk, or 1 when decoding).
+    prior_context : ndarray of float64, shape (n_seqs,)
+        Tokens already in each sequence's KV cache before this iteration.
+    emits : ndarray of bool, shape (n_seqs,)
+        Whether each sequence emits a token this iteration.
+
+    Returns
+    -------
+    n_tokens, attn_pairs, kv_read_tokens, n_emit : float
+    """
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
+    n_emit = 0.0
+    for i in range(new_tokens.shape[0]):
+        q = new_tokens[i]
+        c = prior_context[i]
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+        if emits[i]:
+            n_emit += 1.0
+    return n_tokens, pairs, kv_read, n_emit
+
+
+def new_cost_arrays():
+    """Output arrays for :func:`iteration_costs_nb`: flops, bytes, seconds, bound."""
+    return (
+        np.zeros(N_OPS, dtype=np.float64),
+        np.zeros(N_OPS, dtype=np.float64),
+        np.zeros(N_OPS, dtype=np.float64),
+        np.zeros(N_OPS, dtype=np.int64),
+    )
+
+
+@jit
+def decode_run_time_nb(p, n_seqs, ctx_sum, n_steps):
+    """Seconds of ``n_steps`` consecutive decode iterations of ``n_seqs`` sequences.
+
+    Parameters
+    ----------
+    n_seqs : float
+        Sequences decoding together (each emits one token per iteration).
+    ctx_sum : float
+        Sum of their contexts (tokens already cached) at the first iteration; each iteration
+        adds ``n_seqs``.
+    n_steps : int
+    """
+    total = 0.0
+    for i in range(n_steps):
+        c = ctx_sum + i * n_seqs
+        total += iteration_time_nb(p, n_seqs, c + n_seqs, c + n_seqs, n_seqs)
+    return total

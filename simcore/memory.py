@@ -1,0 +1,56 @@
+"""Memory model per GPU: resident weights, weights streamed per iteration, KV bytes per token,
+activation workspace. All results in bytes."""
+from simcore._jit import jit
+from simcore.cost import LOGIT_BYTES, experts_hit_nb
+
+
+@jit
+def resident_weight_bytes_nb(p):
+    """Bytes of weights stored on one GPU (a tied LM head is stored once, as the embedding)."""
+    n_dense = p.n_layers - p.n_moe_layers
+    gemm = p.n_layers * (p.p_qkv + p.p_o) + n_dense * (p.p_ffn_up + p.p_ffn_down)
+    gemm += p.n_moe_layers * (p.n_experts * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
+    small = p.n_moe_layers * p.p_router
+    small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
+    small += p.n_layers * p.qk_norm * 2.0 * p.head_dim
+    small += p.p_embed + (1.0 - p.tied) * p.p_lm_head
+    return gemm * p.w_bytes + small * p.e_bytes
+
+
+@jit
+def streamed_weight_bytes_nb(p, n_tokens):
+    """Bytes of weights one iteration of ``n_tokens`` tokens reads from memory (emitting at least
+    one token): every matrix once, the LM head included, the embedding table only for the rows it
+    gathers (not counted here), and for MoE only the experts the batch hits."""
+    n_dense = p.n_layers - p.n_moe_layers
+    hit = experts_hit_nb(p.n_experts, p.experts_per_token, n_tokens)
+    gemm = p.n_layers * (p.p_qkv + p.p_o) + n_dense * (p.p_ffn_up + p.p_ffn_down)
+    gemm += p.n_moe_layers * (hit * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
+    small = p.n_moe_layers * p.p_router
+    small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
+    small += p.n_layers * p.qk_norm * 2.0 * p.head_dim
+    small += p.p_lm_head
+    return gemm * p.w_bytes + small * p.e_bytes
+
+
+@jit
+def kv_bytes_per_token_nb(p):
+    """KV-cache bytes one token occupies on one GPU: 2 (K and V) x layers x KV heads x head_dim
+    x bytes per element (after compression)."""
+    return 2.0 * p.n_layers * p.kv_heads * p.head_dim * p.kv_bytes
+
+
+@jit
+def activation_workspace_bytes_nb(p, max_tokens, max_seqs):
+    """Peak activation memory of a forward pass over ``max_tokens`` tokens plus the sampler's
+    logits and probabilities for ``max_seqs`` rows, as the engine's profiling run reserves it."""
+    h = p.hidden
+    attn_peak = (p.q_heads + 2.0 * p.kv_heads) * p.head_dim + p.q_heads * p.head_dim
+    dense_peak = p.ffn_up_width + p.ffn_inner
+    moe_peak = 0.0
+    if p.n_moe_layers > 0:
+        moe_peak = p.experts_per_token * (h + p.expert_up_width + p.expert_inner)
+        moe_peak += p.shared_up_width + p.shared_inner
+    per_token = 2.0 * h + max(attn_peak, max(dense_peak, moe_peak))
+    logits = max_seqs * p.vocab * LOGIT_BYTES * 2.0
+    return max_tokens * per_token * p.a_bytes + logits

@@ -1,0 +1,60 @@
+"""The packed, per-GPU numbers a cost kernel needs: one NamedTuple of scalars.
+
+simllm builds a :class:`CostParams` from validated model, hardware and serving configs
+(``simllm.pack.pack_cost_params``); kernels only read it. Parameter counts are per GPU, i.e.
+already sharded by tensor parallelism; bytes are per element of the dtype in use.
+"""
+from typing import NamedTuple
+
+
+class CostParams(NamedTuple):
+    # --- architecture (per GPU after tensor-parallel sharding) ---
+    n_layers: int  # transformer layers
+    n_moe_layers: int  # layers whose FFN is a mixture of experts (the rest are dense)
+    hidden: float  # hidden size (the residual stream is replicated on every GPU)
+    q_heads: float  # query heads on this GPU
+    kv_heads: float  # key/value heads on this GPU (replicated when TP > KV heads)
+    head_dim: float
+    rotary_dim: float  # dimensions of q and k that RoPE rotates
+    qk_norm: float  # 1.0 when q and k get a per-head RMSNorm (Qwen3), else 0.0
+    norm_params: float  # parameters of one norm (hidden for RMSNorm, 2 x hidden for LayerNorm)
+    norm_flops_per_elem: float  # FLOPs per element of one norm
+    norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
+    p_qkv: float  # parameters of the fused QKV projection (+ bias)
+    p_o: float  # parameters of the output projection (+ bias)
+    ffn_up_width: float  # output width of the dense up projection (2 x intermediate when gated)
+    ffn_inner: float  # width after the activation (intermediate)
+    p_ffn_up: float  # parameters of the dense gate+up (or up) projection
+    p_ffn_down: float  # parameters of the dense down projection
+    n_experts: float  # routed experts per MoE layer
+    experts_per_token: float  # routed experts each token is sent to
+    p_router: float  # router parameters (replicated)
+    expert_up_width: float  # one expert's up output width on this GPU
+    expert_inner: float  # one expert's intermediate width on this GPU
+    p_expert_up: float  # one routed expert's gate+up parameters on this GPU
+    p_expert_down: float  # one routed expert's down parameters on this GPU
+    shared_up_width: float  # shared experts' up output width on this GPU (0 if none)
+    shared_inner: float
+    p_shared_up: float  # all shared experts' gate+up parameters on this GPU
+    p_shared_down: float
+    vocab: float  # full vocabulary (sampling runs over it after the logits gather)
+    p_embed: float  # embedding table parameters on this GPU (vocab-parallel)
+    p_lm_head: float  # LM head parameters on this GPU (vocab-parallel; the embedding if tied)
+    tied: float  # 1.0 when the LM head is the embedding table (stored once)
+    # --- dtypes, bytes per element ---
+    w_bytes: float  # GEMM weights (fp16 2, fp8 1, int4 0.5 + scales)
+    e_bytes: float  # embedding, LM head, norms, router: kept in the activation dtype
+    a_bytes: float  # activations
+    kv_bytes: float  # KV cache per element, after the optional compression ratio
+    # --- hardware, already in FLOP/s, B/s and s ---
+    tp: int  # tensor-parallel degree
+    gemm_flops: float  # peak FLOP/s for weight GEMMs in the weight dtype
+    attn_flops: float  # peak FLOP/s for attention matmuls in the activation dtype
+    vector_flops: float  # peak FLOP/s for elementwise work
+    mem_bw: float  # memory bandwidth, B/s
+    eff_compute: float  # achieved fraction of peak FLOP/s
+    eff_bw: float  # achieved fraction of memory bandwidth
+    launch_s: float  # per-kernel launch overhead
+    link_bw: float  # interconnect bandwidth per direction per GPU, B/s
+    eff_link: float  # achieved fraction of link bandwidth in collectives
+    link_latency_s: float  # latency of one collective
