@@ -6,6 +6,7 @@ import numpy as np
 from simcore import codes, decode_run_time_nb, iteration_costs_nb, iteration_time_nb, new_cost_arrays
 from simcore import op_count_nb, streamed_weight_bytes_nb
 
+from simllm import dtypes
 from simllm import serving as serving_mod
 from simllm.errors import ConfigError
 from simllm.memory import plan_memory
@@ -232,6 +233,14 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"the prefill step of {batch_size} x {input_len} tokens exceeds max_num_batched_tokens "
             f"({serving.max_num_batched_tokens}); the engine would split it into chunks over several iterations"
         )
+    lower_bound = streamed / hardware.memory_bandwidth_bytes_per_s
+    if model.declared_parameters and any("declared_parameters" in w for w in model.warnings):
+        declared_bytes = model.declared_parameters * dtypes.BYTES[resolved.weight_dtype] / serving.tensor_parallel_size
+        warnings.append(
+            f"the declared {model.declared_parameters / 1e9:.2f}B parameters ({declared_bytes / 1e9:.1f} GB per GPU) "
+            f"would give a decode lower bound of {declared_bytes / hardware.memory_bandwidth_bytes_per_s * 1e3:.1f} ms "
+            f"at {hardware.memory_bandwidth_gbps:g} GB/s; the dimensions give {lower_bound * 1e3:.2f} ms, reported here"
+        )
     ideal_ttft = _step(params, "prefill", 1, input_len, 0).seconds
     return Estimate(
         model=model,
@@ -245,7 +254,7 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         prefill=prefill,
         decode=decode,
         streamed_weight_bytes=float(streamed),
-        decode_lower_bound_s=float(streamed / hardware.memory_bandwidth_bytes_per_s),
+        decode_lower_bound_s=float(lower_bound),
         ideal_ttft_s=ideal_ttft,
         ideal_tpot_s=_tpot(params, model, 1, input_len, output_len),
         batch_ttft_s=prefill.seconds,

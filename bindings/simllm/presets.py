@@ -1,6 +1,5 @@
 """Finding configuration files: a preset name (``llama-3.1-8b``) or a path."""
 import difflib
-from importlib import resources
 from pathlib import Path
 
 from simllm.errors import ConfigError
@@ -9,9 +8,11 @@ KINDS = ("models", "hardware", "workloads")
 
 
 def configs_dir():
-    """The directory holding the shipped presets (``configs/`` in a checkout, package data when
-    installed)."""
-    return Path(str(resources.files("simllm.configs")))
+    """The directory holding the shipped presets: ``simllm/configs`` when installed from a wheel
+    (package data), ``configs/`` at the root of a source checkout or editable install."""
+    here = Path(__file__).resolve().parent
+    installed = here / "configs"
+    return installed if installed.is_dir() else here.parent.parent / "configs"
 
 
 def _key(name):

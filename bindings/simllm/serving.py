@@ -110,7 +110,7 @@ def resolve(model, hardware, serving):
     if weight in dtypes.NATIVE_DTYPES:
         act = weight
     else:
-        act = model.dtype if model.dtype in ("fp16", "bf16") else "bf16"
+        act = model.dtype if model.dtype in ("fp16", "bf16") else "fp16"  # quantised fp32 checkpoint
     kv_dtype = model.kv_cache_dtype if serving.kv_cache_dtype == "auto" else serving.kv_cache_dtype
     if kv_dtype == "auto":
         kv_dtype = act

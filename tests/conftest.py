@@ -1,0 +1,28 @@
+import os
+from pathlib import Path
+
+import pytest
+
+import simllm
+from simllm import serving as serving_mod
+from simllm.pack import pack_cost_params
+
+ROOT = Path(__file__).resolve().parents[1]
+JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
+
+
+def build(model, hardware, **serving_kwargs):
+    """Validated configs and packed params: (model, hardware, serving, resolved, params)."""
+    m = simllm.load_model(model) if isinstance(model, (str, Path)) else model
+    h = simllm.load_hardware(hardware) if isinstance(hardware, (str, Path)) else hardware
+    s = simllm.ServingConfig(**serving_kwargs)
+    r = serving_mod.resolve(m, h, s)
+    return m, h, s, r, pack_cost_params(m, h, s, r)
+
+
+def pytest_collection_modifyitems(config, items):
+    if JIT_DISABLED:
+        skip = pytest.mark.skip(reason="slow under NUMBA_DISABLE_JIT=1; runs in the compiled pass")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)

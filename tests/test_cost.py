@@ -1,0 +1,237 @@
+"""The cost kernels: closed-form cases from the seeds, structural identities, agreement with the
+pure-Python reference, and invariants."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simllm
+from simcore import (
+    batch_aggregates_nb,
+    codes,
+    decode_run_time_nb,
+    experts_hit_nb,
+    iteration_costs_nb,
+    iteration_time_nb,
+    kv_bytes_per_token_nb,
+    new_cost_arrays,
+    op_cost_nb,
+    resident_weight_bytes_nb,
+    streamed_weight_bytes_nb,
+)
+
+from conftest import ROOT, build
+from reference import reference_time
+
+
+def costs(p, batch):
+    """Per-op totals {name: (flops, bytes, seconds)} and total time of a batch [(q, c, emit)]."""
+    new = np.array([b[0] for b in batch], dtype=np.float64)
+    ctx = np.array([b[1] for b in batch], dtype=np.float64)
+    emit = np.array([b[2] for b in batch], dtype=np.bool_)
+    agg = batch_aggregates_nb(new, ctx, emit)
+    flops, nbytes, seconds, bound = new_cost_arrays()
+    total = iteration_costs_nb(p, *agg, flops, nbytes, seconds, bound)
+    ops = {codes.OP_NAMES[i]: (flops[i], nbytes[i], seconds[i]) for i in range(codes.N_OPS) if bound[i]}
+    return ops, total, agg
+
+
+# --------------------------------------------------------------------------- seed closed forms
+def test_mistral_7b_fp16_on_rtx_4090_matches_the_seed():
+    model, hw, s, r, p = build("mistral-7b", "rtx-4090", dtype="fp16", max_model_len=4096)
+    streamed = streamed_weight_bytes_nb(p, 1.0)
+    assert streamed == pytest.approx(14.2e9, rel=0.015)  # "14.2 GB loaded per generated token"
+    assert kv_bytes_per_token_nb(p) == 131_072  # 2 x 32 x 8 x 128 x 2
+    assert 1000 * kv_bytes_per_token_nb(p) == pytest.approx(131e6, rel=0.001)  # "1000 tokens = 131 MB"
+    lower_bound_s = streamed / (hw.memory_bandwidth_gbps * 1e9)
+    assert lower_bound_s == pytest.approx(14.1e-3, rel=0.02)
+    est = simllm.estimate(model, hw, s)
+    assert est.decode_lower_bound_s == pytest.approx(lower_bound_s)
+    # The lower bound is a bound: the simulated TPOT of one request is above it.
+    assert est.ideal_tpot_s > est.decode_lower_bound_s
+
+
+def test_26_gb_fp16_model_at_2_tb_s_has_a_13_ms_lower_bound():
+    model, hw, s, r, p = build("llama-2-13b", ROOT / "configs" / "hardware.yaml", max_model_len=2048)
+    streamed = streamed_weight_bytes_nb(p, 1.0)
+    assert streamed == pytest.approx(26e9, rel=0.02)
+    assert streamed / 2000e9 == pytest.approx(13e-3, rel=0.02)
+    assert simllm.estimate(model, hw, s).decode_lower_bound_s == pytest.approx(13e-3, rel=0.02)
+
+
+def test_seed_jalapeno_estimates_with_its_inconsistencies_named():
+    model = simllm.load_model("jalapeno")
+    est = simllm.estimate(model, simllm.load_hardware(ROOT / "configs" / "hardware.yaml"), input_len=600, output_len=200)
+    text = " ".join(est.warnings)
+    assert "13.00B" in text and "5.09B" in text  # declared vs what 32 x 4096 gives
+    assert "1024 is smaller than hidden_size 4096" in text
+    assert any("13.0 ms" in w for w in est.warnings)  # what the declared 26 GB would imply at 2 TB/s
+    assert est.decode_lower_bound_s == pytest.approx(streamed_weight_bytes_nb(build(model, est.hardware)[4], 1.0) / 2000e9)
+
+
+# --------------------------------------------------------------------------- structure
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "gpt-j-6b", "llama-2-7b"])
+def test_prefill_flops_are_two_x_params_x_tokens_plus_attention(name):
+    model, hw, s, r, p = build(name, "h100-sxm", max_model_len=2048)
+    n = 1000
+    ops, total, _ = costs(p, [(n, 0, True)])
+    m = model.matrix_params()
+    layer_matrices = model.layers * (m["qkv"] + m["o"] + m["ffn_up"] + m["ffn_down"])
+    gemm = sum(ops[k][0] for k in ("qkv_proj", "o_proj", "ffn_up", "ffn_down"))
+    assert gemm == pytest.approx(2 * layer_matrices * n, rel=1e-12)
+    # LM head only for the one row that emits a token
+    assert ops["lm_head"][0] == pytest.approx(2 * m["lm_head"], rel=1e-12)
+    attn = 4 * model.head_dim * model.num_attention_heads * model.layers * n * (n + 1) / 2
+    assert ops["attention"][0] == pytest.approx(attn, rel=1e-12)
+    everything = sum(v[0] for v in ops.values())
+    assert everything == pytest.approx(2 * layer_matrices * n + 2 * m["lm_head"] + attn, rel=0.01)
+
+
+@given(
+    heads=st.sampled_from([8, 16, 32, 64]),
+    group=st.sampled_from([1, 2, 4, 8]),
+    contexts=st.lists(st.integers(0, 20_000), min_size=1, max_size=16),
+)
+@settings(max_examples=60, deadline=None)
+def test_gqa_reads_exactly_kv_over_heads_of_mha(heads, group, contexts):
+    kv = heads // group
+    base = dict(layers=4, hidden_size=heads * 64, num_attention_heads=heads, intermediate_size=1024,
+                vocab_size=1000, max_sequence_length=32768, dtype="fp16")
+    mha = simllm.model_from_dict({"model": {**base, "num_key_value_heads": heads}})
+    gqa = simllm.model_from_dict({"model": {**base, "num_key_value_heads": kv}})
+    hw = simllm.load_hardware("h100-sxm")
+    batch = [(1, c, True) for c in contexts]
+    kv_bytes = []
+    for model in (mha, gqa):
+        p = build(model, hw)[4]
+        ops, _, agg = costs(p, batch)
+        q_and_out = p.n_layers * 2 * agg[0] * p.q_heads * p.head_dim * p.a_bytes
+        kv_bytes.append(ops["attention"][1] - q_and_out)
+    assert kv_bytes[1] / kv_bytes[0] == pytest.approx(kv / heads, rel=1e-12)
+
+
+def test_tensor_parallel_2_halves_weights_and_adds_all_reduce_time():
+    p1 = build("llama-3.1-70b", "h100-sxm")[4]
+    p2 = build("llama-3.1-70b", "h100-sxm", tensor_parallel_size=2)[4]
+    assert resident_weight_bytes_nb(p2) == pytest.approx(resident_weight_bytes_nb(p1) / 2, rel=1e-3)
+    assert streamed_weight_bytes_nb(p2, 1.0) == pytest.approx(streamed_weight_bytes_nb(p1, 1.0) / 2, rel=1e-3)
+    assert kv_bytes_per_token_nb(p2) == kv_bytes_per_token_nb(p1) / 2
+    batch = [(1, 2000, True)] * 8
+    ops1, t1, _ = costs(p1, batch)
+    ops2, t2, agg = costs(p2, batch)
+    assert "allreduce_attn" not in ops1 and "allreduce_ffn" not in ops1
+    hw = simllm.load_hardware("h100-sxm")
+    msg = agg[0] * 8192 * 2  # tokens x hidden x bf16
+    one = hw.interconnect_latency_us * 1e-6 + 2 * (2 - 1) / 2 * msg / (hw.interconnect_bandwidth_gbps * 1e9 * hw.interconnect_utilization)
+    assert ops2["allreduce_attn"][2] == pytest.approx(80 * (one + hw.launch_overhead_us * 1e-6), rel=1e-12)
+    assert ops2["allreduce_ffn"][2] == pytest.approx(ops2["allreduce_attn"][2])
+    assert t2 < t1  # halving the weight stream wins over two all-reduces per layer at this size
+    for op in ("qkv_proj", "o_proj", "ffn_up", "ffn_down", "attention"):  # sharded: half the FLOPs each
+        assert ops2[op][0] == pytest.approx(ops1[op][0] / 2, rel=1e-12), op
+
+
+def test_tensor_parallel_beyond_kv_heads_replicates_them():
+    p = build("llama-3.1-8b", "h100-sxm", tensor_parallel_size=8)[4]  # 8 KV heads, 8 GPUs
+    assert p.kv_heads == 1 and p.q_heads == 4
+    p16 = build("llama-3.1-405b", "h100-sxm", tensor_parallel_size=16)[4]  # 8 KV heads, 16 GPUs
+    assert p16.kv_heads == 1 and p16.q_heads == 8
+
+
+def test_experts_hit_goes_from_k_to_all():
+    assert experts_hit_nb(8.0, 2.0, 1.0) == pytest.approx(2.0)
+    assert experts_hit_nb(8.0, 2.0, 2.0) == pytest.approx(8 * (1 - 0.75**2))
+    assert experts_hit_nb(8.0, 2.0, 1000.0) == pytest.approx(8.0)
+    model, hw, s, r, p = build("mixtral-8x7b", "h100-sxm", max_model_len=4096)
+    # One token streams only its two experts: the active parameters (minus the gathered embedding).
+    active = model.active_parameter_count() - model.matrix_params()["embed"]
+    assert streamed_weight_bytes_nb(p, 1.0) == pytest.approx(2 * active, rel=1e-9)
+    assert streamed_weight_bytes_nb(p, 1e4) == pytest.approx(resident_weight_bytes_nb(p) - 2 * model.matrix_params()["embed"], rel=1e-6)
+
+
+def test_dtypes_change_bytes_and_peaks():
+    fp16 = build("llama-3.1-8b", "h100-sxm", dtype="bf16")[4]
+    fp8 = build("llama-3.1-8b", "h100-sxm", dtype="fp8")[4]
+    int4 = build("llama-3.1-8b", "h100-sxm", dtype="int4")[4]
+    a100_fp8 = build("llama-3.1-8b", "a100-sxm-80gb", dtype="fp8")[4]
+    assert fp8.gemm_flops == pytest.approx(2 * fp16.gemm_flops, rel=1e-3)  # H100 FP8 tensor cores
+    assert a100_fp8.gemm_flops == 312e12  # no FP8 on A100: weight-only, computed in bf16
+    assert int4.gemm_flops == fp16.gemm_flops
+    assert fp8.w_bytes == 1.0 and int4.w_bytes == pytest.approx(0.515625)
+    # Decode is bandwidth-bound: fp8 weights cut its time by close to half.
+    batch = [(1, 1000, True)]
+    assert costs(fp8, batch)[1] < 0.6 * costs(fp16, batch)[1]
+    kv8 = build("llama-3.1-8b", "h100-sxm", kv_cache_dtype="fp8")[4]
+    kv_half = build("llama-3.1-8b", "h100-sxm", kv_compression_ratio=2.0)[4]
+    assert kv_bytes_per_token_nb(kv8) == kv_bytes_per_token_nb(fp16) / 2 == kv_bytes_per_token_nb(kv_half)
+
+
+# --------------------------------------------------------------------------- kernels vs reference
+batches = st.lists(
+    st.tuples(st.integers(1, 2048), st.integers(0, 8192), st.booleans()), min_size=1, max_size=12
+)
+
+
+@given(
+    name=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "gpt-j-6b", "qwen3-32b", "qwen2.5-0.5b", "jalapeno"]),
+    hw_name=st.sampled_from(["h100-sxm", "a100-pcie-80gb", "rtx-4090", "custom-gpu"]),
+    tp=st.sampled_from([1, 2]),
+    dtype=st.sampled_from(["auto", "fp8", "int4"]),
+    kv_dtype=st.sampled_from(["auto", "fp8"]),
+    batch=batches,
+)
+@settings(max_examples=150, deadline=None)
+def test_kernels_match_the_reference(name, hw_name, tp, dtype, kv_dtype, batch):
+    model, hw, s, r, p = build(name, hw_name, tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_dtype)
+    ops, total, agg = costs(p, batch)
+    ref_total, ref_ops = reference_time(
+        model, hw, batch, tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype
+    )
+    assert set(ops) == set(ref_ops)
+    for op, (f, b, t) in ref_ops.items():
+        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
+        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
+        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
+    assert total == pytest.approx(ref_total, rel=1e-9)
+    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
+
+
+def test_empty_batch_costs_nothing():
+    p = build("llama-3.1-8b", "h100-sxm")[4]
+    assert iteration_time_nb(p, 0.0, 0.0, 0.0, 0.0) == 0.0
+
+
+def test_chunk_that_does_not_finish_its_prompt_skips_lm_head_and_sampler():
+    p = build("llama-3.1-8b", "h100-sxm")[4]
+    ops, _, _ = costs(p, [(512, 0, False)])
+    assert "lm_head" not in ops and "sampling" not in ops
+
+
+def test_decode_run_is_the_sum_of_its_iterations():
+    p = build("llama-3.1-8b", "h100-sxm")[4]
+    steps, n, ctx = 50, 7.0, 7 * 300.0
+    expected = sum(iteration_time_nb(p, n, ctx + i * n + n, ctx + i * n + n, n) for i in range(steps))
+    assert decode_run_time_nb(p, n, ctx, steps) == pytest.approx(expected, rel=1e-12)
+
+
+@given(batch=batches, extra_tokens=st.integers(1, 512), extra_ctx=st.integers(1, 4096), which=st.integers(0, 11))
+@settings(max_examples=80, deadline=None)
+def test_more_work_never_takes_less_time(batch, extra_tokens, extra_ctx, which):
+    p = build("mixtral-8x7b", "h100-sxm", tensor_parallel_size=2)[4]
+    i = which % len(batch)
+    q, c, e = batch[i]
+    base = costs(p, batch)[1]
+    more_tokens = batch[:i] + [(q + extra_tokens, c, e)] + batch[i + 1:]
+    more_ctx = batch[:i] + [(q, c + extra_ctx, e)] + batch[i + 1:]
+    assert costs(p, more_tokens)[1] >= base
+    assert costs(p, more_ctx)[1] >= base
+    assert costs(p, batch + [(1, c, True)])[1] >= base
+
+
+def test_weights_are_read_once_per_iteration_so_batching_pays():
+    p = build("llama-3.1-8b", "h100-sxm")[4]
+    one = iteration_time_nb(p, 1.0, 1001.0, 1001.0, 1.0)
+    many = iteration_time_nb(p, 64.0, 64 * 1001.0, 64 * 1001.0, 64.0)
+    assert many < 3 * one  # 64x the tokens for well under 3x the time
+    assert math.isfinite(many)
