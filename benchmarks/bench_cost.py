@@ -1,0 +1,35 @@
+"""asv benchmarks of the cost model: the per-iteration kernel and ``simllm.estimate``."""
+from benchmarks.common import configs, decode_batches, time_many_nb
+
+import simllm
+
+
+class CostKernel:
+    params = [["llama-3.1-8b", "mixtral-8x7b"], [1, 2]]
+    param_names = ["model", "tp"]
+
+    def setup(self, model, tp):
+        self.p = configs(model, "h100-sxm", tp)[3]
+        self.sizes, self.ctx = decode_batches()
+        time_many_nb(self.p, self.sizes[:10], self.ctx[:10])  # compile outside the timing
+
+    def time_iteration_time_100k(self, model, tp):
+        time_many_nb(self.p, self.sizes, self.ctx)
+
+    def track_iterations_per_second(self, model, tp):
+        import time
+
+        start = time.perf_counter()
+        time_many_nb(self.p, self.sizes, self.ctx)
+        return self.sizes.shape[0] / (time.perf_counter() - start)
+
+    track_iterations_per_second.unit = "iterations/s"
+
+
+class Estimate:
+    def setup(self):
+        self.m, self.h, self.s, _ = configs()
+        simllm.estimate(self.m, self.h, self.s)
+
+    def time_estimate(self):
+        simllm.estimate(self.m, self.h, self.s, batch_size=32, input_len=1024, output_len=128)
