@@ -16,7 +16,7 @@ DEFAULT_HARDWARE = "h100-sxm"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: command line: {message}\n")
 
 
 def _positive_int(text):

@@ -7,7 +7,7 @@ from pathlib import Path
 from simllm import dtypes, presets
 from simllm.errors import ConfigError
 from simllm.validate import Section
-from simllm.yamlio import load_file
+from simllm.yamlio import line_of, load_file
 
 # Published parameter counts may differ from what the dimensions give by rounding and
 # bookkeeping (buffers, padding); a larger gap means the declared number or the dimensions are wrong.
@@ -207,10 +207,11 @@ def model_from_dict(data, source="<dict>"):
     kv = sec.section("kv_cache")
     kv.reject_unknown(_KV_KEYS)
     dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.NATIVE_DTYPES + ("fp8", "int8", "int4"),
-                             source=source, key=sec.path("dtype"), line=None)
+                             source=source, key=sec.path("dtype"), line=line_of(sec.data, "dtype"))
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
-        kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"))
+        kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"),
+                                    line=line_of(kv.data, "dtype"))
 
     cfg = ModelConfig(
         name=sec.string("name", Path(source).stem),
@@ -261,6 +262,7 @@ _HF_ALIASES = {
 }
 _PLAIN_FFN_TYPES = {"gptj", "gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2"}
 _PARALLEL_ATTN_TYPES = {"gptj", "phi", "falcon"}
+_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 
 
 def model_from_hf_config(data, source="config.json"):
@@ -304,7 +306,8 @@ def model_from_hf_config(data, source="config.json"):
     act = data.get("hidden_act") or data.get("activation_function") or ("gelu" if out["ffn"] == "plain" else "silu")
     out["activation"] = str(act)
     out["norm"] = "layernorm" if mtype in _PLAIN_FFN_TYPES else "rmsnorm"
-    out["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", mtype not in {"gptj"} and False))
+    # transformers' PretrainedConfig ties by default; these architectures' configs default to untied
+    out["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", mtype not in _UNTIED_BY_DEFAULT))
     out["attention_bias"] = bool(data.get("attention_bias", mtype in {"qwen2", "qwen2_moe"} or data.get("qkv_bias", False)))
     out["mlp_bias"] = bool(data.get("mlp_bias", mtype in _PLAIN_FFN_TYPES))
     out["lm_head_bias"] = mtype == "gptj"
@@ -328,7 +331,7 @@ def model_from_hf_config(data, source="config.json"):
             dense_first = len(data["mlp_only_layers"])
         moe["moe_layers"] = out["layers"] - dense_first
         out["moe"] = moe
-    return model_from_dict({"model": out}, source)
+    return model_from_dict(out, source)  # no "model." prefix: errors name config.json's own keys
 
 
 def _with_warnings(cfg, notes):

@@ -48,9 +48,10 @@ class Section:
         return default
 
     def number(self, key, default=_MISSING, *, integer=False, minimum=None, exclusive_minimum=None, maximum=None):
-        value = self.raw(key, default)
-        if value is default and default is not _MISSING:
-            return value
+        if default is not _MISSING and not self.has(key):
+            self.used.add(key)
+            return default
+        value = self.raw(key)
         kind = "an integer" if integer else "a number"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str):

@@ -1,0 +1,249 @@
+"""Loading configurations: shipped presets, HuggingFace config.json files, the seed's YAML
+examples, and preset-name lookup."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+import simllm
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+DATA = Path(__file__).resolve().parent / "data"
+
+MODEL_PRESETS = sorted(p.stem for p in (CONFIGS / "models").glob("*.yaml"))
+HARDWARE_PRESETS = sorted(p.stem for p in (CONFIGS / "hardware").glob("*.yaml"))
+
+# Published parameter counts (Hugging Face safetensors totals), which the dimensions must give exactly.
+PUBLISHED = {
+    "llama-3.1-8b": 8_030_261_248,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-0.5b": 494_032_768,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen3-32b": 32_762_123_264,
+    "llama-3.1-70b": 70_553_706_496,
+}
+
+# tests/data/<name>.config.json -> the preset describing the same model
+HF_FIXTURES = ["llama-3.1-8b", "mixtral-8x7b", "qwen2.5-0.5b", "gpt-j-6b"]
+
+
+def test_presets_found():
+    assert len(MODEL_PRESETS) >= 10
+    assert len(HARDWARE_PRESETS) >= 5
+    assert simllm.preset_names("models") == MODEL_PRESETS
+    assert simllm.preset_names("hardware") == HARDWARE_PRESETS
+
+
+@pytest.mark.parametrize("name", MODEL_PRESETS)
+def test_model_preset_loads(name):
+    model = simllm.load_model(name)
+    assert isinstance(model, simllm.ModelConfig)
+    assert model.layers > 0 and model.hidden_size > 0 and model.vocab_size > 0
+    assert model.num_attention_heads % model.num_key_value_heads == 0
+    assert model.parameter_count() > 0
+    assert model.kv_elements_per_token() == 2 * model.layers * model.num_key_value_heads * model.head_dim
+
+
+@pytest.mark.parametrize("name", MODEL_PRESETS)
+def test_model_preset_matches_declared_parameters(name):
+    model = simllm.load_model(name)
+    if not model.declared_parameters:
+        pytest.skip(f"{name} declares no parameter count")
+    if name == "jalapeno":
+        # The blog's "13B" does not match its own dimensions: the preset must say so.
+        assert any("declared_parameters" in w for w in model.warnings), model.warnings
+        return
+    derived = model.parameter_count()
+    assert abs(derived - model.declared_parameters) <= 1e-3 * model.declared_parameters, (
+        name, derived, model.declared_parameters)
+    assert not any("declared_parameters" in w for w in model.warnings)
+
+
+def test_jalapeno_preset_warns_about_declared_parameters():
+    model = simllm.load_model("jalapeno")
+    assert model.declared_parameters == 13e9
+    assert any("declared_parameters" in w for w in model.warnings), model.warnings
+
+
+@pytest.mark.parametrize("name,count", sorted(PUBLISHED.items()))
+def test_published_parameter_counts_exact(name, count):
+    assert simllm.load_model(name).parameter_count() == count
+
+
+def test_mixtral_active_parameters():
+    model = simllm.load_model("mixtral-8x7b")
+    assert model.is_moe and model.num_experts == 8 and model.experts_per_token == 2
+    # Published "12.9B active": all but 6 of 8 experts' FFNs per layer
+    active = model.active_parameter_count()
+    assert 12.8e9 < active < 13.0e9
+    assert active < model.parameter_count()
+
+
+@pytest.mark.parametrize("name", HARDWARE_PRESETS)
+def test_hardware_preset_loads(name):
+    hw = simllm.load_hardware(name)
+    assert isinstance(hw, simllm.HardwareConfig)
+    assert hw.fp16_tflops > 0
+    assert hw.memory_bandwidth_gbps > 0
+    assert hw.memory_size_bytes > 1e9
+    assert 0 < hw.bandwidth_utilization <= 1
+    assert 0 < hw.compute_utilization <= 1
+    assert hw.peak_flops("bf16") > 0
+
+
+# ---------------------------------------------------------------- HuggingFace config.json
+
+
+@pytest.mark.parametrize("name", HF_FIXTURES)
+def test_hf_config_matches_preset(name):
+    path = DATA / f"{name}.config.json"
+    hf = simllm.load_model(str(path))
+    preset = simllm.load_model(name)
+    assert hf.parameter_count() == preset.parameter_count()
+    assert hf.active_parameter_count() == preset.active_parameter_count()
+    for field in ("layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "intermediate_size", "vocab_size", "max_sequence_length", "tie_word_embeddings",
+                  "num_experts", "experts_per_token"):
+        assert getattr(hf, field) == getattr(preset, field), field
+    assert hf.kv_elements_per_token() == preset.kv_elements_per_token()
+
+
+def test_hf_config_accepts_path_object():
+    model = simllm.load_model(DATA / "llama-3.1-8b.config.json")
+    assert model.parameter_count() == PUBLISHED["llama-3.1-8b"]
+
+
+def test_hf_specifics():
+    qwen = simllm.load_model(str(DATA / "qwen2.5-0.5b.config.json"))
+    assert qwen.tie_word_embeddings is True
+    assert qwen.attention_bias is True
+    assert qwen.parameter_count() == PUBLISHED["qwen2.5-0.5b"]
+
+    mixtral = simllm.load_model(str(DATA / "mixtral-8x7b.config.json"))
+    assert mixtral.num_experts == 8 and mixtral.experts_per_token == 2
+    assert mixtral.moe_intermediate_size == 14336
+    assert mixtral.parameter_count() == PUBLISHED["mixtral-8x7b"]
+
+    gptj = simllm.load_model(str(DATA / "gpt-j-6b.config.json"))
+    assert gptj.hidden_size == 4096 and gptj.layers == 28 and gptj.num_attention_heads == 16
+    assert gptj.head_dim == 256
+    assert gptj.intermediate_size == 4 * 4096  # n_inner null
+    assert gptj.rotary_dim == 64
+    assert gptj.ffn == "plain" and gptj.parallel_attention
+    assert gptj.dtype == "fp32"
+
+
+def test_hf_config_without_head_dim_or_kv_heads():
+    model = simllm.load_model(str(DATA / "no-head-dim.config.json"))
+    assert model.hidden_size == 4096 and model.num_attention_heads == 32
+    assert model.head_dim == model.hidden_size // model.num_attention_heads == 128
+    assert model.num_key_value_heads == model.num_attention_heads
+    # Llama-1/2-7B shape without the rotary buffers: 6,738,415,616
+    assert model.parameter_count() == 6_738_415_616
+    assert model.dtype == "fp16"
+
+
+def test_hf_config_directory(tmp_path):
+    shutil.copy(DATA / "llama-3.1-8b.config.json", tmp_path / "config.json")
+    model = simllm.load_model(str(tmp_path))
+    assert model.parameter_count() == PUBLISHED["llama-3.1-8b"]
+
+
+def test_directory_without_config_json(tmp_path):
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.load_model(str(tmp_path))
+    assert "config.json" in str(info.value)
+
+
+def test_model_from_hf_config_dict():
+    import json
+
+    data = json.loads((DATA / "llama-3.1-8b.config.json").read_text())
+    assert simllm.model_from_hf_config(data).parameter_count() == PUBLISHED["llama-3.1-8b"]
+
+
+# ---------------------------------------------------------------- the seed's examples
+
+
+def test_seed_model_yaml():
+    model = simllm.load_model(str(CONFIGS / "model.yaml"))
+    assert model.name == "Jalapeño"
+    assert model.dtype == "fp16"
+    assert (model.layers, model.hidden_size, model.num_attention_heads, model.head_dim) == (32, 4096, 16, 64)
+    assert model.vocab_size == 32000 and model.max_sequence_length == 2048
+    assert model.kv_cache_enabled and model.kv_cache_max_tokens == 16384
+    warnings = " | ".join(model.warnings)
+    # heads x head_dim (1024) vs hidden_size (4096)
+    assert any("head_dim" in w and "hidden_size" in w and "1024" in w for w in model.warnings), warnings
+    # no intermediate_size: the assumption is stated
+    assert any("intermediate_size" in w and "assum" in w for w in model.warnings), warnings
+
+
+def test_seed_model_yaml_matches_jalapeno_preset():
+    seed = simllm.load_model(str(CONFIGS / "model.yaml"))
+    preset = simllm.load_model("jalapeno")
+    assert seed.parameter_count() == preset.parameter_count()
+
+
+def test_seed_hardware_yaml():
+    hw = simllm.load_hardware(str(CONFIGS / "hardware.yaml"))
+    assert hw.gpu == "custom-gpu"
+    assert hw.fp16_tflops == 80
+    assert hw.memory_bandwidth_gbps == 2000
+    assert hw.memory_bandwidth_bytes_per_s == 2000e9
+    assert hw.memory_size_bytes == 40e9
+    assert hw.bandwidth_utilization == 0.75
+    assert hw.compute_utilization == 0.85
+    assert not hw.interconnect_given
+
+
+def test_seed_hardware_matches_custom_gpu_preset():
+    seed = simllm.load_hardware(str(CONFIGS / "hardware.yaml"))
+    preset = simllm.load_hardware("custom-gpu")
+    for field in ("fp16_tflops", "memory_bandwidth_gbps", "memory_size_bytes", "bandwidth_utilization",
+                  "compute_utilization"):
+        assert getattr(seed, field) == getattr(preset, field), field
+
+
+# ---------------------------------------------------------------- preset names
+
+
+@pytest.mark.parametrize("spelling", ["llama-3.1-8b", "Llama_3.1-8B", "LLAMA-3.1-8B", " llama_3.1_8b ",
+                                      "llama-3.1-8b.yaml"])
+def test_preset_name_tolerant(spelling):
+    assert simllm.load_model(spelling).parameter_count() == PUBLISHED["llama-3.1-8b"]
+
+
+@pytest.mark.parametrize("spelling", ["H100_SXM", "h100-sxm", "RTX_4090"])
+def test_hardware_preset_name_tolerant(spelling):
+    assert simllm.load_hardware(spelling).memory_size_bytes > 0
+
+
+@pytest.mark.parametrize("wrong,nearest", [
+    ("lama-3.1-8b", "llama-3.1-8b"),
+    ("mistral-7", "mistral-7b"),
+    ("qwen2.5-05b", "qwen2.5-0.5b"),
+])
+def test_unknown_model_preset_suggests(wrong, nearest):
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.load_model(wrong)
+    text = str(info.value)
+    assert wrong in text
+    assert "did you mean" in text
+    suggestion = text.split("did you mean", 1)[1].split("?", 1)[0]
+    assert nearest in suggestion
+    assert "\n" not in text
+
+
+def test_unknown_hardware_preset_suggests():
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.load_hardware("h100")
+    text = str(info.value)
+    assert "did you mean" in text
+    assert "h100-sxm" in text.split("did you mean", 1)[1].split("?", 1)[0]
+
+
+def test_missing_file_is_config_error():
+    with pytest.raises(simllm.ConfigError):
+        simllm.load_model(str(ROOT / "configs" / "does-not-exist.yaml"))
