@@ -63,3 +63,66 @@ UNIT_GEMM = 0  # tensor cores at the weight dtype's rate
 UNIT_ATTN = 1  # tensor cores at the activation dtype's rate
 UNIT_VECTOR = 2  # elementwise / reductions on the vector units
 UNIT_LINK = 3  # interconnect (collectives)
+
+# Batching policies of the engine.
+POLICY_CONTINUOUS = 0  # vLLM-like continuous batching (chunked prefill on = v1, off = v0)
+POLICY_STATIC = 1  # a batch runs to completion before the next one forms
+POLICY_DYNAMIC = 2  # static batches formed by a window: up to B requests or W seconds
+
+# Request status after a simulation.
+STATUS_PENDING = 0  # never arrived (should not remain after a run)
+STATUS_WAITING = 1
+STATUS_RUNNING = 2
+STATUS_DONE = 3
+STATUS_REJECTED = 4  # prompt + output longer than max_model_len
+STATUS_TIMED_OUT = 5  # not finished within the client timeout
+STATUS_NAMES = ("pending", "waiting", "running", "done", "rejected", "timed_out")
+
+# Slots of the engine's stats vector (float64).
+STAT_END_S = 0  # time the last request finished
+STAT_BUSY_S = 1  # time the GPU spent in iterations
+STAT_FLOPS = 2
+STAT_MEM_BYTES = 3
+STAT_ITERATIONS = 4
+STAT_PREFILL_TOKENS = 5  # prompt tokens computed (recomputation after preemption included)
+STAT_DECODE_TOKENS = 6  # decode tokens computed
+STAT_KV_BLOCK_SECONDS = 7  # integral of KV blocks in use over time
+STAT_PEAK_BLOCKS = 8
+STAT_SEQ_SECONDS = 9  # integral of scheduled sequences over time
+STAT_ITL_SUM = 10
+STAT_ITL_SQSUM = 11
+STAT_ITL_COUNT = 12
+STAT_PREEMPTIONS = 13
+STAT_FAST_ITERATIONS = 14  # iterations advanced in closed-form decode runs
+STAT_MIN_FREE_BLOCKS = 15
+N_STATS = 16
+
+# Columns of the windowed time series (float64, one row per window).
+WIN_BUSY_S = 0
+WIN_ITERATIONS = 1
+WIN_OUTPUT_TOKENS = 2
+WIN_COMPLETED = 3
+WIN_SEQ_SECONDS = 4
+WIN_KV_BLOCK_SECONDS = 5
+WIN_ARRIVALS = 6
+N_WIN = 7
+
+# Columns of the engine's per-request state: ``reqi`` (int64, shape (n, N_RI)) and ``reqf``
+# (float64, shape (n, N_RF)). One row per request keeps a request's fields together and lets
+# kernels pass two arrays instead of fourteen.
+RI_INPUT = 0  # prompt tokens
+RI_OUTPUT = 1  # output tokens to generate (>= 1)
+RI_CACHED = 2  # prompt tokens served from the prefix cache (a multiple of block_size)
+RI_COMPUTED = 3  # tokens whose KV is computed
+RI_GENERATED = 4  # output tokens emitted
+RI_BLOCKS = 5  # KV blocks owned
+RI_PREEMPTIONS = 6
+RI_STATUS = 7  # STATUS_* code
+N_RI = 8
+RF_ARRIVAL = 0  # arrival time (closed loop: filled in as clients free up)
+RF_READY = 1  # closed loop: earliest send time (0, or the open-loop time under a rate limit)
+RF_FIRST_SCHED = 2
+RF_FIRST_TOKEN = 3
+RF_FINISH = 4  # finish, rejection or time-out time
+RF_LAST_EMIT = 5  # time of the last token emitted
+N_RF = 6

@@ -231,13 +231,15 @@ def _op_runs_nb(op, n_tokens, n_emit):
 
 
 @jit
-def iteration_time_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """Seconds of one engine iteration: the sum of every operator's roofline time.
+def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Seconds, FLOPs and memory bytes of one engine iteration, summed over its operators.
 
-    This is the hot-path kernel the engine calls once per (run of) iteration(s); it allocates
-    nothing. An empty batch takes 0 s.
+    Interconnect bytes of collectives are not memory bytes and are left out of the third value.
+    Allocates nothing; an empty batch costs 0.
     """
     total = 0.0
+    total_flops = 0.0
+    total_bytes = 0.0
     for op in range(N_OPS):
         count = op_count_nb(p, op)
         if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
@@ -245,7 +247,20 @@ def iteration_time_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         seconds, _ = op_time_nb(p, flops, nbytes, unit)
         total += count * seconds
-    return total
+        total_flops += count * flops
+        if unit != UNIT_LINK:
+            total_bytes += count * nbytes
+    return total, total_flops, total_bytes
+
+
+@jit
+def iteration_time_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Seconds of one engine iteration: the sum of every operator's roofline time.
+
+    This is the hot-path kernel the engine calls once per (run of) iteration(s); it allocates
+    nothing. An empty batch takes 0 s.
+    """
+    return iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)[0]
 
 
 @jit

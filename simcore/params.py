@@ -58,3 +58,26 @@ class CostParams(NamedTuple):
     link_bw: float  # interconnect bandwidth per direction per GPU, B/s
     eff_link: float  # achieved fraction of link bandwidth in collectives
     link_latency_s: float  # latency of one collective
+
+
+class EngineParams(NamedTuple):
+    """Scheduler settings of one engine replica (scalars only)."""
+
+    policy: int  # POLICY_* code
+    chunked_prefill: bool  # vLLM v1 (True) or v0 prefill-first iterations (False)
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    num_blocks: int  # paged KV pool, in blocks
+    prefix_blocks: int  # blocks pinned by the shared, cached prompt prefix
+    max_model_len: int
+    static_slots: int  # static/dynamic batching: sequences the preallocated KV holds
+    pad_prompts: bool  # static/dynamic: prefill pads every prompt to the batch's longest
+    batch_max: int  # dynamic batching: a batch starts with this many requests ...
+    batch_window_s: float  # ... or when its oldest request has waited this long
+    timeout_s: float  # client timeout (0 = none): unfinished requests then count as errors
+    n_clients: int  # closed loop: concurrent clients (0 = open loop)
+    fast_forward: bool  # advance runs of identical decode iterations in closed form
+    itl_min_exp: int  # the ITL histogram starts at 2**(itl_min_exp - 1) seconds ...
+    itl_sub_bits: int  # ... with 2**itl_sub_bits bins per octave
+    window_s: float  # width of one time-series window

@@ -1,14 +1,19 @@
 """The ``simllm`` command line: a thin layer over the public functions. Bad input exits with
 status 2 and one line on stderr, never a traceback."""
 import argparse
+import logging
+import math
 import sys
+from dataclasses import replace
 
 from simllm import presets, report
 from simllm.errors import ConfigError
 from simllm.estimate import estimate
 from simllm.hardware import load_hardware
 from simllm.model import load_model
-from simllm.serving import ServingConfig
+from simllm.serving import BATCHING, ROUTERS, ServingConfig
+from simllm.simulate import simulate
+from simllm.workload import ARRIVALS, Workload, load_workload, random_range
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -49,6 +54,36 @@ def _ratio(text):
     return value
 
 
+def _number(text, ok, expected):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+    return value
+
+
+def _rate(text):
+    return _number(text, lambda v: v > 0, "a positive number of requests per second, or inf")
+
+
+def _positive_float(text):
+    return _number(text, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def _nonneg_float(text):
+    return _number(text, lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
+
+
+def _unit(text):
+    return _number(text, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+
+
+def _nonneg_int(text):
+    return int(_number(text, lambda v: v >= 0 and v == int(v), "an integer >= 0"))
+
+
 def _add_target(p):
     p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model preset or path (same as --model)")
     p.add_argument("hardware_pos", nargs="?", metavar="HARDWARE", help="hardware preset or path (same as --hardware)")
@@ -65,7 +100,8 @@ def _add_engine_args(p):
     p.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV-cache block (default 16)")
     p.add_argument("--max-model-len", type=_positive_int, default=0, help="longest sequence served (default: the model's)")
     p.add_argument("--max-num-seqs", type=_positive_int, default=256, help="sequences per iteration (default 256)")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192, help="tokens per iteration (default 8192)")
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=0,
+                   help="tokens per iteration (default 8192; without chunked prefill max(max_model_len, 2048))")
 
 
 def build_parser():
@@ -80,6 +116,47 @@ def build_parser():
     est.add_argument("--input-len", type=_positive_int, default=1024, help="prompt tokens per request (default 1024)")
     est.add_argument("--output-len", type=_positive_int, default=128, help="output tokens per request (default 128)")
     est.add_argument("--format", choices=("table", "json"), default="table")
+
+    run = sub.add_parser("run", help="simulate serving a workload: TTFT, TPOT, ITL, latency, throughput, utilisation")
+    run.add_argument("model_pos", nargs="?", metavar="MODEL", help="model preset or path (same as --model)")
+    run.add_argument("hardware_pos", nargs="?", metavar="HARDWARE", help="hardware preset or path (same as --hardware)")
+    run.add_argument("workload_pos", nargs="?", metavar="WORKLOAD", help="workload preset, YAML or trace (same as --workload)")
+    run.add_argument("--model", help=f"model preset name, simllm YAML, or HuggingFace config.json (default {DEFAULT_MODEL})")
+    run.add_argument("--hardware", help=f"hardware preset name or YAML (default {DEFAULT_HARDWARE})")
+    run.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (flags below override it)")
+    _add_engine_args(run)
+    load = run.add_argument_group("workload (vllm bench serve names)")
+    load.add_argument("--num-prompts", type=_positive_int, help="requests to send (default 1000)")
+    load.add_argument("--request-rate", type=_rate, help="requests per second; inf sends all at t=0 (default inf)")
+    load.add_argument("--burstiness", type=_positive_float, help="gamma shape of inter-arrival times (1 = Poisson)")
+    load.add_argument("--arrival", choices=ARRIVALS, help="inter-arrival distribution (default poisson)")
+    load.add_argument("--max-concurrency", type=_positive_int, help="closed loop: concurrent clients")
+    load.add_argument("--input-len", type=_positive_int, help="prompt tokens (default 1024)")
+    load.add_argument("--output-len", type=_positive_int, help="output tokens (default 128)")
+    load.add_argument("--random-range-ratio", type=_unit, help="lengths uniform in len*(1-r)..len*(1+r)")
+    load.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
+    load.add_argument("--prefix-len", type=_nonneg_int, help="shared prompt prefix tokens")
+    load.add_argument("--prefix-hit-ratio", type=_unit, help="fraction of requests whose prefix is cached")
+    load.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
+    eng = run.add_argument_group("engine")
+    eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                     help="vLLM v1 chunked prefill (default on); --no-enable-chunked-prefill for v0 scheduling")
+    eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    eng.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=1, help="engine replicas")
+    eng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
+    eng.add_argument("--batching", choices=BATCHING, default="continuous", help="batching policy")
+    eng.add_argument("--pad-prompts", action="store_true", help="static/dynamic: pad prompts to the longest")
+    eng.add_argument("--batch-window-ms", type=_nonneg_float, default=10.0, help="dynamic: longest wait for a batch")
+    eng.add_argument("--batch-max", type=_positive_int, default=0, help="dynamic: batch size that starts a batch")
+    out = run.add_argument_group("output")
+    out.add_argument("--format", choices=("table", "json"), default="table")
+    out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    out.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
+    out.add_argument("--output", "-o", help="also write the JSON result to this file")
+    out.add_argument("--save-detailed", help="per-request rows to FILE.csv or FILE.parquet")
+    out.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    out.add_argument("--quiet", "-q", action="store_true", help="print one summary line")
+    out.add_argument("--no-fast-forward", action="store_true", help="simulate every iteration one by one (checks)")
 
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
@@ -123,6 +200,94 @@ def _cmd_estimate(args, out):
     return 0
 
 
+def _workload(args):
+    w = load_workload(args.workload or args.workload_pos) if (args.workload or args.workload_pos) else Workload()
+    changes = {}
+    for flag in ("num_prompts", "request_rate", "burstiness", "arrival", "max_concurrency", "seed", "prefix_len",
+                 "prefix_hit_ratio"):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[flag] = value
+    if args.burstiness is not None and args.arrival is None:
+        changes["arrival"] = "gamma" if args.burstiness != 1.0 else "poisson"
+    if args.timeout is not None:
+        changes["timeout_s"] = args.timeout
+    ratio = args.random_range_ratio or 0.0
+    if args.input_len is not None or args.random_range_ratio is not None:
+        changes["input_len"] = random_range(args.input_len or w.input_len.mean_value, ratio)
+    if args.output_len is not None or args.random_range_ratio is not None:
+        changes["output_len"] = random_range(args.output_len or w.output_len.mean_value, ratio)
+    if changes and w.trace:
+        changes.pop("input_len", None)
+        changes.pop("output_len", None)
+    return replace(w, **changes) if changes else w
+
+
+def _goodput(items):
+    if not items:
+        return None
+    slos = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el"):
+            raise ConfigError("ttft:MS, tpot:MS or e2el:MS", source="command line", key="--goodput", value=item)
+        try:
+            slos[key] = float(value)
+        except ValueError:
+            raise ConfigError("KEY:MS with a number of milliseconds", source="command line", key="--goodput",
+                              value=item) from None
+    return slos
+
+
+def _percentiles(text):
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(0 <= v <= 100 for v in values):
+        raise ConfigError("comma-separated numbers in [0, 100]", source="command line", key="--metric-percentiles",
+                          value=text)
+    return values
+
+
+def _cmd_run(args, out):
+    logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
+    model, hardware = _target(args)
+    workload = _workload(args)
+    percentiles = _percentiles(args.metric_percentiles)
+    serving = replace(
+        _serving(args),
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
+        data_parallel_size=args.data_parallel_size,
+        router=args.router,
+        batching=args.batching,
+        pad_prompts=args.pad_prompts,
+        batch_window_ms=args.batch_window_ms,
+        batch_max=args.batch_max,
+    )
+    result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
+                      percentiles=percentiles, goodput=_goodput(args.goodput))
+    if args.save_detailed:
+        result.save_detailed(args.save_detailed)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(report.to_json(result.to_dict()) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"a writable file ({exc.strerror})", source="command line", key="--output",
+                              value=args.output) from None
+    if args.quiet:
+        out.write(report.format_run_line(result) + "\n")
+    elif args.format == "json":
+        for w in result.warnings:
+            print(f"simllm: warning: {w}", file=sys.stderr)
+        out.write(report.to_json(result.to_dict()) + "\n")
+    else:
+        out.write(report.format_run(result, percentiles) + "\n")
+    return 0
+
+
 def _cmd_presets(args, out):
     for kind in [args.kind] if args.kind else presets.KINDS:
         names = presets.preset_names(kind)
@@ -135,7 +300,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"estimate": _cmd_estimate, "presets": _cmd_presets}[args.command](args, sys.stdout)
+        return {"estimate": _cmd_estimate, "run": _cmd_run, "presets": _cmd_presets}[args.command](args, sys.stdout)
     except ConfigError as exc:
         print(f"simllm: error: {exc}", file=sys.stderr)
         return 2

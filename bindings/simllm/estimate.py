@@ -137,7 +137,7 @@ class Estimate:
                 "block_size": self.serving.block_size,
                 "max_model_len": r.max_model_len,
                 "max_num_seqs": self.serving.max_num_seqs,
-                "max_num_batched_tokens": self.serving.max_num_batched_tokens,
+                "max_num_batched_tokens": r.max_num_batched_tokens,
             },
             "batch_size": self.batch_size,
             "input_len": self.input_len,
@@ -228,10 +228,10 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"batch of {batch_size} x {input_len + output_len} tokens needs more KV cache than the pool holds "
             f"({memory.kv_capacity_tokens} tokens, {max_batch} such sequences); the engine would queue or preempt"
         )
-    if batch_size * input_len > serving.max_num_batched_tokens:
+    if batch_size * input_len > resolved.max_num_batched_tokens:
         warnings.append(
             f"the prefill step of {batch_size} x {input_len} tokens exceeds max_num_batched_tokens "
-            f"({serving.max_num_batched_tokens}); the engine would split it into chunks over several iterations"
+            f"({resolved.max_num_batched_tokens}); the engine would split it into chunks over several iterations"
         )
     lower_bound = streamed / hardware.memory_bandwidth_bytes_per_s
     if model.declared_parameters and any("declared_parameters" in w for w in model.warnings):
@@ -262,3 +262,13 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         max_batch_size=int(max_batch),
         warnings=tuple(warnings),
     )
+
+
+def estimate_request_s(params, workload, requests):
+    """Rough seconds one average request takes alone (prefill + decode at mid context); sizes
+    the simulation's time-series windows."""
+    mean_in = float(requests.input_len.mean())
+    mean_out = float(requests.output_len.mean())
+    t_prefill = iteration_time_nb(params, mean_in, mean_in * (mean_in + 1.0) / 2.0, mean_in, 1.0)
+    ctx = mean_in + mean_out / 2.0 + 1.0
+    return t_prefill + max(mean_out - 1.0, 0.0) * iteration_time_nb(params, 1.0, ctx, ctx, 1.0)

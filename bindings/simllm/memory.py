@@ -70,7 +70,7 @@ def plan_memory(params, model, hardware, serving, resolved):
     total = hardware.memory_size_bytes
     usable = total * serving.gpu_memory_utilization
     weights = resident_weight_bytes_nb(params)
-    workspace = activation_workspace_bytes_nb(params, float(serving.max_num_batched_tokens), float(serving.max_num_seqs))
+    workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
     per_token = kv_bytes_per_token_nb(params) if model.kv_cache_enabled else 0.0
     block_bytes = per_token * serving.block_size

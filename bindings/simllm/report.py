@@ -61,7 +61,7 @@ def format_estimate(est):
     )
     out.append(table(["", "GB", ""], [
         ["weights", _num(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
-        ["activations", _num(mem.activation_bytes / 1e9), f"max_num_batched_tokens {s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
+        ["activations", _num(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
         ["runtime overhead", _num(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
         ["KV cache pool", _num(mem.kv_pool_bytes / 1e9), kv_line],
         ["free", _num(mem.free_bytes / 1e9), ""],
@@ -91,3 +91,69 @@ def format_estimate(est):
 
 def to_json(obj):
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def _line(label, value, fmt="{:<40} {:<10}"):
+    return fmt.format(label, value)
+
+
+def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result"):
+    """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
+    followed by what simllm adds (utilisation, KV cache, errors)."""
+    from simllm.results import percentile_key  # noqa: PLC0415
+
+    s = result.summary
+    out = [f"{' ' + title + ' ':=^50}"]
+    out.append(_line("Successful requests:", s["completed"]))
+    out.append(_line("Failed requests:", s["failed"]))
+    if s.get("max_concurrency"):
+        out.append(_line("Maximum request concurrency:", s["max_concurrency"]))
+    out.append(_line("Benchmark duration (s):", f"{s['duration']:.2f}"))
+    out.append(_line("Total input tokens:", s["total_input_tokens"]))
+    out.append(_line("Total generated tokens:", s["total_output_tokens"]))
+    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}"))
+    if "request_goodput" in s:
+        out.append(_line("Request goodput (req/s):", f"{s['request_goodput']:.2f}"))
+    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}"))
+    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}"))
+    for name, header, label in (
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+        ("e2el", "End-to-end Latency", "E2EL"),
+    ):
+        out.append(f"{header:-^50}")
+        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}"))
+        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}"))
+        for p in percentiles:
+            if p == 50:
+                continue  # the median, printed above
+            key = percentile_key(p)
+            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}"))
+    out.append(f"{'Simulated engine':-^50}")
+    out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
+                     f"DP={s['data_parallel_size']})"))
+    out.append(_line("Mean queueing time (ms):", f"{s['mean_queue_ms']:.2f}"))
+    out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
+    out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))
+    out.append(_line("GPU busy:", f"{s['gpu_busy_fraction']:.1%}"))
+    out.append(_line("KV cache usage mean / peak:", f"{s['kv_cache_usage_mean']:.1%} / {s['kv_cache_usage_peak']:.1%} "
+                     f"of {s['kv_cache_capacity_tokens']:,} tokens"))
+    out.append(_line("Mean / max batch size:", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"))
+    out.append(_line("Preemptions:", s["num_preemptions"]))
+    out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "
+                     f"({s['error_rate']:.1%})"))
+    out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"))
+    out.append("=" * 50)
+    if result.warnings:
+        out += ["Warnings"] + [f"  - {w}" for w in result.warnings]
+    return "\n".join(out)
+
+
+def format_run_line(result):
+    """One summary line (``--quiet``)."""
+    s = result.summary
+    return (f"{s['model']} on {s['hardware']}: {s['completed']}/{s['completed'] + s['failed']} ok in "
+            f"{s['duration']:.2f} s, {s['request_throughput']:.2f} req/s, {s['output_throughput']:.1f} tok/s, "
+            f"TTFT mean {s['mean_ttft_ms']:.1f} ms, TPOT mean {s['mean_tpot_ms']:.2f} ms, "
+            f"ITL p99 {s.get('p99_itl_ms', float('nan')):.2f} ms")

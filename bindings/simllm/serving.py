@@ -6,6 +6,8 @@ from simllm import dtypes
 from simllm.errors import ConfigError
 
 CLI = "command line"
+BATCHING = ("continuous", "static", "dynamic")
+ROUTERS = ("round_robin", "least_outstanding")
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,16 @@ class ServingConfig:
     block_size: int = 16
     max_model_len: int = 0  # 0 = the model's max_sequence_length
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = 0  # 0 = vLLM's default: 8192 with chunked prefill, else max(max_model_len, 2048)
     kv_compression_ratio: float = 0.0  # 0 = the model's kv_cache.compression_ratio
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    batching: str = "continuous"  # continuous | static | dynamic
+    pad_prompts: bool = False  # static/dynamic batching: pad prompts to the batch's longest
+    batch_window_ms: float = 10.0  # dynamic batching: longest wait of a batch's first request
+    batch_max: int = 0  # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
+    data_parallel_size: int = 1
+    router: str = "round_robin"  # round_robin | least_outstanding
 
     def __post_init__(self):
         def bad(flag, value, expected):
@@ -34,12 +44,21 @@ class ServingConfig:
             ("--tensor-parallel-size", self.tensor_parallel_size),
             ("--block-size", self.block_size),
             ("--max-num-seqs", self.max_num_seqs),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+            ("--data-parallel-size", self.data_parallel_size),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 bad(flag, value, "a positive integer")
-        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 0:
-            bad("--max-model-len", self.max_model_len, "a positive integer")
+        for flag, value in (("--max-model-len", self.max_model_len),
+                            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+                            ("--batch-max", self.batch_max)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                bad(flag, value, "a positive integer")
+        if self.batching not in BATCHING:
+            bad("--batching", self.batching, "one of " + ", ".join(BATCHING))
+        if self.router not in ROUTERS:
+            bad("--router", self.router, "one of " + ", ".join(ROUTERS))
+        if not self.batch_window_ms >= 0:
+            bad("--batch-window-ms", self.batch_window_ms, "a number >= 0")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             bad("--gpu-memory-utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
         if self.kv_compression_ratio and self.kv_compression_ratio < 1.0:
@@ -62,6 +81,7 @@ class Resolved:
     kv_dtype: str
     kv_compression_ratio: float
     max_model_len: int
+    max_num_batched_tokens: int
     kv_heads_per_gpu: int
     warnings: tuple
 
@@ -120,12 +140,22 @@ def resolve(model, hardware, serving):
             f"at most {model.name}'s max_sequence_length ({model.max_sequence_length})",
             source=CLI, key="--max-model-len", value=max_len,
         )
+    tokens = serving.max_num_batched_tokens
+    if not tokens:
+        tokens = 8192 if serving.enable_chunked_prefill else max(max_len, 2048)
+    elif not serving.enable_chunked_prefill and serving.batching == "continuous" and tokens < max_len:
+        raise ConfigError(
+            f"at least max_model_len ({max_len}) without chunked prefill (a whole prompt must fit in one "
+            f"iteration); lower --max-model-len or enable chunked prefill",
+            source=CLI, key="--max-num-batched-tokens", value=tokens,
+        )
     return Resolved(
         weight_dtype=weight,
         activation_dtype=act,
         kv_dtype=kv_dtype,
         kv_compression_ratio=serving.kv_compression_ratio or model.kv_compression_ratio,
         max_model_len=max_len,
+        max_num_batched_tokens=tokens,
         kv_heads_per_gpu=max(1, kv // tp),
         warnings=tuple(warnings),
     )

@@ -1,0 +1,190 @@
+"""``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call per
+data-parallel replica), and wrap the arrays in a :class:`SimResult`."""
+import logging
+import math
+import time
+
+import numpy as np
+from simcore import codes
+from simcore.engine import simulate_nb
+from simcore.params import EngineParams
+
+from simllm import serving as serving_mod
+from simllm.errors import ConfigError
+from simllm.memory import plan_memory
+from simllm.pack import pack_cost_params
+from simllm.results import SimResult
+from simllm.serving import ServingConfig
+from simllm.workload import Requests, Workload, generate
+
+log = logging.getLogger("simllm")
+
+ITL_MIN_EXP = -20  # the ITL histogram starts at 2**-21 s (0.5 us) ...
+ITL_SUB_BITS = 9  # ... with 512 bins per octave (0.14% wide) ...
+ITL_BINS = 34 << ITL_SUB_BITS  # ... up to 2**13 s
+N_WINDOWS = 200
+_POLICY = {"continuous": codes.POLICY_CONTINUOUS, "static": codes.POLICY_STATIC, "dynamic": codes.POLICY_DYNAMIC}
+
+
+def check_workload(workload, model, max_model_len):
+    """Reject length settings that can never fit the model (naming the file and field)."""
+    src = workload.source
+    for key, dist in (("input_len", workload.input_len), ("output_len", workload.output_len)):
+        if workload.trace:
+            break
+        low = {"fixed": dist.value, "uniform": dist.low}.get(dist.kind, dist.minimum)
+        if low >= max_model_len:
+            raise ConfigError(
+                f"lengths below max_model_len ({max_model_len}) of {model.name}",
+                source=src, key=f"workload.{key}", value=low,
+            )
+    if not workload.trace and workload.input_len.upper + workload.output_len.upper > max_model_len \
+            and workload.input_len.kind == "fixed" and workload.output_len.kind == "fixed":
+        raise ConfigError(
+            f"input_len + output_len <= max_model_len ({max_model_len}) of {model.name}; got "
+            f"{workload.input_len.value} + {workload.output_len.value}",
+            source=src, key="workload.input_len", value=workload.input_len.value,
+        )
+
+
+def _check_trace_lengths(workload, requests, max_model_len):
+    if not workload.trace:
+        return
+    too_long = np.nonzero(requests.input_len >= max_model_len)[0]
+    if too_long.size:
+        i = int(too_long[0])
+        raise ConfigError(
+            f"prompts shorter than max_model_len ({max_model_len}); request {i} of the trace (in arrival "
+            f"order) has {int(requests.input_len[i])} tokens",
+            source=workload.trace, key="input_len", value=int(requests.input_len[i]),
+        )
+
+
+def _window_s(workload, requests, est_request_s):
+    """Width of the time-series windows: about 1/100 of the expected duration."""
+    if requests.arrival_s.size and requests.arrival_s[-1] > 0 and not workload.max_concurrency:
+        span = float(requests.arrival_s[-1]) + est_request_s
+    else:
+        clients = workload.max_concurrency or len(requests)
+        span = est_request_s * max(1.0, len(requests) / max(clients, 1))
+    return max(span / 100.0, 1e-3)
+
+
+def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
+             percentiles=(50, 90, 95, 99), goodput=None):
+    """Simulate serving ``workload`` with ``model`` on ``hardware``.
+
+    Parameters
+    ----------
+    model : ModelConfig
+    hardware : HardwareConfig
+    serving : ServingConfig, optional
+        vLLM-style engine arguments (defaults to vLLM's).
+    workload : Workload, optional
+        Defaults to 1000 requests of 1024 prompt / 128 output tokens sent at once.
+    requests : Requests, optional
+        Pre-drawn requests (overrides the workload's sampling; its load settings still apply).
+    fast_forward : bool
+        Advance runs of identical decode iterations in closed form (exact; off only to check).
+    percentiles : sequence of float
+        Percentiles reported for TTFT, TPOT, ITL and E2E latency.
+    goodput : dict, optional
+        SLOs in ms, ``{"ttft": 500, "tpot": 50, "e2el": 10000}``: requests meeting all count
+        toward ``request_goodput``.
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ConfigError
+        Invalid settings; :class:`SimulatedOOM` when the configuration does not fit.
+    """
+    serving = serving or ServingConfig()
+    workload = workload or Workload()
+    resolved = serving_mod.resolve(model, hardware, serving)
+    params = pack_cost_params(model, hardware, serving, resolved)
+    memory = plan_memory(params, model, hardware, serving, resolved)
+    check_workload(workload, model, resolved.max_model_len)
+    if requests is None:
+        requests = generate(workload)
+    _check_trace_lengths(workload, requests, resolved.max_model_len)
+    n = len(requests)
+    if n == 0:
+        raise ConfigError("at least one request", source=workload.source, key="workload.num_prompts", value=0)
+    bs = serving.block_size
+    prefix_blocks = workload.prefix_len // bs if serving.enable_prefix_caching else 0
+    if prefix_blocks * bs + resolved.max_model_len > memory.kv_capacity_tokens:
+        prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
+    cached = np.zeros(n, dtype=np.int64)
+    if prefix_blocks:
+        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
+        cached = np.where(requests.prefix_hit, usable, 0).astype(np.int64)
+
+    from simllm.estimate import estimate_request_s  # noqa: PLC0415 - avoids an import cycle
+
+    est_request_s = estimate_request_s(params, workload, requests)
+    e = EngineParams(
+        policy=_POLICY[serving.batching],
+        chunked_prefill=serving.enable_chunked_prefill,
+        max_num_seqs=serving.max_num_seqs,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        block_size=bs,
+        num_blocks=memory.num_blocks,
+        prefix_blocks=prefix_blocks,
+        max_model_len=resolved.max_model_len,
+        static_slots=max(1, memory.kv_capacity_tokens // resolved.max_model_len),
+        pad_prompts=serving.pad_prompts,
+        batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
+        batch_window_s=serving.batch_window_ms / 1e3,
+        timeout_s=workload.timeout_s,
+        n_clients=0,
+        fast_forward=fast_forward,
+        itl_min_exp=ITL_MIN_EXP,
+        itl_sub_bits=ITL_SUB_BITS,
+        window_s=_window_s(workload, requests, est_request_s),
+    )
+    replicas = serving.data_parallel_size
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int64)
+    reqi[:, codes.RI_INPUT] = requests.input_len
+    reqi[:, codes.RI_OUTPUT] = requests.output_len
+    reqi[:, codes.RI_CACHED] = cached
+    reqf = np.full((n, codes.N_RF), -1.0)
+    stats = np.zeros((replicas, codes.N_STATS))
+    itl_hist = np.zeros(ITL_BINS)
+    batch_hist = np.zeros(serving.max_num_seqs + 1)
+    windows = np.zeros((N_WINDOWS, codes.N_WIN))
+    start = time.perf_counter()
+    log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
+    for k in range(replicas):
+        idx = np.arange(k, n, replicas) if replicas > 1 else slice(None)
+        ri = reqi[idx] if replicas > 1 else reqi
+        rf = reqf[idx] if replicas > 1 else reqf
+        arrival = requests.arrival_s[idx]
+        clients = workload.max_concurrency
+        if clients:
+            clients = len(range(k, clients, replicas)) if replicas > 1 else clients
+            m = len(arrival)
+            rf[:, codes.RF_READY] = arrival
+            rf[:, codes.RF_ARRIVAL] = np.inf
+            rf[: min(clients, m), codes.RF_ARRIVAL] = arrival[: min(clients, m)]
+        else:
+            rf[:, codes.RF_ARRIVAL] = arrival
+            rf[:, codes.RF_READY] = 0.0
+        ek = e._replace(n_clients=clients)
+        simulate_nb(params, ek, ri, rf, stats[k], itl_hist, batch_hist, windows)
+        if replicas > 1:
+            reqi[idx] = ri
+            reqf[idx] = rf
+    elapsed = time.perf_counter() - start
+    log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
+    return SimResult.build(
+        model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
+        params=params, engine=e, requests=requests, reqi=reqi, reqf=reqf, stats=stats, itl_hist=itl_hist,
+        batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
+        wall_s=elapsed,
+    )
+
+
+__all__ = ["Requests", "simulate"]

@@ -1,0 +1,240 @@
+"""The scheduler: waiting queue, running set, paged KV-cache blocks, preemption by recompute,
+and vLLM's per-iteration choice of who runs — chunked prefill (v1) or prefill-first (v0).
+
+Per-request state is the two arrays ``reqi``/``reqf`` (columns ``RI_*``/``RF_*`` in codes.py).
+Scalars that helpers mutate live in the int64 vector ``st`` (slots below). The waiting queue is a
+ring buffer ``wq`` (preempted requests go back to its front); ``run`` holds the running requests
+in admission order, and this iteration's schedule is written to ``sched`` (row 0: request, row 1:
+new tokens).
+"""
+from simcore._jit import jit
+from simcore.codes import (
+    RF_ARRIVAL,
+    RF_FIRST_SCHED,
+    RF_READY,
+    RI_BLOCKS,
+    RI_CACHED,
+    RI_COMPUTED,
+    RI_GENERATED,
+    RI_INPUT,
+    RI_PREEMPTIONS,
+    RI_STATUS,
+    STATUS_RUNNING,
+    STATUS_WAITING,
+)
+
+# Slots of the scalar state vector ``st``.
+Q_HEAD = 0  # ring-buffer head of the waiting queue
+Q_COUNT = 1  # entries in the ring (timed-out ones are dropped lazily)
+Q_ALIVE = 2  # entries still waiting
+FREE = 3  # free KV blocks
+N_RUN = 4  # running requests
+DONE = 5  # requests finished, rejected or timed out
+NEXT_ASSIGN = 6  # closed loop: next request to hand to a free client
+PREEMPTED = 7  # preemptions so far
+N_STATE = 8
+
+
+@jit
+def push_back_nb(wq, st, r):
+    cap = wq.shape[0]
+    wq[(st[Q_HEAD] + st[Q_COUNT]) % cap] = r
+    st[Q_COUNT] += 1
+    st[Q_ALIVE] += 1
+
+
+@jit
+def peek_nb(reqi, wq, st):
+    """First request still waiting (dropping timed-out entries), or -1."""
+    cap = wq.shape[0]
+    while st[Q_COUNT] > 0:
+        r = wq[st[Q_HEAD]]
+        if reqi[r, RI_STATUS] == STATUS_WAITING:
+            return r
+        st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
+        st[Q_COUNT] -= 1
+    return -1
+
+
+@jit
+def blocks_for_nb(tokens, cached, block_size):
+    """Blocks a request owns to hold ``tokens`` tokens, its ``cached`` prefix being shared."""
+    return (tokens + block_size - 1) // block_size - cached // block_size
+
+
+@jit
+def enqueue_nb(reqi, wq, st, r):
+    """A request arrives: it waits with its cached prefix already computed."""
+    reqi[r, RI_STATUS] = STATUS_WAITING
+    reqi[r, RI_COMPUTED] = reqi[r, RI_CACHED]
+    push_back_nb(wq, st, r)
+
+
+@jit
+def client_next_nb(e, reqf, st, t):
+    """Closed loop: the client whose request ended at ``t`` sends the next request, once that
+    request is ready (its open-loop time under a rate limit, else at once)."""
+    if e.n_clients > 0 and st[NEXT_ASSIGN] < reqf.shape[0]:
+        i = st[NEXT_ASSIGN]
+        ready = reqf[i, RF_READY]
+        reqf[i, RF_ARRIVAL] = t if t > ready else ready
+        st[NEXT_ASSIGN] += 1
+
+
+@jit
+def _preempt_last_nb(reqi, wq, st, run):
+    """Preempt (recompute) the most recently admitted running request; it goes back to the
+    front of the waiting queue with its blocks freed. Returns it."""
+    st[N_RUN] -= 1
+    v = run[st[N_RUN]]
+    st[FREE] += reqi[v, RI_BLOCKS]
+    reqi[v, RI_BLOCKS] = 0
+    reqi[v, RI_PREEMPTIONS] += 1
+    reqi[v, RI_STATUS] = STATUS_WAITING
+    reqi[v, RI_COMPUTED] = reqi[v, RI_CACHED]
+    cap = wq.shape[0]
+    st[Q_HEAD] = (st[Q_HEAD] - 1 + cap) % cap
+    wq[st[Q_HEAD]] = v
+    st[Q_COUNT] += 1
+    st[Q_ALIVE] += 1
+    st[PREEMPTED] += 1
+    return v
+
+
+@jit
+def _admit_nb(reqi, reqf, wq, st, run, r, now):
+    cap = wq.shape[0]
+    st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
+    st[Q_COUNT] -= 1
+    st[Q_ALIVE] -= 1
+    reqi[r, RI_STATUS] = STATUS_RUNNING
+    run[st[N_RUN]] = r
+    st[N_RUN] += 1
+    if reqf[r, RF_FIRST_SCHED] < 0.0:
+        reqf[r, RF_FIRST_SCHED] = now
+
+
+@jit
+def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
+    """Choose this iteration's requests and their new tokens (continuous batching).
+
+    Writes request ids to ``sched[0]`` and new tokens to ``sched[1]``.
+
+    Returns
+    -------
+    n_scheduled : int
+    preempted : bool
+        Whether a running request was preempted for lack of blocks.
+    """
+    bs = e.block_size
+    n = 0
+    preempted = False
+    budget = e.max_num_batched_tokens
+    if e.chunked_prefill:
+        # Running requests first, in admission order: a decode token or the next chunk.
+        i = 0
+        while i < st[N_RUN] and budget > 0:
+            r = run[i]
+            c = reqi[r, RI_COMPUTED]
+            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+            new = need if need < budget else budget
+            extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+            victim = -1
+            while extra > st[FREE] and victim != r:
+                victim = _preempt_last_nb(reqi, wq, st, run)
+                preempted = True
+            if victim == r:
+                break
+            st[FREE] -= extra
+            reqi[r, RI_BLOCKS] += extra
+            sched[0, n] = r
+            sched[1, n] = new
+            n += 1
+            budget -= new
+            i += 1
+        if preempted:
+            return n, preempted
+        # Then waiting requests, FCFS, while sequences, budget and blocks allow.
+        while st[N_RUN] < e.max_num_seqs and budget > 0:
+            r = peek_nb(reqi, wq, st)
+            if r < 0:
+                break
+            c = reqi[r, RI_COMPUTED]
+            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+            new = need if need < budget else budget
+            extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+            if extra > st[FREE]:
+                break
+            _admit_nb(reqi, reqf, wq, st, run, r, now)
+            st[FREE] -= extra
+            reqi[r, RI_BLOCKS] += extra
+            sched[0, n] = r
+            sched[1, n] = new
+            n += 1
+            budget -= new
+        return n, preempted
+    # v0: admit whole prompts first; an iteration with prefills runs only those.
+    while st[N_RUN] < e.max_num_seqs:
+        r = peek_nb(reqi, wq, st)
+        if r < 0:
+            break
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        if need > budget:
+            break
+        extra = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        if extra > st[FREE]:
+            break
+        _admit_nb(reqi, reqf, wq, st, run, r, now)
+        st[FREE] -= extra
+        reqi[r, RI_BLOCKS] += extra
+        sched[0, n] = r
+        sched[1, n] = need
+        n += 1
+        budget -= need
+    if n > 0:
+        return n, preempted
+    # Otherwise decode every running request, preempting from the back when blocks run out.
+    i = 0
+    while i < st[N_RUN]:
+        r = run[i]
+        c = reqi[r, RI_COMPUTED]
+        extra = blocks_for_nb(c + 1, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        victim = -1
+        while extra > st[FREE] and victim != r:
+            victim = _preempt_last_nb(reqi, wq, st, run)
+            preempted = True
+        if victim == r:
+            break
+        st[FREE] -= extra
+        reqi[r, RI_BLOCKS] += extra
+        sched[0, n] = r
+        sched[1, n] = 1
+        n += 1
+        i += 1
+    return n, preempted
+
+
+@jit
+def form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched):
+    """Static / dynamic batching: admit up to the batch limit from the waiting queue and schedule
+    their prompts. Returns the number admitted."""
+    cap = min(e.max_num_seqs, e.static_slots)
+    if e.batch_max > 0:
+        cap = min(cap, e.batch_max)
+    n = 0
+    while n < cap:
+        r = peek_nb(reqi, wq, st)
+        if r < 0:
+            break
+        _admit_nb(reqi, reqf, wq, st, run, r, now)
+        sched[0, n] = r
+        sched[1, n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
+        n += 1
+    return n
+
+
+@jit
+def oldest_waiting_arrival_nb(reqi, reqf, wq, st):
+    r = peek_nb(reqi, wq, st)
+    return reqf[r, RF_ARRIVAL] if r >= 0 else -1.0
