@@ -25,6 +25,7 @@ from simcore.codes import (
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_BLOCKS,
+    RI_CACHED,
     RI_COMPUTED,
     RI_GENERATED,
     RI_INPUT,
@@ -57,6 +58,7 @@ from simcore.scheduler import (
     Q_ALIVE,
     Q_COUNT,
     Q_HEAD,
+    blocks_for_nb,
     client_next_nb,
     enqueue_nb,
     form_static_batch_nb,
@@ -136,7 +138,8 @@ def _advance_nb(e, t_end, reqi, reqf, st, run, sched, n_sched, stats, itl_hist, 
                 if not emit_all:
                     st[FREE] += reqi[r, RI_BLOCKS]
                     reqi[r, RI_BLOCKS] = 0
-                _finish_nb(e, reqi, reqf, st, windows, r, t_end, STATUS_DONE)
+                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
+                _finish_nb(e, reqi, reqf, st, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
     k = 0
     for i in range(st[N_RUN]):
         r = run[i]
@@ -188,6 +191,7 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
     run = np.empty(cap, dtype=np.int64)
     sched = np.empty((2, cap), dtype=np.int64)
     static_blocks = (e.max_model_len + e.block_size - 1) // e.block_size
+    pool = e.num_blocks - e.prefix_blocks
     stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
     now = 0.0
     nxt = 0  # next request to arrive (requests arrive in index order)
@@ -198,7 +202,11 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
             nxt += 1
             t_arr = reqf[r, RF_ARRIVAL]
             windows[window_of_nb(e, t_arr, windows), WIN_ARRIVALS] += 1.0
-            if reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT] > e.max_model_len:
+            tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
+            if tokens > e.max_model_len or (
+                continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
+            ):
+                # Longer than the model takes, or than the whole KV pool holds: it could never finish.
                 _finish_nb(e, reqi, reqf, st, windows, r, t_arr, STATUS_REJECTED)
                 continue
             enqueue_nb(reqi, wq, st, r)

@@ -208,18 +208,19 @@ def _workload(args):
         value = getattr(args, flag)
         if value is not None:
             changes[flag] = value
-    if args.burstiness is not None and args.arrival is None:
+    if args.burstiness is not None and args.arrival is None and w.arrival != "constant":
         changes["arrival"] = "gamma" if args.burstiness != 1.0 else "poisson"
     if args.timeout is not None:
         changes["timeout_s"] = args.timeout
     ratio = args.random_range_ratio or 0.0
-    if args.input_len is not None or args.random_range_ratio is not None:
-        changes["input_len"] = random_range(args.input_len or w.input_len.mean_value, ratio)
-    if args.output_len is not None or args.random_range_ratio is not None:
-        changes["output_len"] = random_range(args.output_len or w.output_len.mean_value, ratio)
-    if changes and w.trace:
-        changes.pop("input_len", None)
-        changes.pop("output_len", None)
+    lengths = args.input_len is not None or args.output_len is not None or ratio > 0
+    if lengths and w.trace:
+        raise ConfigError("no --input-len/--output-len/--random-range-ratio with a trace (its lengths are replayed)",
+                          source="command line", key="--workload", value=w.trace)
+    if args.input_len is not None or ratio > 0:
+        changes["input_len"] = random_range(int(args.input_len or w.input_len.mean_value), ratio)
+    if args.output_len is not None or ratio > 0:
+        changes["output_len"] = random_range(int(args.output_len or w.output_len.mean_value), ratio)
     return replace(w, **changes) if changes else w
 
 

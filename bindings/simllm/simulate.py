@@ -53,10 +53,10 @@ def _check_trace_lengths(workload, requests, max_model_len):
     too_long = np.nonzero(requests.input_len >= max_model_len)[0]
     if too_long.size:
         i = int(too_long[0])
+        line = int(requests.trace_lines[i]) if requests.trace_lines is not None else None
         raise ConfigError(
-            f"prompts shorter than max_model_len ({max_model_len}); request {i} of the trace (in arrival "
-            f"order) has {int(requests.input_len[i])} tokens",
-            source=workload.trace, key="input_len", value=int(requests.input_len[i]),
+            f"prompts shorter than max_model_len ({max_model_len})",
+            source=workload.trace, key="input_len", value=int(requests.input_len[i]), line=line,
         )
 
 

@@ -153,6 +153,7 @@ class Requests:
     input_len: np.ndarray  # int64 (n,)
     output_len: np.ndarray  # int64 (n,)
     prefix_hit: np.ndarray  # bool (n,)
+    trace_lines: np.ndarray = None  # int64 (n,): line of each request in a replayed trace
 
     def __len__(self):
         return len(self.input_len)
@@ -167,18 +168,19 @@ def generate(workload):
     """
     rng = np.random.default_rng(workload.seed)
     if workload.trace:
-        arrival, inp, out = read_trace(workload.trace, workload.trace_format)
+        arrival, inp, out, lines = read_trace(workload.trace, workload.trace_format, with_lines=True)
         n = min(workload.num_prompts, len(inp)) if workload.num_prompts else len(inp)
-        arrival, inp, out = arrival[:n], inp[:n], out[:n]
+        arrival, inp, out, lines = arrival[:n], inp[:n], out[:n], lines[:n]
         arrival = (arrival - arrival[0]) * workload.time_scale
     else:
         n = workload.num_prompts
         inp = workload.input_len.sample(rng, n)
         out = workload.output_len.sample(rng, n)
         arrival = _arrivals(workload, rng, n)
+        lines = None
     hit = rng.random(n) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(n, dtype=bool)
     return Requests(np.ascontiguousarray(arrival, dtype=np.float64), np.ascontiguousarray(inp, dtype=np.int64),
-                    np.ascontiguousarray(out, dtype=np.int64), hit)
+                    np.ascontiguousarray(out, dtype=np.int64), hit, lines)
 
 
 def _arrivals(w, rng, n):
@@ -222,7 +224,7 @@ def _rows(path):
     """(line number, dict) rows of a CSV or JSONL trace."""
     text = Path(path)
     if text.suffix.lower() in (".jsonl", ".json"):
-        with open(text, encoding="utf-8") as f:
+        with open(text, encoding="utf-8-sig") as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -234,7 +236,7 @@ def _rows(path):
                     raise ConfigError("a JSON object per line", source=str(path), line=i)
                 yield i, row
     else:
-        with open(text, encoding="utf-8", newline="") as f:
+        with open(text, encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames:
                 reader.fieldnames = [c.strip() for c in reader.fieldnames]
@@ -242,14 +244,17 @@ def _rows(path):
                 yield reader.line_num, row
 
 
-def read_trace(path, fmt="auto"):
-    """Read a request trace.
+def read_trace(path, fmt="auto", with_lines=False):
+    """Read a request trace. Rows with 0 output tokens (requests that failed in the traced
+    service) are skipped.
 
     Returns
     -------
     arrival_s : ndarray of float64
         Seconds, sorted, as in the file (the caller shifts them to start at 0).
     input_len, output_len : ndarray of int64
+    lines : ndarray of int64
+        Only with ``with_lines``: each request's line in the file.
 
     Raises
     ------
@@ -259,7 +264,7 @@ def read_trace(path, fmt="auto"):
     path = Path(path)
     if not path.is_file():
         raise ConfigError("no such trace file", source=str(path))
-    times, inputs, outputs = [], [], []
+    times, inputs, outputs, lines = [], [], [], []
     cols = None
     for line, row in _rows(path):
         if cols is None:
@@ -269,17 +274,26 @@ def read_trace(path, fmt="auto"):
             for options in (tcol, icol, ocol):
                 found = next((c for c in options if c in row), None)
                 if found is None:
-                    raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path), line=line)
+                    header = 1 if path.suffix.lower() not in (".jsonl", ".json") else line
+                    raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path),
+                                      line=header)
                 cols.append(found)
         tk, ik, ok = cols
-        times.append(_trace_time(row.get(tk), unit, path, line, tk))
-        inputs.append(_trace_int(row.get(ik), path, line, ik, minimum=1))
-        outputs.append(_trace_int(row.get(ok), path, line, ok, minimum=1))
+        t = _trace_time(row.get(tk), unit, path, line, tk)
+        i_len = _trace_int(row.get(ik), path, line, ik, minimum=1)
+        o_len = _trace_int(row.get(ok), path, line, ok, minimum=0)
+        if o_len == 0:
+            continue  # a request that failed in the traced service (BurstGPT logs them with 0 tokens)
+        times.append(t)
+        inputs.append(i_len)
+        outputs.append(o_len)
+        lines.append(line)
     if not times:
         raise ConfigError("a trace with at least one request, got none", source=str(path))
     t = np.asarray(times, dtype=np.float64)
     order = np.argsort(t, kind="stable")
-    return t[order], np.asarray(inputs, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order]
+    arrays = (t[order], np.asarray(inputs, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order])
+    return arrays + (np.asarray(lines, dtype=np.int64)[order],) if with_lines else arrays
 
 
 def _trace_int(value, path, line, key, minimum):
@@ -333,6 +347,8 @@ def _length(sec, key, ratio):
     d.reject_unknown(_DIST_KEYS)
     kind = d.choice("distribution", LENGTH_KINDS, "fixed")
     bounds = dict(minimum=d.positive_int("min", 1), maximum=d.number("max", 0, integer=True, minimum=0))
+    if bounds["maximum"] and bounds["maximum"] < bounds["minimum"]:
+        raise d.error("max", bounds["maximum"], f"an integer >= min ({bounds['minimum']})")
     if kind == "fixed":
         return LengthDist("fixed", value=d.positive_int("value"), **bounds)
     if kind == "uniform":
@@ -376,7 +392,9 @@ def workload_from_dict(data, source="<dict>"):
     sec = top.section("workload") if "workload" in data else top
     sec.reject_unknown(_KEYS)
     rate_raw = sec.raw("request_rate", "inf")
-    if isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity", ".inf"):
+    if (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity", ".inf")) or (
+        isinstance(rate_raw, float) and rate_raw == math.inf
+    ):
         rate = math.inf
     else:
         rate = sec.number("request_rate", exclusive_minimum=0)

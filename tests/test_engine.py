@@ -1,0 +1,297 @@
+"""The engine kernel: agreement with the pure-Python reference, closed forms, determinism, and
+hypothesis invariants over random configurations."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import simllm
+from simcore import codes, iteration_time_nb
+from simcore.engine import simulate_nb
+from simcore.params import EngineParams
+
+from conftest import build
+from engine_reference import reference_simulate
+
+P = build("llama-3.1-8b", "h100-sxm")[4]
+
+
+def engine(**kw):
+    base = dict(policy=codes.POLICY_CONTINUOUS, chunked_prefill=True, max_num_seqs=16, max_num_batched_tokens=512,
+                block_size=16, num_blocks=400, prefix_blocks=0, max_model_len=4096, static_slots=4,
+                pad_prompts=False, batch_max=0, batch_window_s=0.0, timeout_s=0.0, n_clients=0, fast_forward=True,
+                itl_min_exp=-20, itl_sub_bits=9, window_s=1.0)
+    base.update(kw)
+    return EngineParams(**base)
+
+
+def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
+    n = len(prompt)
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int64)
+    reqi[:, codes.RI_INPUT] = prompt
+    reqi[:, codes.RI_OUTPUT] = output
+    reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
+    reqf = np.full((n, codes.N_RF), -1.0)
+    reqf[:, codes.RF_ARRIVAL] = arrival
+    reqf[:, codes.RF_READY] = 0.0 if ready is None else ready
+    stats = np.zeros(codes.N_STATS)
+    itl = np.zeros(34 << 9)
+    batch = np.zeros(e.max_num_seqs + 1)
+    windows = np.zeros((50, codes.N_WIN))
+    simulate_nb(p, e, reqi, reqf, stats, itl, batch, windows)
+    return reqi, reqf, stats, itl, batch, windows
+
+
+def workload(rng, n, rate, max_in, max_out, clients=0):
+    prompt = rng.integers(1, max_in + 1, n)
+    output = rng.integers(1, max_out + 1, n)
+    if clients:
+        ready = np.zeros(n)
+        arrival = np.full(n, np.inf)
+        arrival[:clients] = 0.0
+    else:
+        ready = np.zeros(n)
+        gaps = rng.exponential(1.0 / rate, n)
+        gaps[0] = 0.0
+        arrival = np.cumsum(gaps)
+    return arrival, ready, prompt, output
+
+
+def assert_same(e, arrival, ready, prompt, output, cached=None):
+    cached = np.zeros(len(prompt), dtype=np.int64) if cached is None else cached
+    ref = reference_simulate(P, e, arrival.copy(), ready, prompt, output, cached)
+    for ff in (False, True):
+        reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready)
+        for r in ref:
+            i = r.idx
+            assert reqi[i, codes.RI_STATUS] == r.status, (ff, i)
+            assert reqi[i, codes.RI_GENERATED] == r.generated, (ff, i)
+            assert reqi[i, codes.RI_PREEMPTIONS] == r.preemptions, (ff, i)
+            for col, want in ((codes.RF_FIRST_TOKEN, r.first_token), (codes.RF_FINISH, r.finish),
+                              (codes.RF_FIRST_SCHED, r.first_sched), (codes.RF_ARRIVAL, r.arrival)):
+                assert reqf[i, col] == pytest.approx(want, rel=1e-9, abs=1e-12), (ff, i, col)
+        itls = [x for r in ref for x in r.itls]
+        assert stats[codes.STAT_ITL_COUNT] == len(itls)
+        assert stats[codes.STAT_ITL_SUM] == pytest.approx(sum(itls), rel=1e-9, abs=1e-12)
+    return ref, stats
+
+
+# --------------------------------------------------------------------------- reference agreement
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("blocks", [400, 60])  # 60 blocks of 16 force preemptions
+def test_kernel_matches_reference(chunked, blocks):
+    rng = np.random.default_rng(1 + blocks + chunked)
+    arrival, ready, prompt, output = workload(rng, 120, 30.0, 600, 200)
+    e = engine(chunked_prefill=chunked, num_blocks=blocks, max_num_batched_tokens=512 if chunked else 1024,
+               max_model_len=1024)
+    ref, stats = assert_same(e, arrival, ready, prompt, output)
+    if blocks == 60:
+        assert sum(r.preemptions for r in ref) > 0  # the case is really exercised
+        assert stats[codes.STAT_PREEMPTIONS] == sum(r.preemptions for r in ref)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    chunked=st.booleans(),
+    policy=st.sampled_from([codes.POLICY_CONTINUOUS] * 3 + [codes.POLICY_STATIC, codes.POLICY_DYNAMIC]),
+    blocks=st.integers(40, 300),
+    max_seqs=st.integers(1, 12),
+    budget=st.sampled_from([64, 256, 2048]),
+    clients=st.sampled_from([0, 0, 3]),
+    timeout=st.sampled_from([0.0, 0.0, 0.5]),
+    prefix=st.sampled_from([0, 2]),
+    pad=st.booleans(),
+)
+def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy, blocks, max_seqs, budget, clients,
+                                                           timeout, prefix, pad):
+    rng = np.random.default_rng(seed)
+    n = 40
+    arrival, ready, prompt, output = workload(rng, n, 50.0, 300, 80, clients)
+    max_len = 600
+    if not chunked:
+        budget = max(budget, max_len)
+    cached = np.zeros(n, dtype=np.int64)
+    if prefix:
+        cached = np.where(rng.random(n) < 0.5, np.minimum(prefix * 16, ((prompt - 1) // 16) * 16), 0)
+    e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks, prefix_blocks=prefix,
+               max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len, n_clients=clients,
+               timeout_s=timeout, static_slots=max(1, blocks * 16 // max_len), pad_prompts=pad,
+               batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02)
+    assert_same(e, arrival, ready, prompt, output, cached)
+
+
+# --------------------------------------------------------------------------- closed forms
+def test_one_request_alone_has_the_closed_form_ttft_and_tpot():
+    prompt, out = 700, 50
+    reqi, reqf, stats, *_ = run_kernel(engine(max_num_batched_tokens=8192), np.array([0.0]), [prompt], [out])
+    ttft = reqf[0, codes.RF_FIRST_TOKEN]
+    assert ttft == pytest.approx(iteration_time_nb(P, prompt, prompt * (prompt + 1) / 2, prompt, 1.0), rel=1e-12)
+    decode = [iteration_time_nb(P, 1.0, prompt + i + 1.0, prompt + i + 1.0, 1.0) for i in range(out - 1)]
+    assert reqf[0, codes.RF_FINISH] - ttft == pytest.approx(sum(decode), rel=1e-12)
+    tpot = (reqf[0, codes.RF_FINISH] - ttft) / (out - 1)
+    assert min(decode) <= tpot <= max(decode)
+    assert stats[codes.STAT_ITL_SUM] == pytest.approx(sum(decode), rel=1e-9)
+    assert stats[codes.STAT_FAST_ITERATIONS] > 0  # the closed-form path produced it
+
+
+def test_chunked_prompt_takes_ceil_prompt_over_budget_iterations():
+    prompt = 1000
+    reqi, reqf, stats, *_ = run_kernel(engine(max_num_batched_tokens=256), np.array([0.0]), [prompt], [1])
+    chunks = [(256, 0), (256, 256), (256, 512), (232, 768)]
+    expected = sum(iteration_time_nb(P, q, q * c + q * (q + 1) / 2, c + q, 1.0 if c + q == prompt else 0.0)
+                   for q, c in chunks)
+    assert reqf[0, codes.RF_FIRST_TOKEN] == pytest.approx(expected, rel=1e-12)
+    assert stats[codes.STAT_ITERATIONS] == 4
+
+
+def test_throughput_never_exceeds_the_decode_roofline():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    res = simllm.simulate(model, hw, s, simllm.Workload(num_prompts=600, input_len=simllm.workload.fixed(200),
+                                                        output_len=simllm.workload.fixed(300)))
+    from simcore import streamed_weight_bytes_nb
+
+    # Every iteration streams the weights at least once at peak bandwidth; it emits at most
+    # max_num_seqs tokens.
+    floor_s = streamed_weight_bytes_nb(p, 1.0) / p.mem_bw
+    assert res.summary["output_throughput"] <= s.max_num_seqs / floor_s
+    assert res.summary["mean_itl_ms"] / 1e3 >= floor_s
+
+
+def test_same_seed_same_result_bit_for_bit():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=500, request_rate=15.0, input_len=simllm.workload.random_range(600, 0.5),
+                        output_len=simllm.workload.random_range(150, 0.5), seed=7)
+    a = simllm.simulate(model, hw, s, w)
+    b = simllm.simulate(model, hw, s, w)
+    for k, v in a.requests.items():
+        assert np.array_equal(v, b.requests[k], equal_nan=True), k
+    skip = {"simulation_wall_s", "simulated_requests_per_s"}
+    assert {k: v for k, v in a.summary.items() if k not in skip} == {k: v for k, v in b.summary.items() if k not in skip}
+    c = simllm.simulate(model, hw, s, w.__class__(**{**w.__dict__, "seed": 8}))
+    assert not np.array_equal(a.requests["finish_s"], c.requests["finish_s"])
+
+
+def test_fast_path_equals_iteration_by_iteration_at_scale():
+    rng = np.random.default_rng(3)
+    arrival, ready, prompt, output = workload(rng, 3000, 20.0, 1000, 400)
+    e = engine(max_num_seqs=256, max_num_batched_tokens=8192, num_blocks=20000, window_s=10.0)
+    slow = run_kernel(e._replace(fast_forward=False), arrival, prompt, output)
+    fast = run_kernel(e, arrival, prompt, output)
+    np.testing.assert_allclose(fast[1], slow[1], rtol=1e-9)
+    assert np.array_equal(fast[0], slow[0])
+    for k in (codes.STAT_BUSY_S, codes.STAT_FLOPS, codes.STAT_MEM_BYTES, codes.STAT_KV_BLOCK_SECONDS,
+              codes.STAT_ITL_SUM, codes.STAT_ITERATIONS, codes.STAT_DECODE_TOKENS, codes.STAT_SEQ_SECONDS):
+        assert fast[2][k] == pytest.approx(slow[2][k], rel=1e-9), k
+    assert fast[2][codes.STAT_FAST_ITERATIONS] > 0.5 * fast[2][codes.STAT_ITERATIONS]
+    assert np.abs(fast[3] - slow[3]).sum() <= 1e-6 * slow[3].sum() + 2  # ITL histogram
+    np.testing.assert_allclose(fast[5], slow[5], rtol=1e-9, atol=1e-9)  # time series
+
+
+# --------------------------------------------------------------------------- invariants
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    chunked=st.booleans(),
+    blocks=st.integers(40, 2000),
+    max_seqs=st.integers(1, 64),
+    rate=st.sampled_from([1.0, 20.0, 1e9]),
+    clients=st.sampled_from([0, 0, 5]),
+    timeout=st.sampled_from([0.0, 2.0]),
+)
+def test_invariants(seed, chunked, blocks, max_seqs, rate, clients, timeout):
+    rng = np.random.default_rng(seed)
+    n = 150
+    arrival, ready, prompt, output = workload(rng, n, rate, 500, 300, clients)
+    max_len = 700
+    e = engine(chunked_prefill=chunked, num_blocks=blocks, max_num_seqs=max_seqs,
+               max_num_batched_tokens=256 if chunked else max_len, max_model_len=max_len, n_clients=clients,
+               timeout_s=timeout)
+    reqi, reqf, stats, itl, batch, windows = run_kernel(e, arrival, prompt, output)
+    status = reqi[:, codes.RI_STATUS]
+    done = status == codes.STATUS_DONE
+    # Every request finishes or is counted as failed; each produces exactly its output tokens.
+    assert np.isin(status, [codes.STATUS_DONE, codes.STATUS_REJECTED, codes.STATUS_TIMED_OUT]).all()
+    assert (reqi[done, codes.RI_GENERATED] == output[done]).all()
+    never_fits = np.ceil((prompt + output - 1) / 16) > blocks
+    assert (status[(prompt + output > max_len) | never_fits] == codes.STATUS_REJECTED).all()
+    # No request is scheduled before it arrives; time never goes backwards.
+    a = reqf[:, codes.RF_ARRIVAL]
+    sched = reqf[:, codes.RF_FIRST_SCHED]
+    first = reqf[:, codes.RF_FIRST_TOKEN]
+    fin = reqf[:, codes.RF_FINISH]
+    ran = sched >= 0
+    assert (sched[ran] >= a[ran]).all()
+    assert (first[done] > sched[done]).all() and (fin[done] >= first[done]).all()
+    assert (fin >= a).all()
+    if timeout:
+        assert (fin[done] - a[done] <= timeout).all()
+    # KV use never exceeds capacity.
+    assert stats[codes.STAT_PEAK_BLOCKS] <= blocks
+    assert stats[codes.STAT_MIN_FREE_BLOCKS] >= 0
+    # Batches respect max_num_seqs; tokens add up.
+    assert not batch[max_seqs + 1:].any()
+    assert windows[:, codes.WIN_OUTPUT_TOKENS].sum() == reqi[:, codes.RI_GENERATED].sum()
+    assert stats[codes.STAT_ITL_COUNT] == (reqi[:, codes.RI_GENERATED] - (reqi[:, codes.RI_GENERATED] > 0)).sum()
+    if clients:
+        # A closed loop never has more than `clients` requests in flight.
+        times = np.sort(np.concatenate([a[ran], fin[ran]]))
+        for t in times:
+            assert ((a <= t) & (fin > t)).sum() <= clients
+
+
+def test_too_long_requests_are_rejected_and_counted():
+    model, hw, s, r, p = build("jalapeno", "custom-gpu")
+    w = simllm.Workload(num_prompts=200, request_rate=5.0,
+                        input_len=simllm.LengthDist("uniform", low=100, high=1900),
+                        output_len=simllm.LengthDist("uniform", low=100, high=400))
+    res = simllm.simulate(model, hw, s, w)
+    too_long = res.requests["input_tokens"] + simllm.generate(w).output_len > 2048
+    assert too_long.any()
+    assert res.summary["num_rejected"] == too_long.sum() == res.summary["failed"]
+    assert res.summary["error_rate"] == pytest.approx(too_long.mean())
+
+
+def test_client_timeout_counts_as_error():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=100, input_len=simllm.workload.fixed(2000), output_len=simllm.workload.fixed(200),
+                        timeout_s=8.0)
+    res = simllm.simulate(model, hw, s, w)
+    assert 0 < res.summary["num_timed_out"] < 100
+    assert res.summary["failed"] == res.summary["num_timed_out"]
+    assert np.nanmax(res.requests["e2el_s"]) <= 8.0  # a response finishing after the client gave up is an error
+
+
+def test_data_parallel_replicas_share_the_load():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=2000, input_len=simllm.workload.fixed(500), output_len=simllm.workload.fixed(200))
+    one = simllm.simulate(model, hw, s, w)
+    two = simllm.simulate(model, hw, s._replace(data_parallel_size=2) if hasattr(s, "_replace") else
+                          simllm.ServingConfig(data_parallel_size=2), w)
+    assert two.summary["completed"] == 2000
+    assert two.summary["output_throughput"] > 1.6 * one.summary["output_throughput"]
+    assert two.summary["duration"] < 0.65 * one.summary["duration"]
+
+
+def test_static_batching_waits_for_the_longest_and_continuous_does_not():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm", max_model_len=4096)
+    w = simllm.Workload(num_prompts=64, input_len=simllm.workload.fixed(200),
+                        output_len=simllm.LengthDist("uniform", low=10, high=1000), seed=1)
+    cont = simllm.simulate(model, hw, s, w)
+    static = simllm.simulate(model, hw, simllm.ServingConfig(max_model_len=4096, batching="static", max_num_seqs=16), w)
+    assert static.summary["completed"] == 64
+    assert static.summary["output_throughput"] < cont.summary["output_throughput"]
+    assert static.summary["mean_e2el_ms"] > cont.summary["mean_e2el_ms"]
+
+
+def test_prefix_caching_skips_cached_prefill():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=300, request_rate=10.0, input_len=simllm.workload.fixed(2000),
+                        output_len=simllm.workload.fixed(50), prefix_len=1600, prefix_hit_ratio=1.0)
+    off = simllm.simulate(model, hw, s, w)
+    on = simllm.simulate(model, hw, simllm.ServingConfig(enable_prefix_caching=True), w)
+    assert on.summary["prefill_tokens_computed"] == 300 * (2000 - 1600)
+    assert on.summary["mean_ttft_ms"] < 0.6 * off.summary["mean_ttft_ms"]
+    assert math.isclose(off.summary["prefill_tokens_computed"], 300 * 2000)
