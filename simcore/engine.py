@@ -16,7 +16,7 @@ frees its blocks and requeues it at the front; it later recomputes prompt plus g
 """
 import numpy as np
 
-from simcore._jit import jit
+from simcore._jit import jit, jit_inline
 from simcore.codes import (
     POLICY_CONTINUOUS,
     POLICY_DYNAMIC,
@@ -67,7 +67,7 @@ from simcore.scheduler import (
 )
 
 
-@jit
+@jit_inline
 def _finish_nb(e, reqi, reqf, st, windows, r, t, code):
     """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next."""
     reqi[r, RI_STATUS] = code
@@ -190,6 +190,7 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
     cap = max(e.max_num_seqs, 1)
     run = np.empty(cap, dtype=np.int64)
     sched = np.empty((2, cap), dtype=np.int64)
+    scratch = np.empty(e.block_size, dtype=np.int64)
     static_blocks = (e.max_model_len + e.block_size - 1) // e.block_size
     pool = e.num_blocks - e.prefix_blocks
     stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
@@ -225,8 +226,8 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
         if continuous:
             if e.fast_forward:
                 next_arrival = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
-                k, now = decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, run, stats,
-                                       itl_hist, batch_hist, windows)
+                k, now = decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, run, scratch,
+                                       stats, itl_hist, batch_hist, windows)
                 if k > 0:
                     continue
             n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched)

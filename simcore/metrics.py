@@ -6,7 +6,7 @@ from ``2**(itl_min_exp - 1)`` seconds up. Mean and standard deviation come from 
 """
 import math
 
-from simcore._jit import jit
+from simcore._jit import jit, jit_inline
 from simcore.codes import (
     STAT_BUSY_S,
     STAT_FLOPS,
@@ -25,7 +25,7 @@ from simcore.codes import (
 )
 
 
-@jit
+@jit_inline
 def itl_bin_nb(e, itl, n_bins):
     """Histogram bin of an inter-token latency (clamped to the first and last bins)."""
     if itl <= 0.0:
@@ -40,7 +40,7 @@ def itl_bin_nb(e, itl, n_bins):
     return b
 
 
-@jit
+@jit_inline
 def record_itl_nb(e, itl, weight, stats, itl_hist):
     """Add ``weight`` inter-token latencies of ``itl`` seconds."""
     stats[STAT_ITL_SUM] += weight * itl
@@ -49,7 +49,7 @@ def record_itl_nb(e, itl, weight, stats, itl_hist):
     itl_hist[itl_bin_nb(e, itl, itl_hist.shape[0])] += weight
 
 
-@jit
+@jit_inline
 def window_of_nb(e, t, windows):
     """Row of the time series that time ``t`` falls in (the last row takes all later times)."""
     last = windows.shape[0] - 1
@@ -57,7 +57,7 @@ def window_of_nb(e, t, windows):
     return int(w) if w < last else last
 
 
-@jit
+@jit_inline
 def account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used_blocks, stats, batch_hist, windows):
     """Add one iteration of ``dt`` seconds to the totals, histograms and its window."""
     stats[STAT_BUSY_S] += dt

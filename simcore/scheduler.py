@@ -7,7 +7,7 @@ ring buffer ``wq`` (preempted requests go back to its front); ``run`` holds the 
 in admission order, and this iteration's schedule is written to ``sched`` (row 0: request, row 1:
 new tokens).
 """
-from simcore._jit import jit
+from simcore._jit import jit, jit_inline
 from simcore.codes import (
     RF_ARRIVAL,
     RF_FIRST_SCHED,
@@ -35,7 +35,7 @@ PREEMPTED = 7  # preemptions so far
 N_STATE = 8
 
 
-@jit
+@jit_inline
 def push_back_nb(wq, st, r):
     cap = wq.shape[0]
     wq[(st[Q_HEAD] + st[Q_COUNT]) % cap] = r
@@ -43,7 +43,7 @@ def push_back_nb(wq, st, r):
     st[Q_ALIVE] += 1
 
 
-@jit
+@jit_inline
 def peek_nb(reqi, wq, st):
     """First request still waiting (dropping timed-out entries), or -1."""
     cap = wq.shape[0]
@@ -56,13 +56,13 @@ def peek_nb(reqi, wq, st):
     return -1
 
 
-@jit
+@jit_inline
 def blocks_for_nb(tokens, cached, block_size):
     """Blocks a request owns to hold ``tokens`` tokens, its ``cached`` prefix being shared."""
     return (tokens + block_size - 1) // block_size - cached // block_size
 
 
-@jit
+@jit_inline
 def enqueue_nb(reqi, wq, st, r):
     """A request arrives: it waits with its cached prefix already computed."""
     reqi[r, RI_STATUS] = STATUS_WAITING
@@ -70,7 +70,7 @@ def enqueue_nb(reqi, wq, st, r):
     push_back_nb(wq, st, r)
 
 
-@jit
+@jit_inline
 def client_next_nb(e, reqf, st, t):
     """Closed loop: the client whose request ended at ``t`` sends the next request, once that
     request is ready (its open-loop time under a rate limit, else at once)."""
@@ -81,7 +81,7 @@ def client_next_nb(e, reqf, st, t):
         st[NEXT_ASSIGN] += 1
 
 
-@jit
+@jit_inline
 def _preempt_last_nb(reqi, wq, st, run):
     """Preempt (recompute) the most recently admitted running request; it goes back to the
     front of the waiting queue with its blocks freed. Returns it."""
@@ -101,7 +101,7 @@ def _preempt_last_nb(reqi, wq, st, run):
     return v
 
 
-@jit
+@jit_inline
 def _admit_nb(reqi, reqf, wq, st, run, r, now):
     cap = wq.shape[0]
     st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
