@@ -69,6 +69,10 @@ POLICY_CONTINUOUS = 0  # vLLM-like continuous batching (chunked prefill on = v1,
 POLICY_STATIC = 1  # a batch runs to completion before the next one forms
 POLICY_DYNAMIC = 2  # static batches formed by a window: up to B requests or W seconds
 
+# How data-parallel replicas share requests.
+ROUTER_ROUND_ROBIN = 0
+ROUTER_LEAST_OUTSTANDING = 1  # the replica with the fewest waiting + running requests
+
 # Request status after a simulation.
 STATUS_PENDING = 0  # never arrived (should not remain after a run)
 STATUS_WAITING = 1
@@ -118,7 +122,8 @@ RI_GENERATED = 4  # output tokens emitted
 RI_BLOCKS = 5  # KV blocks owned
 RI_PREEMPTIONS = 6
 RI_STATUS = 7  # STATUS_* code
-N_RI = 8
+RI_REPLICA = 8  # data-parallel replica the request was routed to
+N_RI = 9
 RF_ARRIVAL = 0  # arrival time (closed loop: filled in as clients free up)
 RF_READY = 1  # closed loop: earliest send time (0, or the open-loop time under a rate limit)
 RF_FIRST_SCHED = 2

@@ -30,7 +30,9 @@ from simcore.codes import (
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
+    RI_REPLICA,
     RI_STATUS,
+    ROUTER_LEAST_OUTSTANDING,
     STAT_DECODE_TOKENS,
     STAT_END_S,
     STAT_MIN_FREE_BLOCKS,
@@ -54,6 +56,7 @@ from simcore.scheduler import (
     N_RUN,
     N_STATE,
     NEXT_ASSIGN,
+    LAST_DONE,
     PREEMPTED,
     Q_ALIVE,
     Q_COUNT,
@@ -79,8 +82,8 @@ def _finish_nb(e, reqi, reqf, st, windows, r, t, code):
 
 
 @jit
-def _time_out_nb(e, now, reqi, reqf, st, run, windows):
-    """Abort every waiting or running request whose client gave up by ``now``. Returns the next
+def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
+    """Abort every request of this replica whose client gave up by ``now``. Returns the next
     deadline among those left."""
     nxt = np.inf
     k = 0
@@ -90,28 +93,32 @@ def _time_out_nb(e, now, reqi, reqf, st, run, windows):
         if deadline <= now:
             st[FREE] += reqi[r, RI_BLOCKS]
             reqi[r, RI_BLOCKS] = 0
-            _finish_nb(e, reqi, reqf, st, windows, r, now, STATUS_TIMED_OUT)
+            _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
         else:
             run[k] = r
             k += 1
             nxt = min(nxt, deadline)
     st[N_RUN] = k
-    for r in range(reqi.shape[0]):  # waiting requests leave the queue lazily
+    cap = wq.shape[0]
+    for i in range(st[Q_COUNT]):  # waiting requests leave the queue lazily
+        r = wq[(st[Q_HEAD] + i) % cap]
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:
                 st[Q_ALIVE] -= 1
-                _finish_nb(e, reqi, reqf, st, windows, r, now, STATUS_TIMED_OUT)
+                _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
             else:
                 nxt = min(nxt, deadline)
     return nxt
 
 
 @jit
-def _advance_nb(e, t_end, reqi, reqf, st, run, sched, n_sched, stats, itl_hist, windows, emit_all):
+def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_hist, windows, emit_all):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
-    finished. Static batches keep finished rows as padding (``emit_all``)."""
+    finished (their number goes to ``st[LAST_DONE]``). Static batches keep finished rows as
+    padding (``emit_all``)."""
     w_end = window_of_nb(e, t_end, windows)
+    finished = 0
     for j in range(n_sched):
         r = sched[0, j]
         new = sched[1, j]
@@ -139,7 +146,9 @@ def _advance_nb(e, t_end, reqi, reqf, st, run, sched, n_sched, stats, itl_hist, 
                     st[FREE] += reqi[r, RI_BLOCKS]
                     reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                _finish_nb(e, reqi, reqf, st, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                _finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finished += 1
+    st[LAST_DONE] = finished
     k = 0
     for i in range(st[N_RUN]):
         r = run[i]
@@ -152,8 +161,83 @@ def _advance_nb(e, t_end, reqi, reqf, st, run, sched, n_sched, stats, itl_hist, 
 
 
 @jit
+def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, scratch, clock, stats, itl_hist,
+             batch_hist, windows):
+    """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
+    ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
+    ``clock[1]`` holds the replica's next client deadline."""
+    st[LAST_DONE] = 0
+    if now >= clock[1]:
+        clock[1] = _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows)
+        return now
+    continuous = e.policy == POLICY_CONTINUOUS
+    pad_to = 0
+    if continuous:
+        if e.fast_forward:
+            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, run, scratch, stats,
+                                 itl_hist, batch_hist, windows)
+            if k > 0:
+                return t
+        n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched)
+        if n_sched == 0:
+            if not preempted and st[N_RUN] == 0:
+                # The head cannot get blocks with the engine empty: it can never run.
+                r = peek_nb(reqi, wq, st)
+                st[Q_HEAD] = (st[Q_HEAD] + 1) % wq.shape[0]
+                st[Q_COUNT] -= 1
+                st[Q_ALIVE] -= 1
+                _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_REJECTED)
+            return now
+        used = e.num_blocks - st[FREE]
+    else:
+        if st[N_RUN] == 0:
+            if e.policy == POLICY_DYNAMIC and st[Q_ALIVE] < e.batch_max:
+                start = reqf[peek_nb(reqi, wq, st), RF_ARRIVAL] + e.batch_window_s
+                if now < start:
+                    return min(start, next_arrival)
+            n_sched = form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched)
+            if e.pad_prompts:
+                for j in range(n_sched):
+                    pad_to = max(pad_to, sched[1, j])
+        else:
+            n_sched = st[N_RUN]
+            for j in range(n_sched):
+                sched[0, j] = run[j]
+                sched[1, j] = 1
+        used = st[N_RUN] * ((e.max_model_len + e.block_size - 1) // e.block_size)
+
+    # The iteration's cost from its batch aggregates.
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
+    n_emit = 0.0
+    for j in range(n_sched):
+        r = sched[0, j]
+        q = float(pad_to if pad_to > 0 else sched[1, j])
+        c = float(reqi[r, RI_COMPUTED])
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+        if not continuous or reqi[r, RI_COMPUTED] + sched[1, j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+            n_emit += 1.0
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+    t_end = now + dt
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, stats, batch_hist, windows)
+    if st[FREE] < stats[STAT_MIN_FREE_BLOCKS]:
+        stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
+    _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_hist, windows, not continuous)
+    return t_end
+
+
+@jit
 def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
-    """Simulate one engine replica serving the requests of ``reqi``/``reqf``.
+    """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
+    ``reqi``/``reqf``.
+
+    Requests are routed when they arrive: round robin in send order, or to the replica with the
+    fewest outstanding (waiting + running) requests at that moment. Replicas advance one
+    iteration at a time, earliest first, so every arrival is routed before any replica starts
+    an iteration after it.
 
     Parameters
     ----------
@@ -162,13 +246,13 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
     reqi : ndarray of int64, shape (n, N_RI)
         Per-request integer state (columns ``RI_*``). In: ``RI_INPUT``, ``RI_OUTPUT`` (>= 1),
         ``RI_CACHED`` (a multiple of ``block_size``, below the prompt), the rest 0. Out:
-        ``RI_GENERATED``, ``RI_PREEMPTIONS``, ``RI_STATUS``.
+        ``RI_GENERATED``, ``RI_PREEMPTIONS``, ``RI_STATUS``, ``RI_REPLICA``.
     reqf : ndarray of float64, shape (n, N_RF)
         Per-request times (columns ``RF_*``). In: ``RF_ARRIVAL`` non-decreasing (closed loop: the
         first ``n_clients`` set, the rest ``inf``, filled in as clients free up) and ``RF_READY``;
         the others -1. Out: first scheduled, first token and finish times.
-    stats : ndarray of float64, shape (N_STATS,)
-        Totals (``STAT_*``), zeroed.
+    stats : ndarray of float64, shape (n_replicas, N_STATS)
+        Totals per replica (``STAT_*``), zeroed.
     itl_hist : ndarray of float64, shape (n_bins,)
         Inter-token latency histogram (see ``metrics.itl_bin_nb``), zeroed.
     batch_hist : ndarray of float64, shape (max_num_seqs + 1,)
@@ -182,109 +266,74 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
         Time the last request ended.
     """
     n = reqi.shape[0]
+    R = e.n_replicas
     continuous = e.policy == POLICY_CONTINUOUS
-    st = np.zeros(N_STATE, dtype=np.int64)
-    st[FREE] = e.num_blocks - e.prefix_blocks
-    st[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n
-    wq = np.empty(max(n, 1), dtype=np.int64)
     cap = max(e.max_num_seqs, 1)
-    run = np.empty(cap, dtype=np.int64)
-    sched = np.empty((2, cap), dtype=np.int64)
-    scratch = np.empty(e.block_size, dtype=np.int64)
-    static_blocks = (e.max_model_len + e.block_size - 1) // e.block_size
+    st = np.zeros((R, N_STATE), dtype=np.int64)
+    glob = np.zeros(N_STATE, dtype=np.int64)  # DONE and NEXT_ASSIGN are shared by all replicas
+    glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n
+    wq = np.empty((R, max(n, 1)), dtype=np.int64)
+    run = np.empty((R, cap), dtype=np.int64)
+    sched = np.empty((R, 2, cap), dtype=np.int64)
+    scratch = np.empty((R, e.block_size), dtype=np.int64)
+    clock = np.zeros((R, 2))  # per replica: time, next client deadline
     pool = e.num_blocks - e.prefix_blocks
-    stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
-    now = 0.0
+    for k in range(R):
+        st[k, FREE] = pool
+        clock[k, 1] = np.inf
+        stats[k, STAT_MIN_FREE_BLOCKS] = pool
+    st0, wq0, run0, sched0, scratch0, clock0, stats0 = st[0], wq[0], run[0], sched[0], scratch[0], clock[0], stats[0]
     nxt = 0  # next request to arrive (requests arrive in index order)
-    next_deadline = np.inf
-    while st[DONE] < n:
-        while nxt < n and reqf[nxt, RF_ARRIVAL] <= now:
+    routed = 0
+    while glob[DONE] < n:
+        a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
+        best = -1
+        t_best = np.inf
+        for k in range(R):
+            if (st[k, N_RUN] > 0 or st[k, Q_ALIVE] > 0) and clock[k, 0] < t_best:
+                best = k
+                t_best = clock[k, 0]
+        if best < 0 or a <= t_best:
+            if a == np.inf:
+                break  # nothing left that can arrive
             r = nxt
             nxt += 1
-            t_arr = reqf[r, RF_ARRIVAL]
-            windows[window_of_nb(e, t_arr, windows), WIN_ARRIVALS] += 1.0
+            windows[window_of_nb(e, a, windows), WIN_ARRIVALS] += 1.0
             tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
             if tokens > e.max_model_len or (
                 continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
             ):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
-                _finish_nb(e, reqi, reqf, st, windows, r, t_arr, STATUS_REJECTED)
+                _finish_nb(e, reqi, reqf, glob, windows, r, a, STATUS_REJECTED)
                 continue
-            enqueue_nb(reqi, wq, st, r)
+            k = routed % R
+            if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
+                fewest = np.int64(1) << 62
+                for j in range(R):
+                    # Requests that finish at the end of an iteration still running at `a` count.
+                    load = st[j, N_RUN] + st[j, Q_ALIVE] + (st[j, LAST_DONE] if clock[j, 0] > a else 0)
+                    if load < fewest:
+                        fewest = load
+                        k = j
+            routed += 1
+            reqi[r, RI_REPLICA] = k
+            if st[k, N_RUN] == 0 and st[k, Q_ALIVE] == 0 and clock[k, 0] < a:
+                clock[k, 0] = a  # an idle replica wakes up
+            enqueue_nb(reqi, wq[k], st[k], r)
             if e.timeout_s > 0.0:
-                next_deadline = min(next_deadline, t_arr + e.timeout_s)
-        if now >= next_deadline:
-            next_deadline = _time_out_nb(e, now, reqi, reqf, st, run, windows)
+                clock[k, 1] = min(clock[k, 1], a + e.timeout_s)
             continue
-        if st[N_RUN] == 0 and peek_nb(reqi, wq, st) < 0:
-            if nxt < n and reqf[nxt, RF_ARRIVAL] < np.inf:
-                now = max(now, reqf[nxt, RF_ARRIVAL])
-                continue
-            break  # nothing can arrive any more
-
-        pad_to = 0
-        if continuous:
-            if e.fast_forward:
-                next_arrival = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
-                k, now = decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, run, scratch,
-                                       stats, itl_hist, batch_hist, windows)
-                if k > 0:
-                    continue
-            n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched)
-            if n_sched == 0:
-                if not preempted and st[N_RUN] == 0:
-                    # The head cannot get blocks with the engine empty: it can never run.
-                    r = peek_nb(reqi, wq, st)
-                    st[Q_HEAD] = (st[Q_HEAD] + 1) % wq.shape[0]
-                    st[Q_COUNT] -= 1
-                    st[Q_ALIVE] -= 1
-                    _finish_nb(e, reqi, reqf, st, windows, r, now, STATUS_REJECTED)
-                continue
-            used = e.num_blocks - st[FREE]
+        if R == 1:  # the common case, without per-step row views
+            clock[0, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, scratch0, clock0,
+                                   stats0, itl_hist, batch_hist, windows)
         else:
-            if st[N_RUN] == 0:
-                if e.policy == POLICY_DYNAMIC and st[Q_ALIVE] < e.batch_max:
-                    start = reqf[peek_nb(reqi, wq, st), RF_ARRIVAL] + e.batch_window_s
-                    if now < start:
-                        later = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
-                        now = min(start, later)
-                        continue
-                n_sched = form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched)
-                if e.pad_prompts:
-                    for j in range(n_sched):
-                        pad_to = max(pad_to, sched[1, j])
-            else:
-                n_sched = st[N_RUN]
-                for j in range(n_sched):
-                    sched[0, j] = run[j]
-                    sched[1, j] = 1
-            used = st[N_RUN] * static_blocks
-
-        # The iteration's cost from its batch aggregates.
-        n_tokens = 0.0
-        pairs = 0.0
-        kv_read = 0.0
-        n_emit = 0.0
-        for j in range(n_sched):
-            r = sched[0, j]
-            q = float(pad_to if pad_to > 0 else sched[1, j])
-            c = float(reqi[r, RI_COMPUTED])
-            n_tokens += q
-            pairs += q * c + q * (q + 1.0) * 0.5
-            kv_read += c + q
-            if not continuous or reqi[r, RI_COMPUTED] + sched[1, j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
-                n_emit += 1.0
-        dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
-        t_end = now + dt
-        account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, stats, batch_hist, windows)
-        if st[FREE] < stats[STAT_MIN_FREE_BLOCKS]:
-            stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
-        _advance_nb(e, t_end, reqi, reqf, st, run, sched, n_sched, stats, itl_hist, windows, not continuous)
-        now = t_end
-    stats[STAT_PREEMPTIONS] = st[PREEMPTED]
+            clock[best, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st[best], glob, wq[best], run[best], sched[best],
+                                      scratch[best], clock[best], stats[best], itl_hist, batch_hist, windows)
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:
             end = reqf[r, RF_FINISH]
-    stats[STAT_END_S] = end
+    for k in range(R):
+        stats[k, STAT_PREEMPTIONS] = st[k, PREEMPTED]
+        stats[k, STAT_END_S] = end
     return end

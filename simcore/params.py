@@ -81,3 +81,5 @@ class EngineParams(NamedTuple):
     itl_min_exp: int  # the ITL histogram starts at 2**(itl_min_exp - 1) seconds ...
     itl_sub_bits: int  # ... with 2**itl_sub_bits bins per octave
     window_s: float  # width of one time-series window
+    n_replicas: int = 1  # data-parallel engine replicas
+    router: int = 0  # ROUTER_* code

@@ -32,7 +32,8 @@ N_RUN = 4  # running requests
 DONE = 5  # requests finished, rejected or timed out
 NEXT_ASSIGN = 6  # closed loop: next request to hand to a free client
 PREEMPTED = 7  # preemptions so far
-N_STATE = 8
+LAST_DONE = 8  # requests that ended with the replica's last iteration
+N_STATE = 9
 
 
 @jit_inline

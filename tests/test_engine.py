@@ -36,12 +36,12 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_READY] = 0.0 if ready is None else ready
-    stats = np.zeros(codes.N_STATS)
+    stats = np.zeros((e.n_replicas, codes.N_STATS))
     itl = np.zeros(34 << 9)
     batch = np.zeros(e.max_num_seqs + 1)
     windows = np.zeros((50, codes.N_WIN))
     simulate_nb(p, e, reqi, reqf, stats, itl, batch, windows)
-    return reqi, reqf, stats, itl, batch, windows
+    return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 
 
 def workload(rng, n, rate, max_in, max_out, clients=0):
@@ -295,3 +295,22 @@ def test_prefix_caching_skips_cached_prefill():
     assert on.summary["prefill_tokens_computed"] == 300 * (2000 - 1600)
     assert on.summary["mean_ttft_ms"] < 0.6 * off.summary["mean_ttft_ms"]
     assert math.isclose(off.summary["prefill_tokens_computed"], 300 * 2000)
+
+
+def test_least_outstanding_router_balances_in_flight_requests():
+    # Two replicas; alternate requests are long, so round robin piles the long ones on one
+    # replica while least-outstanding spreads the load by what is in flight.
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    n = 400
+    out = np.where(np.arange(n) % 2 == 0, 2000, 20)
+    req = simllm.workload.Requests(np.arange(n) * 0.05, np.full(n, 300, dtype=np.int64), out.astype(np.int64),
+                                   np.zeros(n, dtype=bool))
+    w = simllm.Workload(num_prompts=n, request_rate=20.0)
+    rr = simllm.simulate(model, hw, simllm.ServingConfig(data_parallel_size=2), w, requests=req)
+    lor = simllm.simulate(model, hw, simllm.ServingConfig(data_parallel_size=2, router="least_outstanding"), w,
+                          requests=req)
+    assert np.array_equal(rr.requests["replica"], np.arange(n) % 2)
+    long_on_0 = (lor.requests["replica"][out == 2000] == 0).mean()
+    assert 0.3 < long_on_0 < 0.7
+    assert lor.summary["completed"] == n
+    assert lor.summary["p99_e2el_ms"] < rr.summary["p99_e2el_ms"]

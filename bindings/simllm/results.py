@@ -116,6 +116,7 @@ class SimResult:
             "e2el_s": e2el,
             "queue_s": queue,
             "preemptions": reqi[:, codes.RI_PREEMPTIONS],
+            "replica": reqi[:, codes.RI_REPLICA],
             "status": status,
         }
         total = stats.sum(axis=0)

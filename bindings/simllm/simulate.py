@@ -24,6 +24,7 @@ ITL_SUB_BITS = 9  # ... with 512 bins per octave (0.14% wide) ...
 ITL_BINS = 34 << ITL_SUB_BITS  # ... up to 2**13 s
 N_WINDOWS = 200
 _POLICY = {"continuous": codes.POLICY_CONTINUOUS, "static": codes.POLICY_STATIC, "dynamic": codes.POLICY_DYNAMIC}
+_ROUTER = {"round_robin": codes.ROUTER_ROUND_ROBIN, "least_outstanding": codes.ROUTER_LEAST_OUTSTANDING}
 
 
 def check_workload(workload, model, max_model_len):
@@ -146,37 +147,28 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         window_s=_window_s(workload, requests, est_request_s),
     )
     replicas = serving.data_parallel_size
+    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n))
     reqi = np.zeros((n, codes.N_RI), dtype=np.int64)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
     reqi[:, codes.RI_CACHED] = cached
     reqf = np.full((n, codes.N_RF), -1.0)
+    if e.n_clients:
+        # Closed loop: the first clients send at once (or at their open-loop times); the others'
+        # requests are sent as earlier ones end.
+        reqf[:, codes.RF_READY] = requests.arrival_s
+        reqf[:, codes.RF_ARRIVAL] = np.inf
+        reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients]
+    else:
+        reqf[:, codes.RF_ARRIVAL] = requests.arrival_s
+        reqf[:, codes.RF_READY] = 0.0
     stats = np.zeros((replicas, codes.N_STATS))
     itl_hist = np.zeros(ITL_BINS)
     batch_hist = np.zeros(serving.max_num_seqs + 1)
     windows = np.zeros((N_WINDOWS, codes.N_WIN))
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
-    for k in range(replicas):
-        idx = np.arange(k, n, replicas) if replicas > 1 else slice(None)
-        ri = reqi[idx] if replicas > 1 else reqi
-        rf = reqf[idx] if replicas > 1 else reqf
-        arrival = requests.arrival_s[idx]
-        clients = workload.max_concurrency
-        if clients:
-            clients = len(range(k, clients, replicas)) if replicas > 1 else clients
-            m = len(arrival)
-            rf[:, codes.RF_READY] = arrival
-            rf[:, codes.RF_ARRIVAL] = np.inf
-            rf[: min(clients, m), codes.RF_ARRIVAL] = arrival[: min(clients, m)]
-        else:
-            rf[:, codes.RF_ARRIVAL] = arrival
-            rf[:, codes.RF_READY] = 0.0
-        ek = e._replace(n_clients=clients)
-        simulate_nb(params, ek, ri, rf, stats[k], itl_hist, batch_hist, windows)
-        if replicas > 1:
-            reqi[idx] = ri
-            reqf[idx] = rf
+    simulate_nb(params, e, reqi, reqf, stats, itl_hist, batch_hist, windows)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     return SimResult.build(
