@@ -34,3 +34,14 @@ def time_many_nb(p, sizes, ctx):
     for i in range(sizes.shape[0]):
         total += iteration_time_nb(p, sizes[i], ctx[i] + sizes[i], ctx[i] + sizes[i], sizes[i])
     return total
+
+
+@functools.lru_cache(maxsize=None)
+def bench_requests(n, seed=0):
+    """The first ``n`` requests of the bench-1m workload shape (Poisson 20 req/s, uniform
+    lengths), drawn with a fixed seed."""
+    import dataclasses
+
+    w = simllm.load_workload("bench-1m")
+    w = dataclasses.replace(w, num_prompts=n, seed=seed)
+    return w, simllm.generate(w)

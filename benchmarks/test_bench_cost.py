@@ -16,3 +16,13 @@ def test_estimate(benchmark):
     m, h, s, _ = configs()
     est = benchmark(simllm.estimate, m, h, s, batch_size=32)
     assert est.batch_tpot_s > est.decode_lower_bound_s
+
+
+def test_engine_bench_10k(benchmark):
+    from benchmarks.common import bench_requests
+
+    m, h, s, _ = configs()
+    w, req = bench_requests(10_000)
+    simllm.simulate(m, h, s, w, requests=bench_requests(100)[1])
+    res = benchmark(simllm.simulate, m, h, s, w, requests=req)
+    assert res.summary["completed"] == 10_000
