@@ -337,9 +337,12 @@ def api_result():
 
 def test_api_summary_equals_cli_json(api_result, seed_summary):
     assert isinstance(api_result, simllm.SimResult)
-    from_api = json.loads(report.to_json(api_result.summary))
+    from_api = json.loads(report.to_json(api_result.to_dict()))
     assert strip_wall(from_api) == strip_wall(seed_summary)
-    assert api_result.to_dict() == api_result.summary
+    full = api_result.to_dict()
+    assert {k: full[k] for k in api_result.summary} == api_result.summary
+    assert len(full["timeseries"]["t_s"]) == len(full["timeseries"]["output_throughput"]) > 0
+    assert sum(full["batch_size_histogram"]) == api_result.summary["iterations"]
 
 
 def test_api_summary_equals_cli_json_open_loop(tmp_path, capsys):
@@ -353,7 +356,7 @@ def test_api_summary_equals_cli_json_open_loop(tmp_path, capsys):
     rc, out, err = run_main([MODEL, HARDWARE, wpath, "--format", "json", "--metric-percentiles", "50,99.9",
                              "--goodput", "ttft:500"], capsys)
     assert rc == 0, err
-    assert strip_wall(json.loads(report.to_json(res.summary))) == strip_wall(json.loads(out))
+    assert strip_wall(json.loads(report.to_json(res.to_dict()))) == strip_wall(json.loads(out))
 
 
 def test_api_requests_arrays(api_result):

@@ -33,6 +33,14 @@ def _stats_ms(values_s, percentiles, name):
     return out
 
 
+def _hist_quantile(hist, q):
+    """Smallest value whose cumulative count reaches ``q`` percent of an integer-valued histogram."""
+    total = hist.sum()
+    if total <= 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(hist), q / 100.0 * total, side="left"))
+
+
 def itl_bin_edges(n_bins, min_exp, sub_bits):
     """Lower edges (seconds) of the ITL histogram bins (see ``simcore.metrics.itl_bin_nb``)."""
     b = np.arange(n_bins + 1)
@@ -175,6 +183,7 @@ class SimResult:
             "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
             "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
             "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
+            **{f"{percentile_key(q)}_batch_size": _hist_quantile(batch_hist, q) for q in (50, 90, 99)},
             "iterations": int(total[codes.STAT_ITERATIONS]),
             "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
             "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
@@ -215,8 +224,11 @@ class SimResult:
         return cls(s, per_request, itl_hist, edges, batch_hist, series, warnings)
 
     def to_dict(self):
-        """The summary (JSON-ready)."""
-        return dict(self.summary)
+        """The summary plus the time series and batch-size distribution (JSON-ready)."""
+        out = dict(self.summary)
+        out["timeseries"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.timeseries.items()}
+        out["batch_size_histogram"] = self.batch_size_histogram.astype(int).tolist()
+        return out
 
     def to_pandas(self):
         """Per-request rows as a pandas DataFrame (requires pandas)."""
