@@ -27,6 +27,7 @@ from simcore.codes import (
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
+    RI_EPOCH,
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
@@ -48,9 +49,11 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_nb
+from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.decode_run import decode_run_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, window_of_nb
 from simcore.scheduler import (
+    C_MIN_DONE,
     DONE,
     FREE,
     N_RUN,
@@ -63,22 +66,12 @@ from simcore.scheduler import (
     Q_HEAD,
     blocks_for_nb,
     client_next_nb,
+    finish_nb,
     enqueue_nb,
     form_static_batch_nb,
     peek_nb,
     schedule_continuous_nb,
 )
-
-
-@jit_inline
-def _finish_nb(e, reqi, reqf, st, windows, r, t, code):
-    """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next."""
-    reqi[r, RI_STATUS] = code
-    reqf[r, RF_FINISH] = t
-    st[DONE] += 1
-    if code == STATUS_DONE:
-        windows[window_of_nb(e, t, windows), WIN_COMPLETED] += 1.0
-    client_next_nb(e, reqf, st, t)
 
 
 @jit
@@ -93,7 +86,7 @@ def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
         if deadline <= now:
             st[FREE] += reqi[r, RI_BLOCKS]
             reqi[r, RI_BLOCKS] = 0
-            _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
+            finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
         else:
             run[k] = r
             k += 1
@@ -106,7 +99,7 @@ def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:
                 st[Q_ALIVE] -= 1
-                _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
+                finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
             else:
                 nxt = min(nxt, deadline)
     return nxt
@@ -146,7 +139,7 @@ def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_
                     st[FREE] += reqi[r, RI_BLOCKS]
                     reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                _finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
     st[LAST_DONE] = finished
     k = 0
@@ -161,23 +154,47 @@ def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_
 
 
 @jit
-def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, scratch, clock, stats, itl_hist,
+def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt, clock, stats, itl_hist,
              batch_hist, windows):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
-    ``clock[1]`` holds the replica's next client deadline."""
+
+    ``clock`` holds the replica's time, next client deadline and last cohort advance. With
+    ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (cohort.py) and
+    takes the explicit scheduler only when the aggregate path cannot decide.
+    """
     st[LAST_DONE] = 0
+    cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
+    joiners = sched[2]
+    pre = sched[3]
+    if cohort:
+        if now < clock[1]:
+            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, joiners, clock, stats,
+                                 itl_hist, batch_hist, windows)
+            if k > 0:
+                return t
+            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, joiners, pre,
+                                           clock, stats, itl_hist, batch_hist, windows)
+            if handled:
+                return t
+        materialize_nb(e, reqi, reqf, st, run, cnt, joiners, clock[2])
+        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
+                              windows)
+        rebuild_nb(e, reqi, st, run, cnt, joiners, pre)
+        return t
+    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
+                             windows)
+
+
+@jit
+def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist, windows):
+    """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
     if now >= clock[1]:
         clock[1] = _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows)
         return now
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
     if continuous:
-        if e.fast_forward:
-            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, run, scratch, stats,
-                                 itl_hist, batch_hist, windows)
-            if k > 0:
-                return t
         n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched)
         if n_sched == 0:
             if not preempted and st[N_RUN] == 0:
@@ -186,7 +203,7 @@ def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, scra
                 st[Q_HEAD] = (st[Q_HEAD] + 1) % wq.shape[0]
                 st[Q_COUNT] -= 1
                 st[Q_ALIVE] -= 1
-                _finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_REJECTED)
+                finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_REJECTED)
             return now
         used = e.num_blocks - st[FREE]
     else:
@@ -274,15 +291,18 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
     glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n
     wq = np.empty((R, max(n, 1)), dtype=np.int64)
     run = np.empty((R, cap), dtype=np.int64)
-    sched = np.empty((R, 2, cap), dtype=np.int64)
-    scratch = np.empty((R, e.block_size), dtype=np.int64)
-    clock = np.zeros((R, 2))  # per replica: time, next client deadline
+    sched = np.empty((R, 4, cap), dtype=np.int64)  # request, new tokens; cohort joiners; prefilling
+    cnt = np.zeros((R, e.block_size), dtype=np.int64)  # cohort members by block phase
+    clock = np.zeros((R, 3))  # per replica: time, next client deadline, last cohort advance
+    for r in range(n):
+        reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
     for k in range(R):
         st[k, FREE] = pool
+        st[k, C_MIN_DONE] = np.int64(1) << 62
         clock[k, 1] = np.inf
         stats[k, STAT_MIN_FREE_BLOCKS] = pool
-    st0, wq0, run0, sched0, scratch0, clock0, stats0 = st[0], wq[0], run[0], sched[0], scratch[0], clock[0], stats[0]
+    st0, wq0, run0, sched0, cnt0, clock0, stats0 = st[0], wq[0], run[0], sched[0], cnt[0], clock[0], stats[0]
     nxt = 0  # next request to arrive (requests arrive in index order)
     routed = 0
     while glob[DONE] < n:
@@ -304,7 +324,7 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
                 continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
             ):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
-                _finish_nb(e, reqi, reqf, glob, windows, r, a, STATUS_REJECTED)
+                finish_nb(e, reqi, reqf, glob, windows, r, a, STATUS_REJECTED)
                 continue
             k = routed % R
             if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
@@ -324,11 +344,11 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
                 clock[k, 1] = min(clock[k, 1], a + e.timeout_s)
             continue
         if R == 1:  # the common case, without per-step row views
-            clock[0, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, scratch0, clock0,
+            clock[0, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, cnt0, clock0,
                                    stats0, itl_hist, batch_hist, windows)
         else:
             clock[best, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st[best], glob, wq[best], run[best], sched[best],
-                                      scratch[best], clock[best], stats[best], itl_hist, batch_hist, windows)
+                                      cnt[best], clock[best], stats[best], itl_hist, batch_hist, windows)
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:

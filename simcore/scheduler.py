@@ -10,6 +10,7 @@ new tokens).
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
     RF_ARRIVAL,
+    RF_FINISH,
     RF_FIRST_SCHED,
     RF_READY,
     RI_BLOCKS,
@@ -19,9 +20,12 @@ from simcore.codes import (
     RI_INPUT,
     RI_PREEMPTIONS,
     RI_STATUS,
+    STATUS_DONE,
     STATUS_RUNNING,
     STATUS_WAITING,
+    WIN_COMPLETED,
 )
+from simcore.metrics import window_of_nb
 
 # Slots of the scalar state vector ``st``.
 Q_HEAD = 0  # ring-buffer head of the waiting queue
@@ -33,7 +37,13 @@ DONE = 5  # requests finished, rejected or timed out
 NEXT_ASSIGN = 6  # closed loop: next request to hand to a free client
 PREEMPTED = 7  # preemptions so far
 LAST_DONE = 8  # requests that ended with the replica's last iteration
-N_STATE = 9
+C_N = 9  # decode cohort (cohort.py): members
+C_D = 10  # cohort advances so far
+C_S = 11  # sum of the members' computed tokens
+C_MIN_DONE = 12  # advance count at which the first member completes
+C_JOIN_N = 13  # members that joined since the last advance
+P_N = 14  # running requests outside the cohort (prefilling), listed in sched[3]
+N_STATE = 15
 
 
 @jit_inline
@@ -83,6 +93,18 @@ def client_next_nb(e, reqf, st, t):
 
 
 @jit_inline
+def finish_nb(e, reqi, reqf, glob, windows, r, t, code):
+    """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next.
+    ``glob`` holds the counters all replicas share (``DONE``, ``NEXT_ASSIGN``)."""
+    reqi[r, RI_STATUS] = code
+    reqf[r, RF_FINISH] = t
+    glob[DONE] += 1
+    if code == STATUS_DONE:
+        windows[window_of_nb(e, t, windows), WIN_COMPLETED] += 1.0
+    client_next_nb(e, reqf, glob, t)
+
+
+@jit_inline
 def _preempt_last_nb(reqi, wq, st, run):
     """Preempt (recompute) the most recently admitted running request; it goes back to the
     front of the waiting queue with its blocks freed. Returns it."""
@@ -103,7 +125,7 @@ def _preempt_last_nb(reqi, wq, st, run):
 
 
 @jit_inline
-def _admit_nb(reqi, reqf, wq, st, run, r, now):
+def admit_nb(reqi, reqf, wq, st, run, r, now):
     cap = wq.shape[0]
     st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
     st[Q_COUNT] -= 1
@@ -166,7 +188,7 @@ def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
             extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
             if extra > st[FREE]:
                 break
-            _admit_nb(reqi, reqf, wq, st, run, r, now)
+            admit_nb(reqi, reqf, wq, st, run, r, now)
             st[FREE] -= extra
             reqi[r, RI_BLOCKS] += extra
             sched[0, n] = r
@@ -186,7 +208,7 @@ def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
         extra = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
         if extra > st[FREE]:
             break
-        _admit_nb(reqi, reqf, wq, st, run, r, now)
+        admit_nb(reqi, reqf, wq, st, run, r, now)
         st[FREE] -= extra
         reqi[r, RI_BLOCKS] += extra
         sched[0, n] = r
@@ -228,7 +250,7 @@ def form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched):
         r = peek_nb(reqi, wq, st)
         if r < 0:
             break
-        _admit_nb(reqi, reqf, wq, st, run, r, now)
+        admit_nb(reqi, reqf, wq, st, run, r, now)
         sched[0, n] = r
         sched[1, n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
         n += 1

@@ -1,0 +1,311 @@
+"""The decode cohort: running requests that are decoding, kept lazily so that an iteration costs
+O(1) in them instead of O(batch).
+
+Every cohort member gets exactly one token in every cohort *advance*, so a member's state is its
+state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
+values at joining and ``RI_EPOCH`` the replica's advance count ``st[C_D]`` then. The replica keeps
+what iterations need in aggregate: members (``C_N``), the sum of their contexts (``C_S``), when the
+first of them completes (``C_MIN_DONE``), and how many need a new KV block at each advance
+(``cnt``, by ``(computed - epoch) mod block_size``). Members that joined since the last advance
+(``joiners``) get their first inter-token latency individually; the others share ``t_cohort``,
+the time of the last advance.
+
+Anything the aggregate path does not cover (preemption, a budget too small for everyone, client
+timeouts, v0 prefill iterations, static batches) first materialises every member
+(:func:`materialize_nb`), runs the explicit scheduler, and rebuilds the cohort
+(:func:`rebuild_nb`). Results are identical to the explicit path (the tests check it).
+"""
+from simcore._jit import jit, jit_inline
+from simcore.codes import (
+    RF_ARRIVAL,
+    RF_FIRST_TOKEN,
+    RF_LAST_EMIT,
+    RI_BLOCKS,
+    RI_CACHED,
+    RI_COMPUTED,
+    RI_EPOCH,
+    RI_GENERATED,
+    RI_INPUT,
+    RI_OUTPUT,
+    RI_STATUS,
+    STATUS_DONE,
+    STATUS_RUNNING,
+    STATUS_TIMED_OUT,
+    STAT_DECODE_TOKENS,
+    STAT_MIN_FREE_BLOCKS,
+    STAT_PREFILL_TOKENS,
+    WIN_OUTPUT_TOKENS,
+)
+from simcore.cost import iteration_totals_nb
+from simcore.metrics import account_iteration_nb, record_itl_nb, window_of_nb
+from simcore.scheduler import (
+    C_D,
+    C_JOIN_N,
+    C_MIN_DONE,
+    C_N,
+    C_S,
+    FREE,
+    LAST_DONE,
+    N_RUN,
+    P_N,
+    admit_nb,
+    blocks_for_nb,
+    finish_nb,
+    peek_nb,
+)
+
+BIG = 1 << 62
+
+
+@jit_inline
+def needs_block_class_nb(d, bs):
+    """Cohort class whose members need a new block at the advance after ``d`` advances."""
+    return (bs - d % bs) % bs
+
+
+@jit_inline
+def join_nb(e, reqi, st, cnt, joiners, r):
+    """``r`` (decoding, state explicit) joins the cohort."""
+    d = st[C_D]
+    bs = e.block_size
+    c = reqi[r, RI_COMPUTED]
+    reqi[r, RI_EPOCH] = d
+    cnt[(c - d) % bs] += 1
+    st[C_N] += 1
+    st[C_S] += c
+    done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+    if done < st[C_MIN_DONE]:
+        st[C_MIN_DONE] = done
+    joiners[st[C_JOIN_N]] = r
+    st[C_JOIN_N] += 1
+
+
+@jit_inline
+def leave_nb(e, reqi, st, cnt, r):
+    """``r`` leaves the cohort: its explicit state is brought up to date (blocks included)."""
+    d = st[C_D]
+    bs = e.block_size
+    k = d - reqi[r, RI_EPOCH]
+    c0 = reqi[r, RI_COMPUTED]
+    cnt[(c0 - reqi[r, RI_EPOCH]) % bs] -= 1
+    st[C_N] -= 1
+    c = c0 + k
+    st[C_S] -= c
+    reqi[r, RI_COMPUTED] = c
+    reqi[r, RI_GENERATED] += k
+    reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], bs)
+    reqi[r, RI_EPOCH] = -1
+
+
+@jit
+def materialize_nb(e, reqi, reqf, st, run, cnt, joiners, t_cohort):
+    """Every member leaves the cohort with its explicit state (and last emit time) restored."""
+    if st[C_N] == 0:
+        return
+    d = st[C_D]
+    for i in range(st[N_RUN]):
+        r = run[i]
+        if reqi[r, RI_EPOCH] >= 0:
+            if reqi[r, RI_EPOCH] < d:  # took part in the last advance
+                reqf[r, RF_LAST_EMIT] = t_cohort
+            leave_nb(e, reqi, st, cnt, r)
+    st[C_JOIN_N] = 0
+    st[C_MIN_DONE] = BIG
+
+
+@jit
+def rebuild_nb(e, reqi, st, run, cnt, joiners, pre):
+    """After an explicit iteration: running requests that are decoding (all their tokens so far
+    computed but the last one emitted) join the cohort; the others are listed in ``pre``."""
+    st[P_N] = 0
+    for i in range(st[N_RUN]):
+        r = run[i]
+        g = reqi[r, RI_GENERATED]
+        if g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1:
+            join_nb(e, reqi, st, cnt, joiners, r)
+        else:
+            pre[st[P_N]] = r
+            st[P_N] += 1
+
+
+@jit
+def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows):
+    """Members whose last token came with the advance just made finish; returns how many."""
+    d = st[C_D]
+    finished = 0
+    nxt = BIG
+    k = 0
+    for i in range(st[N_RUN]):
+        r = run[i]
+        ep = reqi[r, RI_EPOCH]
+        if ep >= 0:
+            done = ep + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+            if done == d:
+                leave_nb(e, reqi, st, cnt, r)
+                reqf[r, RF_LAST_EMIT] = t_end
+                st[FREE] += reqi[r, RI_BLOCKS]
+                reqi[r, RI_BLOCKS] = 0
+                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
+                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finished += 1
+                continue
+            if done < nxt:
+                nxt = done
+        run[k] = r
+        k += 1
+    st[N_RUN] = k
+    st[C_MIN_DONE] = nxt
+    return finished
+
+
+@jit
+def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, joiners, pre, clock, stats,
+                      itl_hist, batch_hist, windows):
+    """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
+    explicit scheduler: every running request gets all its demand within the token budget and
+    the free blocks (no preemption). Returns (handled, end time)."""
+    bs = e.block_size
+    n_c = st[C_N]
+    d = st[C_D]
+    free = st[FREE]
+    need_c = cnt[needs_block_class_nb(d, bs)] if n_c > 0 else 0
+    budget = e.max_num_batched_tokens - n_c
+    extra = need_c
+    n_pre = st[P_N]
+    if not e.chunked_prefill:
+        if n_pre > 0:
+            return False, now
+        head = peek_nb(reqi, wq, st)
+        if head >= 0 and st[N_RUN] < e.max_num_seqs:
+            # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
+            need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - reqi[head, RI_COMPUTED]
+            x = blocks_for_nb(reqi[head, RI_COMPUTED] + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
+            if need <= e.max_num_batched_tokens and x <= free:
+                return False, now
+    for i in range(n_pre):
+        r = pre[i]
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        budget -= need
+        extra += blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+    if budget < 0 or extra > free:
+        return False, now
+    n_sched = 0
+    for i in range(n_pre):
+        r = pre[i]
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        reqi[r, RI_BLOCKS] += x
+        sched[0, n_sched] = r
+        sched[1, n_sched] = need
+        n_sched += 1
+    free -= extra
+    st[FREE] = free
+    # Admissions, FCFS, while sequences, budget and blocks allow.
+    while e.chunked_prefill and st[N_RUN] < e.max_num_seqs and budget > 0:
+        r = peek_nb(reqi, wq, st)
+        if r < 0:
+            break
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        new = need if need < budget else budget
+        x = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        if x > st[FREE]:
+            break
+        admit_nb(reqi, reqf, wq, st, run, r, now)
+        st[FREE] -= x
+        reqi[r, RI_BLOCKS] += x
+        sched[0, n_sched] = r
+        sched[1, n_sched] = new
+        n_sched += 1
+        budget -= new
+    # Cost: the cohort in aggregate plus the explicit rows.
+    fc = float(n_c)
+    ctx = float(st[C_S]) + fc
+    n_tokens = fc
+    pairs = ctx
+    kv_read = ctx
+    n_emit = fc
+    for j in range(n_sched):
+        r = sched[0, j]
+        q = float(sched[1, j])
+        c = float(reqi[r, RI_COMPUTED])
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+        if reqi[r, RI_COMPUTED] + sched[1, j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+            n_emit += 1.0
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+    t_end = now + dt
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - st[FREE], stats, batch_hist,
+                         windows)
+    if st[FREE] < stats[STAT_MIN_FREE_BLOCKS]:
+        stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
+    w_end = window_of_nb(e, t_end, windows)
+    finished = 0
+    if n_c > 0:
+        regular = n_c - st[C_JOIN_N]
+        if regular > 0:
+            record_itl_nb(e, t_end - clock[2], float(regular), stats, itl_hist)
+        for j in range(st[C_JOIN_N]):
+            r = joiners[j]
+            record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
+        st[C_JOIN_N] = 0
+        st[C_D] = d + 1
+        st[C_S] += n_c
+        clock[2] = t_end
+        stats[STAT_DECODE_TOKENS] += fc
+        windows[w_end, WIN_OUTPUT_TOKENS] += fc
+        if st[C_D] >= st[C_MIN_DONE]:
+            finished += _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows)
+    # Explicit rows: new tokens, emission, joining the cohort or finishing.
+    any_done = False
+    for j in range(n_sched):
+        r = sched[0, j]
+        new = sched[1, j]
+        before = reqi[r, RI_COMPUTED]
+        after = before + new
+        reqi[r, RI_COMPUTED] = after
+        g = reqi[r, RI_GENERATED]
+        total = reqi[r, RI_INPUT] + g
+        if new == 1 and g >= 1 and before == total - 1:
+            stats[STAT_DECODE_TOKENS] += 1.0
+        else:
+            stats[STAT_PREFILL_TOKENS] += new
+        if after == total:
+            if g == 0:
+                reqf[r, RF_FIRST_TOKEN] = t_end
+            else:
+                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
+            reqf[r, RF_LAST_EMIT] = t_end
+            reqi[r, RI_GENERATED] = g + 1
+            windows[w_end, WIN_OUTPUT_TOKENS] += 1.0
+            if g + 1 == reqi[r, RI_OUTPUT]:
+                st[FREE] += reqi[r, RI_BLOCKS]
+                reqi[r, RI_BLOCKS] = 0
+                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
+                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finished += 1
+                any_done = True
+            else:
+                join_nb(e, reqi, st, cnt, joiners, r)
+    # The prefilling list keeps those still prefilling, in admission order; the running list
+    # drops requests that finished.
+    k = 0
+    for j in range(n_sched):
+        r = sched[0, j]
+        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
+            pre[k] = r
+            k += 1
+    st[P_N] = k
+    if any_done:
+        k = 0
+        for i in range(st[N_RUN]):
+            r = run[i]
+            if reqi[r, RI_STATUS] == STATUS_RUNNING:
+                run[k] = r
+                k += 1
+        st[N_RUN] = k
+    st[LAST_DONE] = finished
+    return True, t_end
