@@ -7,7 +7,7 @@ values at joining and ``RI_EPOCH`` the replica's advance count ``st[C_D]`` then.
 what iterations need in aggregate: members (``C_N``), the sum of their contexts (``C_S``), when the
 first of them completes (``C_MIN_DONE``), and how many need a new KV block at each advance
 (``cnt``, by ``(computed - epoch) mod block_size``). Members that joined since the last advance
-(``joiners``) get their first inter-token latency individually; the others share ``t_cohort``,
+(listed in ``sched[2]``) get their first inter-token latency individually; the others share ``t_cohort``,
 the time of the last advance.
 
 Anything the aggregate path does not cover (preemption, a budget too small for everyone, client
@@ -64,7 +64,7 @@ def needs_block_class_nb(d, bs):
 
 
 @jit_inline
-def join_nb(e, reqi, st, cnt, joiners, r):
+def join_nb(e, reqi, st, cnt, sched, r):
     """``r`` (decoding, state explicit) joins the cohort."""
     d = st[C_D]
     bs = e.block_size
@@ -76,7 +76,7 @@ def join_nb(e, reqi, st, cnt, joiners, r):
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     if done < st[C_MIN_DONE]:
         st[C_MIN_DONE] = done
-    joiners[st[C_JOIN_N]] = r
+    sched[2, st[C_JOIN_N]] = r
     st[C_JOIN_N] += 1
 
 
@@ -98,7 +98,7 @@ def leave_nb(e, reqi, st, cnt, r):
 
 
 @jit
-def materialize_nb(e, reqi, reqf, st, run, cnt, joiners, t_cohort):
+def materialize_nb(e, reqi, reqf, st, run, cnt, t_cohort):
     """Every member leaves the cohort with its explicit state (and last emit time) restored."""
     if st[C_N] == 0:
         return
@@ -114,17 +114,17 @@ def materialize_nb(e, reqi, reqf, st, run, cnt, joiners, t_cohort):
 
 
 @jit
-def rebuild_nb(e, reqi, st, run, cnt, joiners, pre):
+def rebuild_nb(e, reqi, st, run, cnt, sched):
     """After an explicit iteration: running requests that are decoding (all their tokens so far
-    computed but the last one emitted) join the cohort; the others are listed in ``pre``."""
+    computed but the last one emitted) join the cohort; the others are listed in ``sched[3]``."""
     st[P_N] = 0
     for i in range(st[N_RUN]):
         r = run[i]
         g = reqi[r, RI_GENERATED]
         if g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1:
-            join_nb(e, reqi, st, cnt, joiners, r)
+            join_nb(e, reqi, st, cnt, sched, r)
         else:
-            pre[st[P_N]] = r
+            sched[3, st[P_N]] = r
             st[P_N] += 1
 
 
@@ -159,7 +159,7 @@ def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows):
 
 
 @jit
-def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, joiners, pre, clock, stats,
+def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, clock, stats,
                       itl_hist, batch_hist, windows):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and
@@ -183,7 +183,7 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, join
             if need <= e.max_num_batched_tokens and x <= free:
                 return False, now
     for i in range(n_pre):
-        r = pre[i]
+        r = sched[3, i]
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         budget -= need
@@ -192,7 +192,7 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, join
         return False, now
     n_sched = 0
     for i in range(n_pre):
-        r = pre[i]
+        r = sched[3, i]
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
@@ -249,7 +249,7 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, join
         if regular > 0:
             record_itl_nb(e, t_end - clock[2], float(regular), stats, itl_hist)
         for j in range(st[C_JOIN_N]):
-            r = joiners[j]
+            r = sched[2, j]
             record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
         st[C_JOIN_N] = 0
         st[C_D] = d + 1
@@ -289,14 +289,14 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, join
                 finished += 1
                 any_done = True
             else:
-                join_nb(e, reqi, st, cnt, joiners, r)
+                join_nb(e, reqi, st, cnt, sched, r)
     # The prefilling list keeps those still prefilling, in admission order; the running list
     # drops requests that finished.
     k = 0
     for j in range(n_sched):
         r = sched[0, j]
         if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
-            pre[k] = r
+            sched[3, k] = r
             k += 1
     st[P_N] = k
     if any_done:

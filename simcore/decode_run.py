@@ -45,7 +45,7 @@ from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, 
 
 
 @jit
-def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, joiners, clock, stats, itl_hist,
+def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, sched, clock, stats, itl_hist,
                   batch_hist, windows):
     """Advance as many cohort-only decode iterations as nothing else happens in.
 
@@ -134,7 +134,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
             if regular > 0:
                 record_itl_nb(e, t_end - t_cohort, float(regular), stats, itl_hist)
             for j in range(st[C_JOIN_N]):
-                record_itl_nb(e, t_end - reqf[joiners[j], RF_LAST_EMIT], 1.0, stats, itl_hist)
+                record_itl_nb(e, t_end - reqf[sched[2, j], RF_LAST_EMIT], 1.0, stats, itl_hist)
         else:
             itl = t_end - now
             itl_sum += fb * itl

@@ -165,22 +165,20 @@ def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt,
     """
     st[LAST_DONE] = 0
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
-    joiners = sched[2]
-    pre = sched[3]
     if cohort:
         if now < clock[1]:
-            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, joiners, clock, stats,
+            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, sched, clock, stats,
                                  itl_hist, batch_hist, windows)
             if k > 0:
                 return t
-            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, joiners, pre,
+            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt,
                                            clock, stats, itl_hist, batch_hist, windows)
             if handled:
                 return t
-        materialize_nb(e, reqi, reqf, st, run, cnt, joiners, clock[2])
+        materialize_nb(e, reqi, reqf, st, run, cnt, clock[2])
         t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
                               windows)
-        rebuild_nb(e, reqi, st, run, cnt, joiners, pre)
+        rebuild_nb(e, reqi, st, run, cnt, sched)
         return t
     return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
                              windows)
