@@ -9,7 +9,7 @@ arrival, a client timeout, a KV block that is not free, the end of a time-series
 Per-token timing stays exact: each iteration's time is computed, and each member's token of
 that iteration gets it.
 """
-from simcore._jit import jit
+from simcore._jit import jit, jit_inline
 from simcore.codes import (
     OP_ATTENTION,
     RF_LAST_EMIT,
@@ -44,10 +44,41 @@ from simcore.metrics import itl_bin_nb, record_itl_nb, window_of_nb
 from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, P_N, blocks_for_nb, peek_nb
 
 
+@jit_inline
+def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, wq, st, cnt):
+    """Whether the next iteration is a cohort-only decode with nothing else to do: every running
+    request decodes, none completes in it, no event is due, and the waiting head (if any) could
+    not be admitted. Free blocks only shrink during such a run, so what holds for its first
+    iteration holds for all of them."""
+    B = st[C_N]
+    if B == 0 or st[P_N] > 0 or B != st[N_RUN] or B > e.max_num_batched_tokens:
+        return False
+    if st[C_MIN_DONE] - st[C_D] <= 1 or now >= next_arrival or now >= next_deadline:
+        return False
+    head = peek_nb(reqi, wq, st)
+    if head < 0 or B >= e.max_num_seqs:
+        return True
+    bs = e.block_size
+    free = st[FREE]
+    c = reqi[head, RI_COMPUTED]
+    need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c
+    if e.chunked_prefill:
+        budget = e.max_num_batched_tokens - B
+        if budget <= 0:
+            return True
+        new = need if need < budget else budget
+        extra = blocks_for_nb(c + new, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
+        return extra > free - cnt[needs_block_class_nb(st[C_D], bs)]
+    if need > e.max_num_batched_tokens:
+        return True
+    return blocks_for_nb(c + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS] > free
+
+
 @jit
 def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, sched, clock, stats, itl_hist,
                   batch_hist, windows):
-    """Advance as many cohort-only decode iterations as nothing else happens in.
+    """Advance as many cohort-only decode iterations as nothing else happens in (call it when
+    :func:`pure_decode_nb` holds).
 
     Returns
     -------
@@ -58,32 +89,10 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
         Time at the end of the run.
     """
     B = st[C_N]
-    if B == 0 or st[P_N] > 0 or B != st[N_RUN] or B > e.max_num_batched_tokens:
-        return 0, now
     bs = e.block_size
     d0 = st[C_D]
     free = st[FREE]
     k_max = st[C_MIN_DONE] - d0 - 1  # stop before the advance that completes a member
-    if k_max <= 0:
-        return 0, now
-    # Would the full scheduler admit the waiting head? Free blocks only shrink during a run, so
-    # the first iteration decides for all of them.
-    head = peek_nb(reqi, wq, st)
-    if head >= 0 and B < e.max_num_seqs:
-        c = reqi[head, RI_COMPUTED]
-        need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c
-        if e.chunked_prefill:
-            budget = e.max_num_batched_tokens - B
-            if budget > 0:
-                new = need if need < budget else budget
-                extra = blocks_for_nb(c + new, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-                if extra <= free - cnt[needs_block_class_nb(d0, bs)]:
-                    return 0, now
-        elif need <= e.max_num_batched_tokens:
-            extra = blocks_for_nb(c + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-            if extra <= free:
-                return 0, now
-
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
     fb = float(B)
     x = float(st[C_S]) + fb

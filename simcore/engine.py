@@ -50,7 +50,7 @@ from simcore.codes import (
 )
 from simcore.cost import iteration_totals_nb
 from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
-from simcore.decode_run import decode_run_nb
+from simcore.decode_run import decode_run_nb, pure_decode_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, window_of_nb
 from simcore.scheduler import (
     C_MIN_DONE,
@@ -167,10 +167,11 @@ def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt,
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
     if cohort:
         if now < clock[1]:
-            k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, sched, clock, stats,
-                                 itl_hist, batch_hist, windows)
-            if k > 0:
-                return t
+            if pure_decode_nb(e, now, next_arrival, clock[1], reqi, wq, st, cnt):
+                k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, sched, clock,
+                                     stats, itl_hist, batch_hist, windows)
+                if k > 0:
+                    return t
             handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt,
                                            clock, stats, itl_hist, batch_hist, windows)
             if handled:
