@@ -101,6 +101,12 @@ STAT_FAST_ITERATIONS = 14  # iterations advanced in closed-form decode runs
 STAT_MIN_FREE_BLOCKS = 15
 N_STATS = 16
 
+# Slots of a replica's clock in its accumulator (at EngineParams.off_clock).
+CLOCK_NOW = 0  # when the replica's next iteration starts
+CLOCK_DEADLINE = 1  # the next client deadline among its requests
+CLOCK_COHORT = 2  # time of the decode cohort's last advance
+N_CLOCK = 3
+
 # Columns of the windowed time series (float64, one row per window).
 WIN_BUSY_S = 0
 WIN_ITERATIONS = 1

@@ -35,9 +35,10 @@ from simcore.codes import (
     STAT_MIN_FREE_BLOCKS,
     STAT_PREFILL_TOKENS,
     WIN_OUTPUT_TOKENS,
+    CLOCK_COHORT,
 )
 from simcore.cost import iteration_totals_nb
-from simcore.metrics import account_iteration_nb, record_itl_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     C_D,
     C_JOIN_N,
@@ -129,7 +130,7 @@ def rebuild_nb(e, reqi, st, run, cnt, sched):
 
 
 @jit
-def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows):
+def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, acc):
     """Members whose last token came with the advance just made finish; returns how many."""
     d = st[C_D]
     finished = 0
@@ -146,7 +147,7 @@ def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows):
                 st[FREE] += reqi[r, RI_BLOCKS]
                 reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
                 continue
             if done < nxt:
@@ -159,8 +160,7 @@ def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows):
 
 
 @jit
-def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, clock, stats,
-                      itl_hist, batch_hist, windows):
+def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, acc):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and
     the free blocks (no preemption). Returns (handled, end time)."""
@@ -238,27 +238,26 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, cloc
             n_emit += 1.0
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
-    account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - st[FREE], stats, batch_hist,
-                         windows)
-    if st[FREE] < stats[STAT_MIN_FREE_BLOCKS]:
-        stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
-    w_end = window_of_nb(e, t_end, windows)
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - st[FREE], acc)
+    if st[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = st[FREE]
+    w_end = window_of_nb(e, t_end)
     finished = 0
     if n_c > 0:
         regular = n_c - st[C_JOIN_N]
         if regular > 0:
-            record_itl_nb(e, t_end - clock[2], float(regular), stats, itl_hist)
+            record_itl_nb(e, t_end - acc[e.off_clock + CLOCK_COHORT], float(regular), acc)
         for j in range(st[C_JOIN_N]):
             r = sched[2, j]
-            record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
+            record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
         st[C_JOIN_N] = 0
         st[C_D] = d + 1
         st[C_S] += n_c
-        clock[2] = t_end
-        stats[STAT_DECODE_TOKENS] += fc
-        windows[w_end, WIN_OUTPUT_TOKENS] += fc
+        acc[e.off_clock + CLOCK_COHORT] = t_end
+        acc[STAT_DECODE_TOKENS] += fc
+        win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, fc)
         if st[C_D] >= st[C_MIN_DONE]:
-            finished += _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, windows)
+            finished += _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, acc)
     # Explicit rows: new tokens, emission, joining the cohort or finishing.
     any_done = False
     for j in range(n_sched):
@@ -270,22 +269,22 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, cloc
         g = reqi[r, RI_GENERATED]
         total = reqi[r, RI_INPUT] + g
         if new == 1 and g >= 1 and before == total - 1:
-            stats[STAT_DECODE_TOKENS] += 1.0
+            acc[STAT_DECODE_TOKENS] += 1.0
         else:
-            stats[STAT_PREFILL_TOKENS] += new
+            acc[STAT_PREFILL_TOKENS] += new
         if after == total:
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             else:
-                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
+                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + 1
-            windows[w_end, WIN_OUTPUT_TOKENS] += 1.0
+            win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
                 st[FREE] += reqi[r, RI_BLOCKS]
                 reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
                 any_done = True
             else:

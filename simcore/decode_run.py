@@ -37,10 +37,11 @@ from simcore.codes import (
     WIN_KV_BLOCK_SECONDS,
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
+    CLOCK_COHORT,
 )
 from simcore.cohort import needs_block_class_nb
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
-from simcore.metrics import itl_bin_nb, record_itl_nb, window_of_nb
+from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, P_N, blocks_for_nb, peek_nb
 
 
@@ -75,8 +76,7 @@ def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, wq, st, cnt):
 
 
 @jit
-def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, sched, clock, stats, itl_hist,
-                  batch_hist, windows):
+def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, sched, acc):
     """Advance as many cohort-only decode iterations as nothing else happens in (call it when
     :func:`pure_decode_nb` holds).
 
@@ -107,7 +107,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
     f_rest = f_all - n_att * (fa0 + f_slope * x)
     b_rest = b_all - n_att * (ba0 + b_slope * x)
 
-    last_window = windows.shape[0] - 1
+    last_window = e.n_windows - 1
     window = -1
     k = 0
     busy = 0.0
@@ -117,8 +117,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
     itl_sum = 0.0
     itl_sq = 0.0
     n_itl = 0.0
-    n_bins = itl_hist.shape[0]
-    t_cohort = clock[2]
+    t_cohort = acc[e.off_clock + CLOCK_COHORT]
     while k < k_max and now < next_arrival and now < next_deadline:
         new_blocks = cnt[needs_block_class_nb(d0 + k, bs)]
         if new_blocks > free:
@@ -128,7 +127,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
         att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)
         dt = t_rest + n_att * att
         t_end = now + dt
-        w = window_of_nb(e, t_end, windows)
+        w = window_of_nb(e, t_end)
         if window < 0:
             window = w
         elif w != window and window != last_window:
@@ -141,15 +140,15 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
         if k == 0:
             regular = B - st[C_JOIN_N]
             if regular > 0:
-                record_itl_nb(e, t_end - t_cohort, float(regular), stats, itl_hist)
+                record_itl_nb(e, t_end - t_cohort, float(regular), acc)
             for j in range(st[C_JOIN_N]):
-                record_itl_nb(e, t_end - reqf[sched[2, j], RF_LAST_EMIT], 1.0, stats, itl_hist)
+                record_itl_nb(e, t_end - reqf[sched[2, j], RF_LAST_EMIT], 1.0, acc)
         else:
             itl = t_end - now
             itl_sum += fb * itl
             itl_sq += fb * itl * itl
             n_itl += fb
-            itl_hist[itl_bin_nb(e, itl, n_bins)] += fb
+            acc[e.off_itl + itl_bin_nb(e, itl)] += fb
         now = t_end
         x += fb
         k += 1
@@ -158,28 +157,28 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
     st[C_D] = d0 + k
     st[C_S] += B * k
     st[C_JOIN_N] = 0
-    clock[2] = now
+    acc[e.off_clock + CLOCK_COHORT] = now
     st[FREE] = free
     used = e.num_blocks - free
-    stats[STAT_BUSY_S] += busy
-    stats[STAT_FLOPS] += flops
-    stats[STAT_MEM_BYTES] += nbytes
-    stats[STAT_ITERATIONS] += k
-    stats[STAT_KV_BLOCK_SECONDS] += kv_seconds
-    stats[STAT_SEQ_SECONDS] += fb * busy
-    stats[STAT_DECODE_TOKENS] += fb * k
-    stats[STAT_ITL_SUM] += itl_sum
-    stats[STAT_ITL_SQSUM] += itl_sq
-    stats[STAT_ITL_COUNT] += n_itl
-    if used > stats[STAT_PEAK_BLOCKS]:
-        stats[STAT_PEAK_BLOCKS] = used
-    batch_hist[B if B < batch_hist.shape[0] else batch_hist.shape[0] - 1] += k
-    windows[window, WIN_BUSY_S] += busy
-    windows[window, WIN_ITERATIONS] += k
-    windows[window, WIN_SEQ_SECONDS] += fb * busy
-    windows[window, WIN_KV_BLOCK_SECONDS] += kv_seconds
-    windows[window, WIN_OUTPUT_TOKENS] += fb * k
-    if free < stats[STAT_MIN_FREE_BLOCKS]:
-        stats[STAT_MIN_FREE_BLOCKS] = free
-    stats[STAT_FAST_ITERATIONS] += k
+    acc[STAT_BUSY_S] += busy
+    acc[STAT_FLOPS] += flops
+    acc[STAT_MEM_BYTES] += nbytes
+    acc[STAT_ITERATIONS] += k
+    acc[STAT_KV_BLOCK_SECONDS] += kv_seconds
+    acc[STAT_SEQ_SECONDS] += fb * busy
+    acc[STAT_DECODE_TOKENS] += fb * k
+    acc[STAT_ITL_SUM] += itl_sum
+    acc[STAT_ITL_SQSUM] += itl_sq
+    acc[STAT_ITL_COUNT] += n_itl
+    if used > acc[STAT_PEAK_BLOCKS]:
+        acc[STAT_PEAK_BLOCKS] = used
+    batch_add_nb(e, acc, B, k)
+    win_add_nb(e, acc, window, WIN_BUSY_S, busy)
+    win_add_nb(e, acc, window, WIN_ITERATIONS, k)
+    win_add_nb(e, acc, window, WIN_SEQ_SECONDS, fb * busy)
+    win_add_nb(e, acc, window, WIN_KV_BLOCK_SECONDS, kv_seconds)
+    win_add_nb(e, acc, window, WIN_OUTPUT_TOKENS, fb * k)
+    if free < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = free
+    acc[STAT_FAST_ITERATIONS] += k
     return k, now

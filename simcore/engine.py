@@ -47,11 +47,14 @@ from simcore.codes import (
     WIN_ARRIVALS,
     WIN_COMPLETED,
     WIN_OUTPUT_TOKENS,
+    CLOCK_COHORT,
+    CLOCK_DEADLINE,
+    CLOCK_NOW,
 )
 from simcore.cost import iteration_totals_nb
 from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.decode_run import decode_run_nb, pure_decode_nb
-from simcore.metrics import account_iteration_nb, record_itl_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     C_MIN_DONE,
     DONE,
@@ -75,7 +78,7 @@ from simcore.scheduler import (
 
 
 @jit
-def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
+def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, acc):
     """Abort every request of this replica whose client gave up by ``now``. Returns the next
     deadline among those left."""
     nxt = np.inf
@@ -86,7 +89,7 @@ def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
         if deadline <= now:
             st[FREE] += reqi[r, RI_BLOCKS]
             reqi[r, RI_BLOCKS] = 0
-            finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
+            finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
         else:
             run[k] = r
             k += 1
@@ -99,18 +102,18 @@ def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows):
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:
                 st[Q_ALIVE] -= 1
-                finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_TIMED_OUT)
+                finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
             else:
                 nxt = min(nxt, deadline)
     return nxt
 
 
 @jit
-def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_hist, windows, emit_all):
+def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, acc, emit_all):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
     finished (their number goes to ``st[LAST_DONE]``). Static batches keep finished rows as
     padding (``emit_all``)."""
-    w_end = window_of_nb(e, t_end, windows)
+    w_end = window_of_nb(e, t_end)
     finished = 0
     for j in range(n_sched):
         r = sched[0, j]
@@ -123,23 +126,23 @@ def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_
         g = reqi[r, RI_GENERATED]
         total = reqi[r, RI_INPUT] + g
         if new == 1 and g >= 1 and before == total - 1:
-            stats[STAT_DECODE_TOKENS] += 1.0
+            acc[STAT_DECODE_TOKENS] += 1.0
         else:
-            stats[STAT_PREFILL_TOKENS] += new
+            acc[STAT_PREFILL_TOKENS] += new
         if after == total or (emit_all and after > total):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             else:
-                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, stats, itl_hist)
+                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + 1
-            windows[w_end, WIN_OUTPUT_TOKENS] += 1.0
+            win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
                 if not emit_all:
                     st[FREE] += reqi[r, RI_BLOCKS]
                     reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, reqi, reqf, glob, windows, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
     st[LAST_DONE] = finished
     k = 0
@@ -154,42 +157,40 @@ def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_
 
 
 @jit
-def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt, clock, stats, itl_hist,
-             batch_hist, windows):
+def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt, acc):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
-    ``clock`` holds the replica's time, next client deadline and last cohort advance. With
+    ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide.
     """
     st[LAST_DONE] = 0
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
     if cohort:
-        if now < clock[1]:
-            if pure_decode_nb(e, now, next_arrival, clock[1], reqi, wq, st, cnt):
-                k, t = decode_run_nb(p, e, now, next_arrival, clock[1], reqi, reqf, wq, st, cnt, sched, clock,
-                                     stats, itl_hist, batch_hist, windows)
+        deadline = acc[e.off_clock + CLOCK_DEADLINE]
+        if now < deadline:
+            if pure_decode_nb(e, now, next_arrival, deadline, reqi, wq, st, cnt):
+                k, t = decode_run_nb(p, e, now, next_arrival, deadline, reqi, reqf, wq, st, cnt, sched,
+                                     acc)
                 if k > 0:
                     return t
             handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt,
-                                           clock, stats, itl_hist, batch_hist, windows)
+                                           acc)
             if handled:
                 return t
-        materialize_nb(e, reqi, reqf, st, run, cnt, clock[2])
-        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
-                              windows)
+        materialize_nb(e, reqi, reqf, st, run, cnt, acc[e.off_clock + CLOCK_COHORT])
+        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc)
         rebuild_nb(e, reqi, st, run, cnt, sched)
         return t
-    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist,
-                             windows)
+    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc)
 
 
 @jit
-def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, clock, stats, itl_hist, batch_hist, windows):
+def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc):
     """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
-    if now >= clock[1]:
-        clock[1] = _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, windows)
+    if now >= acc[e.off_clock + CLOCK_DEADLINE]:
+        acc[e.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, acc)
         return now
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
@@ -202,7 +203,7 @@ def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sc
                 st[Q_HEAD] = (st[Q_HEAD] + 1) % wq.shape[0]
                 st[Q_COUNT] -= 1
                 st[Q_ALIVE] -= 1
-                finish_nb(e, reqi, reqf, glob, windows, r, now, STATUS_REJECTED)
+                finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_REJECTED)
             return now
         used = e.num_blocks - st[FREE]
     else:
@@ -238,15 +239,15 @@ def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sc
             n_emit += 1.0
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
-    account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, stats, batch_hist, windows)
-    if st[FREE] < stats[STAT_MIN_FREE_BLOCKS]:
-        stats[STAT_MIN_FREE_BLOCKS] = st[FREE]
-    _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, stats, itl_hist, windows, not continuous)
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, acc)
+    if st[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = st[FREE]
+    _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, acc, not continuous)
     return t_end
 
 
 @jit
-def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
+def simulate_nb(p, e, reqi, reqf, acc):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
 
@@ -267,14 +268,11 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
         Per-request times (columns ``RF_*``). In: ``RF_ARRIVAL`` non-decreasing (closed loop: the
         first ``n_clients`` set, the rest ``inf``, filled in as clients free up) and ``RF_READY``;
         the others -1. Out: first scheduled, first token and finish times.
-    stats : ndarray of float64, shape (n_replicas, N_STATS)
-        Totals per replica (``STAT_*``), zeroed.
-    itl_hist : ndarray of float64, shape (n_bins,)
-        Inter-token latency histogram (see ``metrics.itl_bin_nb``), zeroed.
-    batch_hist : ndarray of float64, shape (max_num_seqs + 1,)
-        Iterations by the number of sequences they ran.
-    windows : ndarray of float64, shape (n_windows, N_WIN)
-        Time series by ``window_s`` windows; the last row takes all later times.
+    acc : ndarray of float64, shape (n_replicas, e.acc_len)
+        Per replica, zeroed: the ``STAT_*`` totals, then (at the offsets in ``e``) the batch-size
+        histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of
+        ``N_WIN`` columns, by ``window_s``; the last row takes all later times), the
+        inter-token-latency histogram (``metrics.itl_bin_nb``) and the clock.
 
     Returns
     -------
@@ -292,16 +290,16 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
     run = np.empty((R, cap), dtype=np.int64)
     sched = np.empty((R, 4, cap), dtype=np.int64)  # request, new tokens; cohort joiners; prefilling
     cnt = np.zeros((R, e.block_size), dtype=np.int64)  # cohort members by block phase
-    clock = np.zeros((R, 3))  # per replica: time, next client deadline, last cohort advance
+    clk = e.off_clock
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
     for k in range(R):
         st[k, FREE] = pool
         st[k, C_MIN_DONE] = np.int64(1) << 62
-        clock[k, 1] = np.inf
-        stats[k, STAT_MIN_FREE_BLOCKS] = pool
-    st0, wq0, run0, sched0, cnt0, clock0, stats0 = st[0], wq[0], run[0], sched[0], cnt[0], clock[0], stats[0]
+        acc[k, clk + CLOCK_DEADLINE] = np.inf
+        acc[k, STAT_MIN_FREE_BLOCKS] = pool
+    st0, wq0, run0, sched0, cnt0, acc0 = st[0], wq[0], run[0], sched[0], cnt[0], acc[0]
     nxt = 0  # next request to arrive (requests arrive in index order)
     routed = 0
     while glob[DONE] < n:
@@ -309,50 +307,49 @@ def simulate_nb(p, e, reqi, reqf, stats, itl_hist, batch_hist, windows):
         best = -1
         t_best = np.inf
         for k in range(R):
-            if (st[k, N_RUN] > 0 or st[k, Q_ALIVE] > 0) and clock[k, 0] < t_best:
+            if (st[k, N_RUN] > 0 or st[k, Q_ALIVE] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
                 best = k
-                t_best = clock[k, 0]
+                t_best = acc[k, clk + CLOCK_NOW]
         if best < 0 or a <= t_best:
             if a == np.inf:
                 break  # nothing left that can arrive
             r = nxt
             nxt += 1
-            windows[window_of_nb(e, a, windows), WIN_ARRIVALS] += 1.0
+            win_add_nb(e, acc0, window_of_nb(e, a), WIN_ARRIVALS, 1.0)
             tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
             if tokens > e.max_model_len or (
                 continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
             ):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
-                finish_nb(e, reqi, reqf, glob, windows, r, a, STATUS_REJECTED)
+                finish_nb(e, reqi, reqf, glob, acc0, r, a, STATUS_REJECTED)
                 continue
             k = routed % R
             if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
                 fewest = np.int64(1) << 62
                 for j in range(R):
                     # Requests that finish at the end of an iteration still running at `a` count.
-                    load = st[j, N_RUN] + st[j, Q_ALIVE] + (st[j, LAST_DONE] if clock[j, 0] > a else 0)
+                    load = st[j, N_RUN] + st[j, Q_ALIVE] + (st[j, LAST_DONE] if acc[j, clk + CLOCK_NOW] > a else 0)
                     if load < fewest:
                         fewest = load
                         k = j
             routed += 1
             reqi[r, RI_REPLICA] = k
-            if st[k, N_RUN] == 0 and st[k, Q_ALIVE] == 0 and clock[k, 0] < a:
-                clock[k, 0] = a  # an idle replica wakes up
+            if st[k, N_RUN] == 0 and st[k, Q_ALIVE] == 0 and acc[k, clk + CLOCK_NOW] < a:
+                acc[k, clk + CLOCK_NOW] = a  # an idle replica wakes up
             enqueue_nb(reqi, wq[k], st[k], r)
             if e.timeout_s > 0.0:
-                clock[k, 1] = min(clock[k, 1], a + e.timeout_s)
+                acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
         if R == 1:  # the common case, without per-step row views
-            clock[0, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, cnt0, clock0,
-                                   stats0, itl_hist, batch_hist, windows)
+            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, cnt0, acc0)
         else:
-            clock[best, 0] = _step_nb(p, e, t_best, a, reqi, reqf, st[best], glob, wq[best], run[best], sched[best],
-                                      cnt[best], clock[best], stats[best], itl_hist, batch_hist, windows)
+            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, st[best], glob, wq[best], run[best],
+                                                  sched[best], cnt[best], acc[best])
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:
             end = reqf[r, RF_FINISH]
     for k in range(R):
-        stats[k, STAT_PREEMPTIONS] = st[k, PREEMPTED]
-        stats[k, STAT_END_S] = end
+        acc[k, STAT_PREEMPTIONS] = st[k, PREEMPTED]
+        acc[k, STAT_END_S] = end
     return end

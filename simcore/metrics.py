@@ -1,5 +1,10 @@
 """Metric accumulators shared by the engine loop and its fast decode path.
 
+Everything a replica accumulates lives in one float64 array ``acc`` (the layout is in
+``EngineParams``: STAT_* slots, then the batch-size histogram, the time series, the ITL histogram,
+the clock), so kernels pass one array instead of five: each array argument of a call costs two
+atomic reference-count updates.
+
 Inter-token latencies go into a log-linear histogram indexed straight from the float's binary
 exponent and top mantissa bits (no logarithm per token): ``2**itl_sub_bits`` bins per octave
 from ``2**(itl_min_exp - 1)`` seconds up. Mean and standard deviation come from exact sums.
@@ -22,11 +27,12 @@ from simcore.codes import (
     WIN_ITERATIONS,
     WIN_KV_BLOCK_SECONDS,
     WIN_SEQ_SECONDS,
+    N_WIN,
 )
 
 
 @jit_inline
-def itl_bin_nb(e, itl, n_bins):
+def itl_bin_nb(e, itl):
     """Histogram bin of an inter-token latency (clamped to the first and last bins)."""
     if itl <= 0.0:
         return 0
@@ -35,43 +41,54 @@ def itl_bin_nb(e, itl, n_bins):
     b = (ex - e.itl_min_exp) * sub + int((2.0 * mant - 1.0) * sub)
     if b < 0:
         return 0
-    if b >= n_bins:
-        return n_bins - 1
+    if b >= e.n_bins:
+        return e.n_bins - 1
     return b
 
 
 @jit_inline
-def record_itl_nb(e, itl, weight, stats, itl_hist):
+def record_itl_nb(e, itl, weight, acc):
     """Add ``weight`` inter-token latencies of ``itl`` seconds."""
-    stats[STAT_ITL_SUM] += weight * itl
-    stats[STAT_ITL_SQSUM] += weight * itl * itl
-    stats[STAT_ITL_COUNT] += weight
-    itl_hist[itl_bin_nb(e, itl, itl_hist.shape[0])] += weight
+    acc[STAT_ITL_SUM] += weight * itl
+    acc[STAT_ITL_SQSUM] += weight * itl * itl
+    acc[STAT_ITL_COUNT] += weight
+    acc[e.off_itl + itl_bin_nb(e, itl)] += weight
 
 
 @jit_inline
-def window_of_nb(e, t, windows):
+def window_of_nb(e, t):
     """Row of the time series that time ``t`` falls in (the last row takes all later times)."""
-    last = windows.shape[0] - 1
+    last = e.n_windows - 1
     w = t / e.window_s
     return int(w) if w < last else last
 
 
 @jit_inline
-def account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used_blocks, stats, batch_hist, windows):
+def win_add_nb(e, acc, w, col, value):
+    """Add ``value`` to column ``col`` (``WIN_*``) of time-series row ``w``."""
+    acc[e.off_win + w * N_WIN + col] += value
+
+
+@jit_inline
+def batch_add_nb(e, acc, n_sched, count):
+    """Count ``count`` iterations of ``n_sched`` sequences in the batch-size histogram."""
+    acc[e.off_batch + (n_sched if n_sched <= e.max_num_seqs else e.max_num_seqs)] += count
+
+
+@jit_inline
+def account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used_blocks, acc):
     """Add one iteration of ``dt`` seconds to the totals, histograms and its window."""
-    stats[STAT_BUSY_S] += dt
-    stats[STAT_FLOPS] += flops
-    stats[STAT_MEM_BYTES] += nbytes
-    stats[STAT_ITERATIONS] += 1.0
-    stats[STAT_KV_BLOCK_SECONDS] += used_blocks * dt
-    stats[STAT_SEQ_SECONDS] += n_sched * dt
-    if used_blocks > stats[STAT_PEAK_BLOCKS]:
-        stats[STAT_PEAK_BLOCKS] = used_blocks
-    hb = n_sched if n_sched < batch_hist.shape[0] else batch_hist.shape[0] - 1
-    batch_hist[hb] += 1.0
-    w = window_of_nb(e, t_end, windows)
-    windows[w, WIN_BUSY_S] += dt
-    windows[w, WIN_ITERATIONS] += 1.0
-    windows[w, WIN_SEQ_SECONDS] += n_sched * dt
-    windows[w, WIN_KV_BLOCK_SECONDS] += used_blocks * dt
+    acc[STAT_BUSY_S] += dt
+    acc[STAT_FLOPS] += flops
+    acc[STAT_MEM_BYTES] += nbytes
+    acc[STAT_ITERATIONS] += 1.0
+    acc[STAT_KV_BLOCK_SECONDS] += used_blocks * dt
+    acc[STAT_SEQ_SECONDS] += n_sched * dt
+    if used_blocks > acc[STAT_PEAK_BLOCKS]:
+        acc[STAT_PEAK_BLOCKS] = used_blocks
+    batch_add_nb(e, acc, n_sched, 1.0)
+    w = window_of_nb(e, t_end)
+    win_add_nb(e, acc, w, WIN_BUSY_S, dt)
+    win_add_nb(e, acc, w, WIN_ITERATIONS, 1.0)
+    win_add_nb(e, acc, w, WIN_SEQ_SECONDS, n_sched * dt)
+    win_add_nb(e, acc, w, WIN_KV_BLOCK_SECONDS, used_blocks * dt)

@@ -83,3 +83,12 @@ class EngineParams(NamedTuple):
     window_s: float  # width of one time-series window
     n_replicas: int = 1  # data-parallel engine replicas
     router: int = 0  # ROUTER_* code
+    # Layout of a replica's float accumulator ``acc`` (see simcore.layout): STAT_* slots first,
+    # then the batch-size histogram, the time series, the ITL histogram and the clock.
+    n_windows: int = 1
+    n_bins: int = 1
+    off_batch: int = 0
+    off_win: int = 0
+    off_itl: int = 0
+    off_clock: int = 0
+    acc_len: int = 0

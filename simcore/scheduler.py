@@ -25,7 +25,7 @@ from simcore.codes import (
     STATUS_WAITING,
     WIN_COMPLETED,
 )
-from simcore.metrics import window_of_nb
+from simcore.metrics import win_add_nb, window_of_nb
 
 # Slots of the scalar state vector ``st``.
 Q_HEAD = 0  # ring-buffer head of the waiting queue
@@ -93,14 +93,14 @@ def client_next_nb(e, reqf, st, t):
 
 
 @jit_inline
-def finish_nb(e, reqi, reqf, glob, windows, r, t, code):
+def finish_nb(e, reqi, reqf, glob, acc, r, t, code):
     """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next.
     ``glob`` holds the counters all replicas share (``DONE``, ``NEXT_ASSIGN``)."""
     reqi[r, RI_STATUS] = code
     reqf[r, RF_FINISH] = t
     glob[DONE] += 1
     if code == STATUS_DONE:
-        windows[window_of_nb(e, t, windows), WIN_COMPLETED] += 1.0
+        win_add_nb(e, acc, window_of_nb(e, t), WIN_COMPLETED, 1.0)
     client_next_nb(e, reqf, glob, t)
 
 

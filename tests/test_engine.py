@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import simllm
 from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
+from simcore.layout import accumulator_layout, split_accumulator
 from simcore.params import EngineParams
 
 from conftest import build
@@ -36,11 +37,10 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_READY] = 0.0 if ready is None else ready
-    stats = np.zeros((e.n_replicas, codes.N_STATS))
-    itl = np.zeros(34 << 9)
-    batch = np.zeros(e.max_num_seqs + 1)
-    windows = np.zeros((50, codes.N_WIN))
-    simulate_nb(p, e, reqi, reqf, stats, itl, batch, windows)
+    e = e._replace(**accumulator_layout(e.max_num_seqs, 50, 34 << 9))
+    acc = np.zeros((e.n_replicas, e.acc_len))
+    simulate_nb(p, e, reqi, reqf, acc)
+    stats, batch, windows, itl = split_accumulator(e, acc)
     return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 
 

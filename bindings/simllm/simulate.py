@@ -7,6 +7,7 @@ import time
 import numpy as np
 from simcore import codes
 from simcore.engine import simulate_nb
+from simcore.layout import accumulator_layout, split_accumulator
 from simcore.params import EngineParams
 
 from simllm import serving as serving_mod
@@ -162,15 +163,14 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     else:
         reqf[:, codes.RF_ARRIVAL] = requests.arrival_s
         reqf[:, codes.RF_READY] = 0.0
-    stats = np.zeros((replicas, codes.N_STATS))
-    itl_hist = np.zeros(ITL_BINS)
-    batch_hist = np.zeros(serving.max_num_seqs + 1)
-    windows = np.zeros((N_WINDOWS, codes.N_WIN))
+    e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS))
+    acc = np.zeros((replicas, e.acc_len))
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
-    simulate_nb(params, e, reqi, reqf, stats, itl_hist, batch_hist, windows)
+    simulate_nb(params, e, reqi, reqf, acc)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
+    stats, batch_hist, windows, itl_hist = split_accumulator(e, acc)
     return SimResult.build(
         model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
         params=params, engine=e, requests=requests, reqi=reqi, reqf=reqf, stats=stats, itl_hist=itl_hist,
