@@ -3,7 +3,7 @@ O(1) in them instead of O(batch).
 
 Every cohort member gets exactly one token in every cohort *advance*, so a member's state is its
 state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
-values at joining and ``RI_EPOCH`` the replica's advance count ``st[C_D]`` then. The replica keeps
+values at joining and ``RI_EPOCH`` the replica's advance count ``ws[C_D]`` then. The replica keeps
 what iterations need in aggregate: members (``C_N``), the sum of their contexts (``C_S``), when the
 first of them completes (``C_MIN_DONE``), and how many need a new KV block at each advance
 (``cnt``, by ``(computed - epoch) mod block_size``). Members that joined since the last advance
@@ -65,33 +65,33 @@ def needs_block_class_nb(d, bs):
 
 
 @jit_inline
-def join_nb(e, reqi, st, cnt, sched, r):
+def join_nb(e, reqi, ws, r):
     """``r`` (decoding, state explicit) joins the cohort."""
-    d = st[C_D]
+    d = ws[C_D]
     bs = e.block_size
     c = reqi[r, RI_COMPUTED]
     reqi[r, RI_EPOCH] = d
-    cnt[(c - d) % bs] += 1
-    st[C_N] += 1
-    st[C_S] += c
+    ws[e.off_cnt + ((c - d) % bs)] += 1
+    ws[C_N] += 1
+    ws[C_S] += c
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
-    if done < st[C_MIN_DONE]:
-        st[C_MIN_DONE] = done
-    sched[2, st[C_JOIN_N]] = r
-    st[C_JOIN_N] += 1
+    if done < ws[C_MIN_DONE]:
+        ws[C_MIN_DONE] = done
+    ws[e.off_sched + 2 * e.sched_cap + ws[C_JOIN_N]] = r
+    ws[C_JOIN_N] += 1
 
 
 @jit_inline
-def leave_nb(e, reqi, st, cnt, r):
+def leave_nb(e, reqi, ws, r):
     """``r`` leaves the cohort: its explicit state is brought up to date (blocks included)."""
-    d = st[C_D]
+    d = ws[C_D]
     bs = e.block_size
     k = d - reqi[r, RI_EPOCH]
     c0 = reqi[r, RI_COMPUTED]
-    cnt[(c0 - reqi[r, RI_EPOCH]) % bs] -= 1
-    st[C_N] -= 1
+    ws[e.off_cnt + ((c0 - reqi[r, RI_EPOCH]) % bs)] -= 1
+    ws[C_N] -= 1
     c = c0 + k
-    st[C_S] -= c
+    ws[C_S] -= c
     reqi[r, RI_COMPUTED] = c
     reqi[r, RI_GENERATED] += k
     reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], bs)
@@ -99,52 +99,52 @@ def leave_nb(e, reqi, st, cnt, r):
 
 
 @jit
-def materialize_nb(e, reqi, reqf, st, run, cnt, t_cohort):
+def materialize_nb(e, reqi, reqf, ws, t_cohort):
     """Every member leaves the cohort with its explicit state (and last emit time) restored."""
-    if st[C_N] == 0:
+    if ws[C_N] == 0:
         return
-    d = st[C_D]
-    for i in range(st[N_RUN]):
-        r = run[i]
+    d = ws[C_D]
+    for i in range(ws[N_RUN]):
+        r = ws[e.off_run + i]
         if reqi[r, RI_EPOCH] >= 0:
             if reqi[r, RI_EPOCH] < d:  # took part in the last advance
                 reqf[r, RF_LAST_EMIT] = t_cohort
-            leave_nb(e, reqi, st, cnt, r)
-    st[C_JOIN_N] = 0
-    st[C_MIN_DONE] = BIG
+            leave_nb(e, reqi, ws, r)
+    ws[C_JOIN_N] = 0
+    ws[C_MIN_DONE] = BIG
 
 
 @jit
-def rebuild_nb(e, reqi, st, run, cnt, sched):
+def rebuild_nb(e, reqi, ws):
     """After an explicit iteration: running requests that are decoding (all their tokens so far
     computed but the last one emitted) join the cohort; the others are listed in ``sched[3]``."""
-    st[P_N] = 0
-    for i in range(st[N_RUN]):
-        r = run[i]
+    ws[P_N] = 0
+    for i in range(ws[N_RUN]):
+        r = ws[e.off_run + i]
         g = reqi[r, RI_GENERATED]
         if g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1:
-            join_nb(e, reqi, st, cnt, sched, r)
+            join_nb(e, reqi, ws, r)
         else:
-            sched[3, st[P_N]] = r
-            st[P_N] += 1
+            ws[e.off_sched + 3 * e.sched_cap + ws[P_N]] = r
+            ws[P_N] += 1
 
 
 @jit
-def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, acc):
+def _complete_members_nb(e, t_end, reqi, reqf, ws, glob, acc):
     """Members whose last token came with the advance just made finish; returns how many."""
-    d = st[C_D]
+    d = ws[C_D]
     finished = 0
     nxt = BIG
     k = 0
-    for i in range(st[N_RUN]):
-        r = run[i]
+    for i in range(ws[N_RUN]):
+        r = ws[e.off_run + i]
         ep = reqi[r, RI_EPOCH]
         if ep >= 0:
             done = ep + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
             if done == d:
-                leave_nb(e, reqi, st, cnt, r)
+                leave_nb(e, reqi, ws, r)
                 reqf[r, RF_LAST_EMIT] = t_end
-                st[FREE] += reqi[r, RI_BLOCKS]
+                ws[FREE] += reqi[r, RI_BLOCKS]
                 reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
                 finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
@@ -152,38 +152,38 @@ def _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, acc):
                 continue
             if done < nxt:
                 nxt = done
-        run[k] = r
+        ws[e.off_run + k] = r
         k += 1
-    st[N_RUN] = k
-    st[C_MIN_DONE] = nxt
+    ws[N_RUN] = k
+    ws[C_MIN_DONE] = nxt
     return finished
 
 
 @jit
-def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, acc):
+def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and
     the free blocks (no preemption). Returns (handled, end time)."""
     bs = e.block_size
-    n_c = st[C_N]
-    d = st[C_D]
-    free = st[FREE]
-    need_c = cnt[needs_block_class_nb(d, bs)] if n_c > 0 else 0
+    n_c = ws[C_N]
+    d = ws[C_D]
+    free = ws[FREE]
+    need_c = ws[e.off_cnt + (needs_block_class_nb(d, bs))] if n_c > 0 else 0
     budget = e.max_num_batched_tokens - n_c
     extra = need_c
-    n_pre = st[P_N]
+    n_pre = ws[P_N]
     if not e.chunked_prefill:
         if n_pre > 0:
             return False, now
-        head = peek_nb(reqi, wq, st)
-        if head >= 0 and st[N_RUN] < e.max_num_seqs:
+        head = peek_nb(reqi, e, ws)
+        if head >= 0 and ws[N_RUN] < e.max_num_seqs:
             # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
             need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - reqi[head, RI_COMPUTED]
             x = blocks_for_nb(reqi[head, RI_COMPUTED] + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
             if need <= e.max_num_batched_tokens and x <= free:
                 return False, now
     for i in range(n_pre):
-        r = sched[3, i]
+        r = ws[e.off_sched + 3 * e.sched_cap + i]
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         budget -= need
@@ -192,77 +192,77 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, acc)
         return False, now
     n_sched = 0
     for i in range(n_pre):
-        r = sched[3, i]
+        r = ws[e.off_sched + 3 * e.sched_cap + i]
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
         reqi[r, RI_BLOCKS] += x
-        sched[0, n_sched] = r
-        sched[1, n_sched] = need
+        ws[e.off_sched + n_sched] = r
+        ws[e.off_sched + e.sched_cap + n_sched] = need
         n_sched += 1
     free -= extra
-    st[FREE] = free
+    ws[FREE] = free
     # Admissions, FCFS, while sequences, budget and blocks allow.
-    while e.chunked_prefill and st[N_RUN] < e.max_num_seqs and budget > 0:
-        r = peek_nb(reqi, wq, st)
+    while e.chunked_prefill and ws[N_RUN] < e.max_num_seqs and budget > 0:
+        r = peek_nb(reqi, e, ws)
         if r < 0:
             break
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         new = need if need < budget else budget
         x = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if x > st[FREE]:
+        if x > ws[FREE]:
             break
-        admit_nb(reqi, reqf, wq, st, run, r, now)
-        st[FREE] -= x
+        admit_nb(reqi, reqf, e, ws, r, now)
+        ws[FREE] -= x
         reqi[r, RI_BLOCKS] += x
-        sched[0, n_sched] = r
-        sched[1, n_sched] = new
+        ws[e.off_sched + n_sched] = r
+        ws[e.off_sched + e.sched_cap + n_sched] = new
         n_sched += 1
         budget -= new
     # Cost: the cohort in aggregate plus the explicit rows.
     fc = float(n_c)
-    ctx = float(st[C_S]) + fc
+    ctx = float(ws[C_S]) + fc
     n_tokens = fc
     pairs = ctx
     kv_read = ctx
     n_emit = fc
     for j in range(n_sched):
-        r = sched[0, j]
-        q = float(sched[1, j])
+        r = ws[e.off_sched + j]
+        q = float(ws[e.off_sched + e.sched_cap + j])
         c = float(reqi[r, RI_COMPUTED])
         n_tokens += q
         pairs += q * c + q * (q + 1.0) * 0.5
         kv_read += c + q
-        if reqi[r, RI_COMPUTED] + sched[1, j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+        if reqi[r, RI_COMPUTED] + ws[e.off_sched + e.sched_cap + j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
             n_emit += 1.0
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
-    account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - st[FREE], acc)
-    if st[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
-        acc[STAT_MIN_FREE_BLOCKS] = st[FREE]
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - ws[FREE], acc)
+    if ws[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE]
     w_end = window_of_nb(e, t_end)
     finished = 0
     if n_c > 0:
-        regular = n_c - st[C_JOIN_N]
+        regular = n_c - ws[C_JOIN_N]
         if regular > 0:
             record_itl_nb(e, t_end - acc[e.off_clock + CLOCK_COHORT], float(regular), acc)
-        for j in range(st[C_JOIN_N]):
-            r = sched[2, j]
+        for j in range(ws[C_JOIN_N]):
+            r = ws[e.off_sched + 2 * e.sched_cap + j]
             record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
-        st[C_JOIN_N] = 0
-        st[C_D] = d + 1
-        st[C_S] += n_c
+        ws[C_JOIN_N] = 0
+        ws[C_D] = d + 1
+        ws[C_S] += n_c
         acc[e.off_clock + CLOCK_COHORT] = t_end
         acc[STAT_DECODE_TOKENS] += fc
         win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, fc)
-        if st[C_D] >= st[C_MIN_DONE]:
-            finished += _complete_members_nb(e, t_end, reqi, reqf, st, glob, run, cnt, acc)
+        if ws[C_D] >= ws[C_MIN_DONE]:
+            finished += _complete_members_nb(e, t_end, reqi, reqf, ws, glob, acc)
     # Explicit rows: new tokens, emission, joining the cohort or finishing.
     any_done = False
     for j in range(n_sched):
-        r = sched[0, j]
-        new = sched[1, j]
+        r = ws[e.off_sched + j]
+        new = ws[e.off_sched + e.sched_cap + j]
         before = reqi[r, RI_COMPUTED]
         after = before + new
         reqi[r, RI_COMPUTED] = after
@@ -281,30 +281,30 @@ def fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt, acc)
             reqi[r, RI_GENERATED] = g + 1
             win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
-                st[FREE] += reqi[r, RI_BLOCKS]
+                ws[FREE] += reqi[r, RI_BLOCKS]
                 reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
                 finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
                 any_done = True
             else:
-                join_nb(e, reqi, st, cnt, sched, r)
+                join_nb(e, reqi, ws, r)
     # The prefilling list keeps those still prefilling, in admission order; the running list
     # drops requests that finished.
     k = 0
     for j in range(n_sched):
-        r = sched[0, j]
+        r = ws[e.off_sched + j]
         if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
-            sched[3, k] = r
+            ws[e.off_sched + 3 * e.sched_cap + k] = r
             k += 1
-    st[P_N] = k
+    ws[P_N] = k
     if any_done:
         k = 0
-        for i in range(st[N_RUN]):
-            r = run[i]
+        for i in range(ws[N_RUN]):
+            r = ws[e.off_run + i]
             if reqi[r, RI_STATUS] == STATUS_RUNNING:
-                run[k] = r
+                ws[e.off_run + k] = r
                 k += 1
-        st[N_RUN] = k
-    st[LAST_DONE] = finished
+        ws[N_RUN] = k
+    ws[LAST_DONE] = finished
     return True, t_end

@@ -46,21 +46,21 @@ from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, 
 
 
 @jit_inline
-def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, wq, st, cnt):
+def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, ws):
     """Whether the next iteration is a cohort-only decode with nothing else to do: every running
     request decodes, none completes in it, no event is due, and the waiting head (if any) could
     not be admitted. Free blocks only shrink during such a run, so what holds for its first
     iteration holds for all of them."""
-    B = st[C_N]
-    if B == 0 or st[P_N] > 0 or B != st[N_RUN] or B > e.max_num_batched_tokens:
+    B = ws[C_N]
+    if B == 0 or ws[P_N] > 0 or B != ws[N_RUN] or B > e.max_num_batched_tokens:
         return False
-    if st[C_MIN_DONE] - st[C_D] <= 1 or now >= next_arrival or now >= next_deadline:
+    if ws[C_MIN_DONE] - ws[C_D] <= 1 or now >= next_arrival or now >= next_deadline:
         return False
-    head = peek_nb(reqi, wq, st)
+    head = peek_nb(reqi, e, ws)
     if head < 0 or B >= e.max_num_seqs:
         return True
     bs = e.block_size
-    free = st[FREE]
+    free = ws[FREE]
     c = reqi[head, RI_COMPUTED]
     need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c
     if e.chunked_prefill:
@@ -69,14 +69,14 @@ def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, wq, st, cnt):
             return True
         new = need if need < budget else budget
         extra = blocks_for_nb(c + new, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-        return extra > free - cnt[needs_block_class_nb(st[C_D], bs)]
+        return extra > free - ws[e.off_cnt + (needs_block_class_nb(ws[C_D], bs))]
     if need > e.max_num_batched_tokens:
         return True
     return blocks_for_nb(c + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS] > free
 
 
 @jit
-def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cnt, sched, acc):
+def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     """Advance as many cohort-only decode iterations as nothing else happens in (call it when
     :func:`pure_decode_nb` holds).
 
@@ -88,14 +88,14 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
     now : float
         Time at the end of the run.
     """
-    B = st[C_N]
+    B = ws[C_N]
     bs = e.block_size
-    d0 = st[C_D]
-    free = st[FREE]
-    k_max = st[C_MIN_DONE] - d0 - 1  # stop before the advance that completes a member
+    d0 = ws[C_D]
+    free = ws[FREE]
+    k_max = ws[C_MIN_DONE] - d0 - 1  # stop before the advance that completes a member
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
     fb = float(B)
-    x = float(st[C_S]) + fb
+    x = float(ws[C_S]) + fb
     t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
     n_att = float(op_count_nb(p, OP_ATTENTION))
     fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
@@ -119,7 +119,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
     n_itl = 0.0
     t_cohort = acc[e.off_clock + CLOCK_COHORT]
     while k < k_max and now < next_arrival and now < next_deadline:
-        new_blocks = cnt[needs_block_class_nb(d0 + k, bs)]
+        new_blocks = ws[e.off_cnt + (needs_block_class_nb(d0 + k, bs))]
         if new_blocks > free:
             break
         fa = fa0 + f_slope * x
@@ -138,11 +138,11 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
         nbytes += b_rest + n_att * ba
         kv_seconds += (e.num_blocks - free) * dt
         if k == 0:
-            regular = B - st[C_JOIN_N]
+            regular = B - ws[C_JOIN_N]
             if regular > 0:
                 record_itl_nb(e, t_end - t_cohort, float(regular), acc)
-            for j in range(st[C_JOIN_N]):
-                record_itl_nb(e, t_end - reqf[sched[2, j], RF_LAST_EMIT], 1.0, acc)
+            for j in range(ws[C_JOIN_N]):
+                record_itl_nb(e, t_end - reqf[ws[e.off_sched + 2 * e.sched_cap + j], RF_LAST_EMIT], 1.0, acc)
         else:
             itl = t_end - now
             itl_sum += fb * itl
@@ -154,11 +154,11 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, wq, st, cn
         k += 1
     if k == 0:
         return 0, now
-    st[C_D] = d0 + k
-    st[C_S] += B * k
-    st[C_JOIN_N] = 0
+    ws[C_D] = d0 + k
+    ws[C_S] += B * k
+    ws[C_JOIN_N] = 0
     acc[e.off_clock + CLOCK_COHORT] = now
-    st[FREE] = free
+    ws[FREE] = free
     used = e.num_blocks - free
     acc[STAT_BUSY_S] += busy
     acc[STAT_FLOPS] += flops

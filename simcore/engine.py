@@ -78,30 +78,30 @@ from simcore.scheduler import (
 
 
 @jit
-def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, acc):
+def _time_out_nb(e, now, reqi, reqf, ws, glob, acc):
     """Abort every request of this replica whose client gave up by ``now``. Returns the next
     deadline among those left."""
     nxt = np.inf
     k = 0
-    for i in range(st[N_RUN]):
-        r = run[i]
+    for i in range(ws[N_RUN]):
+        r = ws[e.off_run + i]
         deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
         if deadline <= now:
-            st[FREE] += reqi[r, RI_BLOCKS]
+            ws[FREE] += reqi[r, RI_BLOCKS]
             reqi[r, RI_BLOCKS] = 0
             finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
         else:
-            run[k] = r
+            ws[e.off_run + k] = r
             k += 1
             nxt = min(nxt, deadline)
-    st[N_RUN] = k
-    cap = wq.shape[0]
-    for i in range(st[Q_COUNT]):  # waiting requests leave the queue lazily
-        r = wq[(st[Q_HEAD] + i) % cap]
+    ws[N_RUN] = k
+    cap = e.wq_cap
+    for i in range(ws[Q_COUNT]):  # waiting requests leave the queue lazily
+        r = ws[e.off_wq + ((ws[Q_HEAD] + i) % cap)]
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:
-                st[Q_ALIVE] -= 1
+                ws[Q_ALIVE] -= 1
                 finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
             else:
                 nxt = min(nxt, deadline)
@@ -109,15 +109,15 @@ def _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, acc):
 
 
 @jit
-def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, acc, emit_all):
+def _advance_nb(e, t_end, reqi, reqf, ws, glob, n_sched, acc, emit_all):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
-    finished (their number goes to ``st[LAST_DONE]``). Static batches keep finished rows as
+    finished (their number goes to ``ws[LAST_DONE]``). Static batches keep finished rows as
     padding (``emit_all``)."""
     w_end = window_of_nb(e, t_end)
     finished = 0
     for j in range(n_sched):
-        r = sched[0, j]
-        new = sched[1, j]
+        r = ws[e.off_sched + j]
+        new = ws[e.off_sched + e.sched_cap + j]
         before = reqi[r, RI_COMPUTED]
         after = before + new
         reqi[r, RI_COMPUTED] = after
@@ -139,25 +139,25 @@ def _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, acc, emit_a
             win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
                 if not emit_all:
-                    st[FREE] += reqi[r, RI_BLOCKS]
+                    ws[FREE] += reqi[r, RI_BLOCKS]
                     reqi[r, RI_BLOCKS] = 0
                 late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
                 finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
                 finished += 1
-    st[LAST_DONE] = finished
+    ws[LAST_DONE] = finished
     k = 0
-    for i in range(st[N_RUN]):
-        r = run[i]
+    for i in range(ws[N_RUN]):
+        r = ws[e.off_run + i]
         if reqi[r, RI_STATUS] == STATUS_RUNNING:
             k += 1
             if not emit_all:
-                run[k - 1] = r
+                ws[e.off_run + (k - 1)] = r
     if not emit_all or k == 0:
-        st[N_RUN] = k  # a static batch keeps its rows until all of them are done
+        ws[N_RUN] = k  # a static batch keeps its rows until all of them are done
 
 
 @jit
-def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt, acc):
+def _step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
@@ -165,63 +165,63 @@ def _step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, cnt,
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide.
     """
-    st[LAST_DONE] = 0
+    ws[LAST_DONE] = 0
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
     if cohort:
         deadline = acc[e.off_clock + CLOCK_DEADLINE]
         if now < deadline:
-            if pure_decode_nb(e, now, next_arrival, deadline, reqi, wq, st, cnt):
-                k, t = decode_run_nb(p, e, now, next_arrival, deadline, reqi, reqf, wq, st, cnt, sched,
+            if pure_decode_nb(e, now, next_arrival, deadline, reqi, ws):
+                k, t = decode_run_nb(p, e, now, next_arrival, deadline, reqi, reqf, ws,
                                      acc)
                 if k > 0:
                     return t
-            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, wq, st, glob, run, sched, cnt,
+            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, ws, glob,
                                            acc)
             if handled:
                 return t
-        materialize_nb(e, reqi, reqf, st, run, cnt, acc[e.off_clock + CLOCK_COHORT])
-        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc)
-        rebuild_nb(e, reqi, st, run, cnt, sched)
+        materialize_nb(e, reqi, reqf, ws, acc[e.off_clock + CLOCK_COHORT])
+        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc)
+        rebuild_nb(e, reqi, ws)
         return t
-    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc)
+    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc)
 
 
 @jit
-def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sched, acc):
+def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc):
     """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
     if now >= acc[e.off_clock + CLOCK_DEADLINE]:
-        acc[e.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, now, reqi, reqf, st, glob, wq, run, acc)
+        acc[e.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, now, reqi, reqf, ws, glob, acc)
         return now
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
     if continuous:
-        n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched)
+        n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, ws)
         if n_sched == 0:
-            if not preempted and st[N_RUN] == 0:
+            if not preempted and ws[N_RUN] == 0:
                 # The head cannot get blocks with the engine empty: it can never run.
-                r = peek_nb(reqi, wq, st)
-                st[Q_HEAD] = (st[Q_HEAD] + 1) % wq.shape[0]
-                st[Q_COUNT] -= 1
-                st[Q_ALIVE] -= 1
+                r = peek_nb(reqi, e, ws)
+                ws[Q_HEAD] = (ws[Q_HEAD] + 1) % e.wq_cap
+                ws[Q_COUNT] -= 1
+                ws[Q_ALIVE] -= 1
                 finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_REJECTED)
             return now
-        used = e.num_blocks - st[FREE]
+        used = e.num_blocks - ws[FREE]
     else:
-        if st[N_RUN] == 0:
-            if e.policy == POLICY_DYNAMIC and st[Q_ALIVE] < e.batch_max:
-                start = reqf[peek_nb(reqi, wq, st), RF_ARRIVAL] + e.batch_window_s
+        if ws[N_RUN] == 0:
+            if e.policy == POLICY_DYNAMIC and ws[Q_ALIVE] < e.batch_max:
+                start = reqf[peek_nb(reqi, e, ws), RF_ARRIVAL] + e.batch_window_s
                 if now < start:
                     return min(start, next_arrival)
-            n_sched = form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched)
+            n_sched = form_static_batch_nb(e, now, reqi, reqf, ws)
             if e.pad_prompts:
                 for j in range(n_sched):
-                    pad_to = max(pad_to, sched[1, j])
+                    pad_to = max(pad_to, ws[e.off_sched + e.sched_cap + j])
         else:
-            n_sched = st[N_RUN]
+            n_sched = ws[N_RUN]
             for j in range(n_sched):
-                sched[0, j] = run[j]
-                sched[1, j] = 1
-        used = st[N_RUN] * ((e.max_model_len + e.block_size - 1) // e.block_size)
+                ws[e.off_sched + j] = ws[e.off_run + j]
+                ws[e.off_sched + e.sched_cap + j] = 1
+        used = ws[N_RUN] * ((e.max_model_len + e.block_size - 1) // e.block_size)
 
     # The iteration's cost from its batch aggregates.
     n_tokens = 0.0
@@ -229,20 +229,20 @@ def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, st, glob, wq, run, sc
     kv_read = 0.0
     n_emit = 0.0
     for j in range(n_sched):
-        r = sched[0, j]
-        q = float(pad_to if pad_to > 0 else sched[1, j])
+        r = ws[e.off_sched + j]
+        q = float(pad_to if pad_to > 0 else ws[e.off_sched + e.sched_cap + j])
         c = float(reqi[r, RI_COMPUTED])
         n_tokens += q
         pairs += q * c + q * (q + 1.0) * 0.5
         kv_read += c + q
-        if not continuous or reqi[r, RI_COMPUTED] + sched[1, j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+        if not continuous or reqi[r, RI_COMPUTED] + ws[e.off_sched + e.sched_cap + j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
             n_emit += 1.0
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
     account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, acc)
-    if st[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
-        acc[STAT_MIN_FREE_BLOCKS] = st[FREE]
-    _advance_nb(e, t_end, reqi, reqf, st, glob, run, sched, n_sched, acc, not continuous)
+    if ws[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE]
+    _advance_nb(e, t_end, reqi, reqf, ws, glob, n_sched, acc, not continuous)
     return t_end
 
 
@@ -282,24 +282,19 @@ def simulate_nb(p, e, reqi, reqf, acc):
     n = reqi.shape[0]
     R = e.n_replicas
     continuous = e.policy == POLICY_CONTINUOUS
-    cap = max(e.max_num_seqs, 1)
-    st = np.zeros((R, N_STATE), dtype=np.int64)
+    ws = np.zeros((R, e.ws_len), dtype=np.int64)  # per replica: state, cohort phases, lists, queue
     glob = np.zeros(N_STATE, dtype=np.int64)  # DONE and NEXT_ASSIGN are shared by all replicas
     glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n
-    wq = np.empty((R, max(n, 1)), dtype=np.int64)
-    run = np.empty((R, cap), dtype=np.int64)
-    sched = np.empty((R, 4, cap), dtype=np.int64)  # request, new tokens; cohort joiners; prefilling
-    cnt = np.zeros((R, e.block_size), dtype=np.int64)  # cohort members by block phase
     clk = e.off_clock
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
     for k in range(R):
-        st[k, FREE] = pool
-        st[k, C_MIN_DONE] = np.int64(1) << 62
+        ws[k, FREE] = pool
+        ws[k, C_MIN_DONE] = np.int64(1) << 62
         acc[k, clk + CLOCK_DEADLINE] = np.inf
         acc[k, STAT_MIN_FREE_BLOCKS] = pool
-    st0, wq0, run0, sched0, cnt0, acc0 = st[0], wq[0], run[0], sched[0], cnt[0], acc[0]
+    ws0, acc0 = ws[0], acc[0]
     nxt = 0  # next request to arrive (requests arrive in index order)
     routed = 0
     while glob[DONE] < n:
@@ -307,7 +302,7 @@ def simulate_nb(p, e, reqi, reqf, acc):
         best = -1
         t_best = np.inf
         for k in range(R):
-            if (st[k, N_RUN] > 0 or st[k, Q_ALIVE] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
+            if (ws[k, N_RUN] > 0 or ws[k, Q_ALIVE] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
                 best = k
                 t_best = acc[k, clk + CLOCK_NOW]
         if best < 0 or a <= t_best:
@@ -328,28 +323,27 @@ def simulate_nb(p, e, reqi, reqf, acc):
                 fewest = np.int64(1) << 62
                 for j in range(R):
                     # Requests that finish at the end of an iteration still running at `a` count.
-                    load = st[j, N_RUN] + st[j, Q_ALIVE] + (st[j, LAST_DONE] if acc[j, clk + CLOCK_NOW] > a else 0)
+                    load = ws[j, N_RUN] + ws[j, Q_ALIVE] + (ws[j, LAST_DONE] if acc[j, clk + CLOCK_NOW] > a else 0)
                     if load < fewest:
                         fewest = load
                         k = j
             routed += 1
             reqi[r, RI_REPLICA] = k
-            if st[k, N_RUN] == 0 and st[k, Q_ALIVE] == 0 and acc[k, clk + CLOCK_NOW] < a:
+            if ws[k, N_RUN] == 0 and ws[k, Q_ALIVE] == 0 and acc[k, clk + CLOCK_NOW] < a:
                 acc[k, clk + CLOCK_NOW] = a  # an idle replica wakes up
-            enqueue_nb(reqi, wq[k], st[k], r)
+            enqueue_nb(reqi, e, ws[k], r)
             if e.timeout_s > 0.0:
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
-        if R == 1:  # the common case, without per-step row views
-            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, st0, glob, wq0, run0, sched0, cnt0, acc0)
+        if R == 1:  # the common case, without a per-step row view
+            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
-            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, st[best], glob, wq[best], run[best],
-                                                  sched[best], cnt[best], acc[best])
+            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, ws[best], glob, acc[best])
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:
             end = reqf[r, RF_FINISH]
     for k in range(R):
-        acc[k, STAT_PREEMPTIONS] = st[k, PREEMPTED]
+        acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED]
         acc[k, STAT_END_S] = end
     return end

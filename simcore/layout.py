@@ -1,6 +1,7 @@
-"""Offsets of a replica's float accumulator (see ``EngineParams``): the one place they are
-computed, for simllm and the tests."""
+"""Offsets of a replica's float accumulator and int workspace (see ``EngineParams``): the one
+place they are computed, for simllm and the tests."""
 from simcore.codes import N_CLOCK, N_STATS, N_WIN
+from simcore.scheduler import N_STATE
 
 
 def accumulator_layout(max_num_seqs, n_windows, n_bins):
@@ -23,3 +24,17 @@ def split_accumulator(e, acc):
     windows = acc[:, e.off_win:e.off_itl].sum(axis=0).reshape(e.n_windows, N_WIN)
     itl = acc[:, e.off_itl:e.off_clock].sum(axis=0)
     return stats, batch, windows, itl
+
+
+def workspace_layout(max_num_seqs, block_size, n_requests):
+    """EngineParams fields for a replica's int64 workspace: ``N_STATE`` state slots, the decode
+    cohort's ``block_size`` phase counts, the running list and four schedule rows of
+    ``max_num_seqs`` entries, and a waiting queue of ``n_requests``."""
+    cap = max(max_num_seqs, 1)
+    off_cnt = N_STATE
+    off_run = off_cnt + block_size
+    off_sched = off_run + cap
+    off_wq = off_sched + 4 * cap
+    wq_cap = max(n_requests, 1)
+    return dict(sched_cap=cap, wq_cap=wq_cap, off_cnt=off_cnt, off_run=off_run, off_sched=off_sched, off_wq=off_wq,
+                ws_len=off_wq + wq_cap)

@@ -92,3 +92,12 @@ class EngineParams(NamedTuple):
     off_itl: int = 0
     off_clock: int = 0
     acc_len: int = 0
+    # Layout of a replica's int64 workspace ``ws``: the scheduler's state slots (scheduler.py),
+    # the cohort's block-phase counts, the running list, the schedule rows and the waiting queue.
+    sched_cap: int = 1
+    wq_cap: int = 1
+    off_cnt: int = 0
+    off_run: int = 0
+    off_sched: int = 0
+    off_wq: int = 0
+    ws_len: int = 0

@@ -2,10 +2,12 @@
 and vLLM's per-iteration choice of who runs — chunked prefill (v1) or prefill-first (v0).
 
 Per-request state is the two arrays ``reqi``/``reqf`` (columns ``RI_*``/``RF_*`` in codes.py).
-Scalars that helpers mutate live in the int64 vector ``st`` (slots below). The waiting queue is a
-ring buffer ``wq`` (preempted requests go back to its front); ``run`` holds the running requests
-in admission order, and this iteration's schedule is written to ``sched`` (row 0: request, row 1:
-new tokens).
+A replica's own integers live in one int64 workspace ``ws`` (layout in ``EngineParams``, computed
+by simcore.layout): the state slots below, the decode cohort's block-phase counts, the running
+list in admission order (``off_run``), four schedule rows of ``sched_cap`` entries (``off_sched``:
+request, new tokens, cohort joiners, prefilling requests) and the waiting queue, a ring buffer
+(``off_wq``) whose front takes preempted requests. One array instead of five keeps kernel calls
+cheap: each array argument costs two atomic reference-count updates per call.
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
@@ -42,28 +44,28 @@ C_D = 10  # cohort advances so far
 C_S = 11  # sum of the members' computed tokens
 C_MIN_DONE = 12  # advance count at which the first member completes
 C_JOIN_N = 13  # members that joined since the last advance
-P_N = 14  # running requests outside the cohort (prefilling), listed in sched[3]
+P_N = 14  # running requests outside the cohort (prefilling), listed in schedule row 3
 N_STATE = 15
 
 
 @jit_inline
-def push_back_nb(wq, st, r):
-    cap = wq.shape[0]
-    wq[(st[Q_HEAD] + st[Q_COUNT]) % cap] = r
-    st[Q_COUNT] += 1
-    st[Q_ALIVE] += 1
+def push_back_nb(e, ws, r):
+    cap = e.wq_cap
+    ws[e.off_wq + ((ws[Q_HEAD] + ws[Q_COUNT]) % cap)] = r
+    ws[Q_COUNT] += 1
+    ws[Q_ALIVE] += 1
 
 
 @jit_inline
-def peek_nb(reqi, wq, st):
+def peek_nb(reqi, e, ws):
     """First request still waiting (dropping timed-out entries), or -1."""
-    cap = wq.shape[0]
-    while st[Q_COUNT] > 0:
-        r = wq[st[Q_HEAD]]
+    cap = e.wq_cap
+    while ws[Q_COUNT] > 0:
+        r = ws[e.off_wq + (ws[Q_HEAD])]
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             return r
-        st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
-        st[Q_COUNT] -= 1
+        ws[Q_HEAD] = (ws[Q_HEAD] + 1) % cap
+        ws[Q_COUNT] -= 1
     return -1
 
 
@@ -74,22 +76,22 @@ def blocks_for_nb(tokens, cached, block_size):
 
 
 @jit_inline
-def enqueue_nb(reqi, wq, st, r):
+def enqueue_nb(reqi, e, ws, r):
     """A request arrives: it waits with its cached prefix already computed."""
     reqi[r, RI_STATUS] = STATUS_WAITING
     reqi[r, RI_COMPUTED] = reqi[r, RI_CACHED]
-    push_back_nb(wq, st, r)
+    push_back_nb(e, ws, r)
 
 
 @jit_inline
-def client_next_nb(e, reqf, st, t):
+def client_next_nb(e, reqf, ws, t):
     """Closed loop: the client whose request ended at ``t`` sends the next request, once that
     request is ready (its open-loop time under a rate limit, else at once)."""
-    if e.n_clients > 0 and st[NEXT_ASSIGN] < reqf.shape[0]:
-        i = st[NEXT_ASSIGN]
+    if e.n_clients > 0 and ws[NEXT_ASSIGN] < reqf.shape[0]:
+        i = ws[NEXT_ASSIGN]
         ready = reqf[i, RF_READY]
         reqf[i, RF_ARRIVAL] = t if t > ready else ready
-        st[NEXT_ASSIGN] += 1
+        ws[NEXT_ASSIGN] += 1
 
 
 @jit_inline
@@ -105,40 +107,40 @@ def finish_nb(e, reqi, reqf, glob, acc, r, t, code):
 
 
 @jit_inline
-def _preempt_last_nb(reqi, wq, st, run):
+def _preempt_last_nb(reqi, e, ws):
     """Preempt (recompute) the most recently admitted running request; it goes back to the
     front of the waiting queue with its blocks freed. Returns it."""
-    st[N_RUN] -= 1
-    v = run[st[N_RUN]]
-    st[FREE] += reqi[v, RI_BLOCKS]
+    ws[N_RUN] -= 1
+    v = ws[e.off_run + (ws[N_RUN])]
+    ws[FREE] += reqi[v, RI_BLOCKS]
     reqi[v, RI_BLOCKS] = 0
     reqi[v, RI_PREEMPTIONS] += 1
     reqi[v, RI_STATUS] = STATUS_WAITING
     reqi[v, RI_COMPUTED] = reqi[v, RI_CACHED]
-    cap = wq.shape[0]
-    st[Q_HEAD] = (st[Q_HEAD] - 1 + cap) % cap
-    wq[st[Q_HEAD]] = v
-    st[Q_COUNT] += 1
-    st[Q_ALIVE] += 1
-    st[PREEMPTED] += 1
+    cap = e.wq_cap
+    ws[Q_HEAD] = (ws[Q_HEAD] - 1 + cap) % cap
+    ws[e.off_wq + (ws[Q_HEAD])] = v
+    ws[Q_COUNT] += 1
+    ws[Q_ALIVE] += 1
+    ws[PREEMPTED] += 1
     return v
 
 
 @jit_inline
-def admit_nb(reqi, reqf, wq, st, run, r, now):
-    cap = wq.shape[0]
-    st[Q_HEAD] = (st[Q_HEAD] + 1) % cap
-    st[Q_COUNT] -= 1
-    st[Q_ALIVE] -= 1
+def admit_nb(reqi, reqf, e, ws, r, now):
+    cap = e.wq_cap
+    ws[Q_HEAD] = (ws[Q_HEAD] + 1) % cap
+    ws[Q_COUNT] -= 1
+    ws[Q_ALIVE] -= 1
     reqi[r, RI_STATUS] = STATUS_RUNNING
-    run[st[N_RUN]] = r
-    st[N_RUN] += 1
+    ws[e.off_run + (ws[N_RUN])] = r
+    ws[N_RUN] += 1
     if reqf[r, RF_FIRST_SCHED] < 0.0:
         reqf[r, RF_FIRST_SCHED] = now
 
 
 @jit
-def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
+def schedule_continuous_nb(e, now, reqi, reqf, ws):
     """Choose this iteration's requests and their new tokens (continuous batching).
 
     Writes request ids to ``sched[0]`` and new tokens to ``sched[1]``.
@@ -156,49 +158,49 @@ def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
     if e.chunked_prefill:
         # Running requests first, in admission order: a decode token or the next chunk.
         i = 0
-        while i < st[N_RUN] and budget > 0:
-            r = run[i]
+        while i < ws[N_RUN] and budget > 0:
+            r = ws[e.off_run + i]
             c = reqi[r, RI_COMPUTED]
             need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
             new = need if need < budget else budget
             extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
             victim = -1
-            while extra > st[FREE] and victim != r:
-                victim = _preempt_last_nb(reqi, wq, st, run)
+            while extra > ws[FREE] and victim != r:
+                victim = _preempt_last_nb(reqi, e, ws)
                 preempted = True
             if victim == r:
                 break
-            st[FREE] -= extra
+            ws[FREE] -= extra
             reqi[r, RI_BLOCKS] += extra
-            sched[0, n] = r
-            sched[1, n] = new
+            ws[e.off_sched + n] = r
+            ws[e.off_sched + e.sched_cap + n] = new
             n += 1
             budget -= new
             i += 1
         if preempted:
             return n, preempted
         # Then waiting requests, FCFS, while sequences, budget and blocks allow.
-        while st[N_RUN] < e.max_num_seqs and budget > 0:
-            r = peek_nb(reqi, wq, st)
+        while ws[N_RUN] < e.max_num_seqs and budget > 0:
+            r = peek_nb(reqi, e, ws)
             if r < 0:
                 break
             c = reqi[r, RI_COMPUTED]
             need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
             new = need if need < budget else budget
             extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-            if extra > st[FREE]:
+            if extra > ws[FREE]:
                 break
-            admit_nb(reqi, reqf, wq, st, run, r, now)
-            st[FREE] -= extra
+            admit_nb(reqi, reqf, e, ws, r, now)
+            ws[FREE] -= extra
             reqi[r, RI_BLOCKS] += extra
-            sched[0, n] = r
-            sched[1, n] = new
+            ws[e.off_sched + n] = r
+            ws[e.off_sched + e.sched_cap + n] = new
             n += 1
             budget -= new
         return n, preempted
     # v0: admit whole prompts first; an iteration with prefills runs only those.
-    while st[N_RUN] < e.max_num_seqs:
-        r = peek_nb(reqi, wq, st)
+    while ws[N_RUN] < e.max_num_seqs:
+        r = peek_nb(reqi, e, ws)
         if r < 0:
             break
         c = reqi[r, RI_COMPUTED]
@@ -206,40 +208,40 @@ def schedule_continuous_nb(e, now, reqi, reqf, wq, st, run, sched):
         if need > budget:
             break
         extra = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if extra > st[FREE]:
+        if extra > ws[FREE]:
             break
-        admit_nb(reqi, reqf, wq, st, run, r, now)
-        st[FREE] -= extra
+        admit_nb(reqi, reqf, e, ws, r, now)
+        ws[FREE] -= extra
         reqi[r, RI_BLOCKS] += extra
-        sched[0, n] = r
-        sched[1, n] = need
+        ws[e.off_sched + n] = r
+        ws[e.off_sched + e.sched_cap + n] = need
         n += 1
         budget -= need
     if n > 0:
         return n, preempted
     # Otherwise decode every running request, preempting from the back when blocks run out.
     i = 0
-    while i < st[N_RUN]:
-        r = run[i]
+    while i < ws[N_RUN]:
+        r = ws[e.off_run + i]
         c = reqi[r, RI_COMPUTED]
         extra = blocks_for_nb(c + 1, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
         victim = -1
-        while extra > st[FREE] and victim != r:
-            victim = _preempt_last_nb(reqi, wq, st, run)
+        while extra > ws[FREE] and victim != r:
+            victim = _preempt_last_nb(reqi, e, ws)
             preempted = True
         if victim == r:
             break
-        st[FREE] -= extra
+        ws[FREE] -= extra
         reqi[r, RI_BLOCKS] += extra
-        sched[0, n] = r
-        sched[1, n] = 1
+        ws[e.off_sched + n] = r
+        ws[e.off_sched + e.sched_cap + n] = 1
         n += 1
         i += 1
     return n, preempted
 
 
 @jit
-def form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched):
+def form_static_batch_nb(e, now, reqi, reqf, ws):
     """Static / dynamic batching: admit up to the batch limit from the waiting queue and schedule
     their prompts. Returns the number admitted."""
     cap = min(e.max_num_seqs, e.static_slots)
@@ -247,17 +249,17 @@ def form_static_batch_nb(e, now, reqi, reqf, wq, st, run, sched):
         cap = min(cap, e.batch_max)
     n = 0
     while n < cap:
-        r = peek_nb(reqi, wq, st)
+        r = peek_nb(reqi, e, ws)
         if r < 0:
             break
-        admit_nb(reqi, reqf, wq, st, run, r, now)
-        sched[0, n] = r
-        sched[1, n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
+        admit_nb(reqi, reqf, e, ws, r, now)
+        ws[e.off_sched + n] = r
+        ws[e.off_sched + e.sched_cap + n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
         n += 1
     return n
 
 
 @jit
-def oldest_waiting_arrival_nb(reqi, reqf, wq, st):
-    r = peek_nb(reqi, wq, st)
+def oldest_waiting_arrival_nb(reqi, reqf, ws):
+    r = peek_nb(reqi, e, ws)
     return reqf[r, RF_ARRIVAL] if r >= 0 else -1.0

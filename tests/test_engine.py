@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import simllm
 from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
-from simcore.layout import accumulator_layout, split_accumulator
+from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
 from simcore.params import EngineParams
 
 from conftest import build
@@ -37,7 +37,7 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_READY] = 0.0 if ready is None else ready
-    e = e._replace(**accumulator_layout(e.max_num_seqs, 50, 34 << 9))
+    e = e._replace(**accumulator_layout(e.max_num_seqs, 50, 34 << 9), **workspace_layout(e.max_num_seqs, e.block_size, n))
     acc = np.zeros((e.n_replicas, e.acc_len))
     simulate_nb(p, e, reqi, reqf, acc)
     stats, batch, windows, itl = split_accumulator(e, acc)

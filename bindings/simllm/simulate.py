@@ -7,7 +7,7 @@ import time
 import numpy as np
 from simcore import codes
 from simcore.engine import simulate_nb
-from simcore.layout import accumulator_layout, split_accumulator
+from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
 from simcore.params import EngineParams
 
 from simllm import serving as serving_mod
@@ -163,7 +163,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     else:
         reqf[:, codes.RF_ARRIVAL] = requests.arrival_s
         reqf[:, codes.RF_READY] = 0.0
-    e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS))
+    e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS),
+                   **workspace_layout(serving.max_num_seqs, bs, n))
     acc = np.zeros((replicas, e.acc_len))
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
