@@ -40,6 +40,7 @@ from simcore.codes import (
     CLOCK_COHORT,
 )
 from simcore.cohort import needs_block_class_nb
+from simcore.layout import N_MEMO
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, P_N, blocks_for_nb, peek_nb
@@ -94,18 +95,30 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     free = ws[FREE]
     k_max = ws[C_MIN_DONE] - d0 - 1  # stop before the advance that completes a member
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
+    # The coefficients depend on B only: computed once per batch size and kept in acc.
     fb = float(B)
     x = float(ws[C_S]) + fb
-    t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
     n_att = float(op_count_nb(p, OP_ATTENTION))
-    fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
-    fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
-    f_slope = fa1 - fa0
-    b_slope = ba1 - ba0
-    att, _ = op_time_nb(p, fa0 + f_slope * x, ba0 + b_slope * x, UNIT_ATTN)
-    t_rest = t_all - n_att * att
-    f_rest = f_all - n_att * (fa0 + f_slope * x)
-    b_rest = b_all - n_att * (ba0 + b_slope * x)
+    m = e.off_memo + B * N_MEMO
+    if acc[m] != acc[m]:  # NaN: not computed yet
+        t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
+        fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
+        fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
+        att, _ = op_time_nb(p, fa0 + (fa1 - fa0) * x, ba0 + (ba1 - ba0) * x, UNIT_ATTN)
+        acc[m] = t_all - n_att * att
+        acc[m + 1] = f_all - n_att * (fa0 + (fa1 - fa0) * x)
+        acc[m + 2] = b_all - n_att * (ba0 + (ba1 - ba0) * x)
+        acc[m + 3] = fa0
+        acc[m + 4] = ba0
+        acc[m + 5] = fa1 - fa0
+        acc[m + 6] = ba1 - ba0
+    t_rest = acc[m]
+    f_rest = acc[m + 1]
+    b_rest = acc[m + 2]
+    fa0 = acc[m + 3]
+    ba0 = acc[m + 4]
+    f_slope = acc[m + 5]
+    b_slope = acc[m + 6]
 
     last_window = e.n_windows - 1
     window = -1

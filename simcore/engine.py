@@ -290,6 +290,7 @@ def simulate_nb(p, e, reqi, reqf, acc):
         reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
     for k in range(R):
+        acc[k, e.off_memo:] = np.nan
         ws[k, FREE] = pool
         ws[k, C_MIN_DONE] = np.int64(1) << 62
         acc[k, clk + CLOCK_DEADLINE] = np.inf

@@ -4,16 +4,22 @@ from simcore.codes import N_CLOCK, N_STATS, N_WIN
 from simcore.scheduler import N_STATE
 
 
+N_MEMO = 7  # per batch size: the decode-run time, FLOP and byte coefficients (decode_run.py)
+
+
 def accumulator_layout(max_num_seqs, n_windows, n_bins):
     """EngineParams fields (``n_windows``, ``n_bins``, ``off_batch``, ``off_win``, ``off_itl``,
-    ``off_clock``, ``acc_len``) for an accumulator holding the STAT_* totals, a batch-size
-    histogram of ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows and ``n_bins`` ITL bins."""
+    ``off_clock``, ``off_memo``, ``acc_len``) for an accumulator holding the STAT_* totals, a
+    batch-size histogram of ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows,
+    ``n_bins`` ITL bins, the clock and the decode-run coefficients by batch size (NaN until
+    computed)."""
     off_batch = N_STATS
     off_win = off_batch + max_num_seqs + 1
     off_itl = off_win + n_windows * N_WIN
     off_clock = off_itl + n_bins
+    off_memo = off_clock + N_CLOCK
     return dict(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
-                off_clock=off_clock, acc_len=off_clock + N_CLOCK)
+                off_clock=off_clock, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO)
 
 
 def split_accumulator(e, acc):

@@ -91,6 +91,7 @@ class EngineParams(NamedTuple):
     off_win: int = 0
     off_itl: int = 0
     off_clock: int = 0
+    off_memo: int = 0
     acc_len: int = 0
     # Layout of a replica's int64 workspace ``ws``: the scheduler's state slots (scheduler.py),
     # the cohort's block-phase counts, the running list, the schedule rows and the waiting queue.
