@@ -117,9 +117,10 @@ WIN_KV_BLOCK_SECONDS = 5
 WIN_ARRIVALS = 6
 N_WIN = 7
 
-# Columns of the engine's per-request state: ``reqi`` (int64, shape (n, N_RI)) and ``reqf``
+# Columns of the engine's per-request state: ``reqi`` (int32, shape (n, N_RI)) and ``reqf``
 # (float64, shape (n, N_RF)). One row per request keeps a request's fields together and lets
-# kernels pass two arrays instead of fourteen.
+# kernels pass two arrays instead of fifteen; int32 and a shared finish/ready column keep it at
+# 60 bytes a request.
 RI_INPUT = 0  # prompt tokens
 RI_OUTPUT = 1  # output tokens to generate (>= 1)
 RI_CACHED = 2  # prompt tokens served from the prefix cache (a multiple of block_size)
@@ -132,9 +133,9 @@ RI_REPLICA = 8  # data-parallel replica the request was routed to
 RI_EPOCH = 9  # cohort advance count when the request joined the decode cohort (-1: not a member)
 N_RI = 10
 RF_ARRIVAL = 0  # arrival time (closed loop: filled in as clients free up)
-RF_READY = 1  # closed loop: earliest send time (0, or the open-loop time under a rate limit)
-RF_FIRST_SCHED = 2
-RF_FIRST_TOKEN = 3
-RF_FINISH = 4  # finish, rejection or time-out time
-RF_LAST_EMIT = 5  # time of the last token emitted
-N_RF = 6
+RF_FIRST_SCHED = 1
+RF_FIRST_TOKEN = 2
+RF_FINISH = 3  # finish, rejection or time-out time; before that, in a closed loop, the earliest
+#               time the request may be sent (0, or its open-loop time under a rate limit)
+RF_LAST_EMIT = 4  # time of the last token emitted
+N_RF = 5

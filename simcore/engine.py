@@ -266,8 +266,8 @@ def simulate_nb(p, e, reqi, reqf, acc):
         ``RI_GENERATED``, ``RI_PREEMPTIONS``, ``RI_STATUS``, ``RI_REPLICA``.
     reqf : ndarray of float64, shape (n, N_RF)
         Per-request times (columns ``RF_*``). In: ``RF_ARRIVAL`` non-decreasing (closed loop: the
-        first ``n_clients`` set, the rest ``inf``, filled in as clients free up) and ``RF_READY``;
-        the others -1. Out: first scheduled, first token and finish times.
+        first ``n_clients`` set, the rest ``inf``, filled in as clients free up); ``RF_FINISH`` the
+        closed loop's ready times (0, or open-loop times under a rate limit) or -1; the others -1. Out: first scheduled, first token and finish times.
     acc : ndarray of float64, shape (n_replicas, e.acc_len)
         Per replica, zeroed: the ``STAT_*`` totals, then (at the offsets in ``e``) the batch-size
         histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of

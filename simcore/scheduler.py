@@ -14,7 +14,6 @@ from simcore.codes import (
     RF_ARRIVAL,
     RF_FINISH,
     RF_FIRST_SCHED,
-    RF_READY,
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
@@ -89,7 +88,7 @@ def client_next_nb(e, reqf, ws, t):
     request is ready (its open-loop time under a rate limit, else at once)."""
     if e.n_clients > 0 and ws[NEXT_ASSIGN] < reqf.shape[0]:
         i = ws[NEXT_ASSIGN]
-        ready = reqf[i, RF_READY]
+        ready = reqf[i, RF_FINISH]  # holds the ready time until the request ends
         reqf[i, RF_ARRIVAL] = t if t > ready else ready
         ws[NEXT_ASSIGN] += 1
 

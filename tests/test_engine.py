@@ -30,13 +30,13 @@ def engine(**kw):
 
 def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     n = len(prompt)
-    reqi = np.zeros((n, codes.N_RI), dtype=np.int64)
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = prompt
     reqi[:, codes.RI_OUTPUT] = output
     reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
-    reqf[:, codes.RF_READY] = 0.0 if ready is None else ready
+    reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
     e = e._replace(**accumulator_layout(e.max_num_seqs, 50, 34 << 9), **workspace_layout(e.max_num_seqs, e.block_size, n))
     acc = np.zeros((e.n_replicas, e.acc_len))
     simulate_nb(p, e, reqi, reqf, acc)
@@ -314,3 +314,20 @@ def test_least_outstanding_router_balances_in_flight_requests():
     assert 0.3 < long_on_0 < 0.7
     assert lor.summary["completed"] == n
     assert lor.summary["p99_e2el_ms"] < rr.summary["p99_e2el_ms"]
+
+
+def test_summary_only_run_gives_the_same_summary():
+    model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=800, request_rate=12.0, input_len=simllm.workload.random_range(700, 0.6),
+                        output_len=simllm.workload.random_range(200, 0.9), seed=4, timeout_s=30.0)
+    full = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20})
+    lean = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20}, keep_requests=False)
+    skip = {"simulation_wall_s", "simulated_requests_per_s"}
+    assert {k: v for k, v in lean.summary.items() if k not in skip} == {
+        k: v for k, v in full.summary.items() if k not in skip}
+    assert lean.requests is None
+    with pytest.raises(ValueError, match="keep_requests"):
+        lean.to_pandas()
+    ok = full.requests["status"] == codes.STATUS_DONE
+    assert full.summary["mean_ttft_ms"] == pytest.approx(np.mean(full.requests["ttft_s"][ok]) * 1e3)
+    assert full.summary["p99_tpot_ms"] == pytest.approx(np.nanpercentile(full.requests["tpot_s"][ok], 99) * 1e3)

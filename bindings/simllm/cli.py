@@ -268,7 +268,8 @@ def _cmd_run(args, out):
         batch_max=args.batch_max,
     )
     result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
-                      percentiles=percentiles, goodput=_goodput(args.goodput))
+                      percentiles=percentiles, goodput=_goodput(args.goodput),
+                      keep_requests=bool(args.save_detailed))
     if args.save_detailed:
         result.save_detailed(args.save_detailed)
     if args.output:

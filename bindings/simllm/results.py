@@ -20,11 +20,13 @@ def percentile_key(p):
 def _stats_ms(values_s, percentiles, name):
     out = {}
     if values_s.size:
-        ms = values_s * 1e3
+        ms = values_s  # scaled in place: the caller's array is a temporary
+        ms *= 1e3
         out[f"mean_{name}_ms"] = float(np.mean(ms))
-        out[f"median_{name}_ms"] = float(np.median(ms))
         out[f"std_{name}_ms"] = float(np.std(ms))
-        for p, v in zip(percentiles, np.percentile(ms, percentiles)):
+        qs = np.percentile(ms, [50.0, *percentiles], overwrite_input=True)
+        out[f"median_{name}_ms"] = float(qs[0])
+        for p, v in zip(percentiles, qs[1:]):
             out[f"{percentile_key(p)}_{name}_ms"] = float(v)
     else:
         out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = 0.0
@@ -75,8 +77,8 @@ class SimResult:
         ``vllm bench serve`` keys (``duration``, ``completed``, ``failed``, ``request_throughput``,
         ``output_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``, ...) plus simllm's
         (utilisation, KV cache, memory, configuration).
-    requests : dict of ndarray
-        Per request, in send order: ``arrival_s``, ``first_scheduled_s``, ``first_token_s``,
+    requests : dict of ndarray or None
+        None for a summary-only run (``keep_requests=False``). Per request, in send order: ``arrival_s``, ``first_scheduled_s``, ``first_token_s``,
         ``finish_s``, ``input_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2el_s``,
         ``queue_s``, ``preemptions``, ``status`` (``simcore.codes.STATUS_NAMES``).
     itl_histogram : ndarray
@@ -98,35 +100,59 @@ class SimResult:
     warnings: tuple = field(default=())
 
     @classmethod
-    def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, reqi, reqf,
-              stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s):
-        status = reqi[:, codes.RI_STATUS].astype(np.int8)
+    def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
+              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None):
+        """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
+        ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
+        per-request table."""
+        keep_requests = per_request_ints is not None
         ok = status == codes.STATUS_DONE
         arrival = reqf[:, codes.RF_ARRIVAL]
+        first_sched = reqf[:, codes.RF_FIRST_SCHED]
         first_token = reqf[:, codes.RF_FIRST_TOKEN]
         finish = reqf[:, codes.RF_FINISH]
-        out_tok = reqi[:, codes.RI_GENERATED]
-        ttft = np.where(ok, first_token - arrival, np.nan)
-        e2el = np.where(ok, finish - arrival, np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(ok & (out_tok > 1), (finish - first_token) / (out_tok - 1), np.nan)
-        queue = np.where(reqf[:, codes.RF_FIRST_SCHED] >= 0, reqf[:, codes.RF_FIRST_SCHED] - arrival, np.nan)
-        per_request = {
-            "arrival_s": arrival,
-            "first_scheduled_s": reqf[:, codes.RF_FIRST_SCHED],
-            "first_token_s": first_token,
-            "finish_s": finish,
-            "input_tokens": requests.input_len,
-            "output_tokens": out_tok,
-            "cached_tokens": reqi[:, codes.RI_CACHED],
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2el_s": e2el,
-            "queue_s": queue,
-            "preemptions": reqi[:, codes.RI_PREEMPTIONS],
-            "replica": reqi[:, codes.RI_REPLICA],
-            "status": status,
-        }
+        multi = ok & (out_tok > 1)
+        buf = np.empty(len(status))
+
+        def metric(name, where=ok):
+            """Seconds of ``name`` for the requests selected by ``where``, computed in ``buf``
+            (one metric at a time keeps a summary-only run lean)."""
+            if name == "ttft":
+                np.subtract(first_token, arrival, out=buf)
+            elif name == "e2el":
+                np.subtract(finish, arrival, out=buf)
+            elif name == "queue":
+                np.subtract(first_sched, arrival, out=buf)
+            else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
+                np.subtract(finish, first_token, out=buf)
+                vals = buf[where]
+                vals /= out_tok[where] - 1.0 if not isinstance(where, slice) else np.maximum(out_tok, 2) - 1.0
+                return vals
+            return buf[where]
+
+        per_request = None
+        if keep_requests:
+            def full(name, where):
+                out = np.full(len(status), np.nan)
+                out[where] = metric(name, where)
+                return out
+
+            per_request = {
+                "arrival_s": arrival,
+                "first_scheduled_s": first_sched,
+                "first_token_s": first_token,
+                "finish_s": finish,
+                "input_tokens": requests.input_len,
+                "output_tokens": out_tok,
+                "cached_tokens": per_request_ints["cached_tokens"],
+                "ttft_s": full("ttft", ok),
+                "tpot_s": full("tpot", multi),
+                "e2el_s": full("e2el", ok),
+                "queue_s": full("queue", first_sched >= 0),
+                "preemptions": per_request_ints["preemptions"],
+                "replica": per_request_ints["replica"],
+                "status": status,
+            }
         total = stats.sum(axis=0)
         replicas = stats.shape[0]
         duration = float(stats[:, codes.STAT_END_S].max())
@@ -150,12 +176,13 @@ class SimResult:
         }
         if goodput:
             good = ok.copy()
-            for key, arr in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
+            for key in ("ttft", "tpot", "e2el"):
                 if key in goodput:
-                    good &= np.nan_to_num(arr, nan=0.0) * 1e3 <= goodput[key]
+                    met = metric(key, slice(None)) * 1e3 <= goodput[key]
+                    good &= met | ~multi if key == "tpot" else met
             s["request_goodput"] = float(good.sum()) / duration if duration else 0.0
-        s.update(_stats_ms(ttft[ok], percentiles, "ttft"))
-        s.update(_stats_ms(tpot[ok & (out_tok > 1)], percentiles, "tpot"))
+        s.update(_stats_ms(metric("ttft"), percentiles, "ttft"))
+        s.update(_stats_ms(metric("tpot", multi), percentiles, "tpot"))
         itl_n = total[codes.STAT_ITL_COUNT]
         itl_mean = total[codes.STAT_ITL_SUM] / itl_n if itl_n else 0.0
         itl_var = max(total[codes.STAT_ITL_SQSUM] / itl_n - itl_mean**2, 0.0) if itl_n else 0.0
@@ -164,8 +191,9 @@ class SimResult:
         s["std_itl_ms"] = math.sqrt(itl_var) * 1e3
         for p, v in zip(percentiles, hist_percentiles(itl_hist, edges, percentiles)):
             s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
-        s.update(_stats_ms(e2el[ok], percentiles, "e2el"))
-        s.update(_stats_ms(queue[ok], percentiles, "queue"))
+        s.update(_stats_ms(metric("e2el"), percentiles, "e2el"))
+        s.update(_stats_ms(metric("queue"), percentiles, "queue"))
+        del buf
         rejected = int((status == codes.STATUS_REJECTED).sum())
         timed_out = int((status == codes.STATUS_TIMED_OUT).sum())
         gpu_s = duration * replicas
@@ -230,8 +258,13 @@ class SimResult:
         out["batch_size_histogram"] = self.batch_size_histogram.astype(int).tolist()
         return out
 
+    def _require_requests(self):
+        if self.requests is None:
+            raise ValueError("this result was simulated with keep_requests=False: no per-request rows")
+
     def to_pandas(self):
         """Per-request rows as a pandas DataFrame (requires pandas)."""
+        self._require_requests()
         try:
             import pandas as pd  # noqa: PLC0415 - optional dependency
         except ImportError:
@@ -243,6 +276,7 @@ class SimResult:
     def save_detailed(self, path):
         """Write per-request rows to ``path``: ``.csv`` (no extra dependency) or ``.parquet``
         (needs pandas and pyarrow)."""
+        self._require_requests()
         path = str(path)
         if path.endswith(".parquet"):
             try:

@@ -73,7 +73,7 @@ def _window_s(workload, requests, est_request_s):
 
 
 def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
-             percentiles=(50, 90, 95, 99), goodput=None):
+             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True):
     """Simulate serving ``workload`` with ``model`` on ``hardware``.
 
     Parameters
@@ -93,6 +93,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     goodput : dict, optional
         SLOs in ms, ``{"ttft": 500, "tpot": 50, "e2el": 10000}``: requests meeting all count
         toward ``request_goodput``.
+    keep_requests : bool
+        Keep the per-request arrays in the result (``SimResult.requests``); False computes the
+        summary alone, in about 100 bytes per request beyond the workload's own arrays.
 
     Returns
     -------
@@ -119,10 +122,6 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     prefix_blocks = workload.prefix_len // bs if serving.enable_prefix_caching else 0
     if prefix_blocks * bs + resolved.max_model_len > memory.kv_capacity_tokens:
         prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
-    cached = np.zeros(n, dtype=np.int64)
-    if prefix_blocks:
-        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
-        cached = np.where(requests.prefix_hit, usable, 0).astype(np.int64)
 
     from simllm.estimate import estimate_request_s  # noqa: PLC0415 - avoids an import cycle
 
@@ -149,20 +148,22 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     )
     replicas = serving.data_parallel_size
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n))
-    reqi = np.zeros((n, codes.N_RI), dtype=np.int64)
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
-    reqi[:, codes.RI_CACHED] = cached
+    if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
+        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
+        reqi[:, codes.RI_CACHED] = np.where(requests.prefix_hit, usable, 0)
+        del usable
     reqf = np.full((n, codes.N_RF), -1.0)
     if e.n_clients:
         # Closed loop: the first clients send at once (or at their open-loop times); the others'
         # requests are sent as earlier ones end.
-        reqf[:, codes.RF_READY] = requests.arrival_s
+        reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
         reqf[:, codes.RF_ARRIVAL] = np.inf
         reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients]
     else:
         reqf[:, codes.RF_ARRIVAL] = requests.arrival_s
-        reqf[:, codes.RF_READY] = 0.0
     e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS),
                    **workspace_layout(serving.max_num_seqs, bs, n))
     acc = np.zeros((replicas, e.acc_len))
@@ -172,11 +173,18 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     stats, batch_hist, windows, itl_hist = split_accumulator(e, acc)
+    status = reqi[:, codes.RI_STATUS].astype(np.int8)
+    out_tok = reqi[:, codes.RI_GENERATED].copy()
+    ints = None
+    if keep_requests:
+        ints = {"cached_tokens": reqi[:, codes.RI_CACHED], "preemptions": reqi[:, codes.RI_PREEMPTIONS],
+                "replica": reqi[:, codes.RI_REPLICA]}
+    del reqi  # a summary-only run needs none of it any more
     return SimResult.build(
         model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
-        params=params, engine=e, requests=requests, reqi=reqi, reqf=reqf, stats=stats, itl_hist=itl_hist,
-        batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
-        wall_s=elapsed,
+        params=params, engine=e, requests=requests, status=status, out_tok=out_tok, reqf=reqf, stats=stats,
+        itl_hist=itl_hist, batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
+        wall_s=elapsed, per_request_ints=ints,
     )
 
 
