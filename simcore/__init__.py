@@ -19,10 +19,17 @@ from simcore.memory import (
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
 )
-from simcore.params import CostParams
+from simcore.engine import simulate_nb
+from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
+from simcore.params import CostParams, EngineParams
 
 __all__ = [
     "CostParams",
+    "EngineParams",
+    "accumulator_layout",
+    "simulate_nb",
+    "split_accumulator",
+    "workspace_layout",
     "activation_workspace_bytes_nb",
     "batch_aggregates_nb",
     "decode_run_time_nb",
