@@ -85,6 +85,10 @@ def _time_out_nb(e, now, reqi, reqf, ws, glob, acc):
     k = 0
     for i in range(ws[N_RUN]):
         r = ws[e.off_run + i]
+        if reqi[r, RI_STATUS] != STATUS_RUNNING:  # a finished row kept as static-batch padding
+            ws[e.off_run + k] = r
+            k += 1
+            continue
         deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
         if deadline <= now:
             ws[FREE] += reqi[r, RI_BLOCKS]

@@ -90,7 +90,8 @@ def reference_simulate(p, e, arrival, ready, prompt, output, cached):
             r.computed = r.cached
             waiting.append(r)
         if e.timeout_s > 0:
-            late = [r for r in running + list(waiting) if r.arrival + e.timeout_s <= now]
+            late = [r for r in running + list(waiting)
+                    if r.arrival + e.timeout_s <= now and r.status in (codes.STATUS_RUNNING, codes.STATUS_WAITING)]
             if late:
                 for r in late:
                     if r in running:

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import simllm
@@ -105,6 +105,10 @@ def test_kernel_matches_reference(chunked, blocks):
     prefix=st.sampled_from([0, 2]),
     pad=st.booleans(),
 )
+@example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=76, max_seqs=2, budget=64, clients=3,
+         timeout=0.5, prefix=0, pad=False)  # padding rows of a static batch must not time out again
+@example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=75, max_seqs=2, budget=64, clients=0,
+         timeout=0.0, prefix=0, pad=False)  # two 600-token slots need 76 whole blocks, not 75
 def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy, blocks, max_seqs, budget, clients,
                                                            timeout, prefix, pad):
     rng = np.random.default_rng(seed)
@@ -118,7 +122,7 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
         cached = np.where(rng.random(n) < 0.5, np.minimum(prefix * 16, ((prompt - 1) // 16) * 16), 0)
     e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks, prefix_blocks=prefix,
                max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len, n_clients=clients,
-               timeout_s=timeout, static_slots=max(1, blocks * 16 // max_len), pad_prompts=pad,
+               timeout_s=timeout, static_slots=max(1, blocks // -(-max_len // 16)), pad_prompts=pad,
                batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02)
     assert_same(e, arrival, ready, prompt, output, cached)
 

@@ -135,7 +135,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         num_blocks=memory.num_blocks,
         prefix_blocks=prefix_blocks,
         max_model_len=resolved.max_model_len,
-        static_slots=max(1, memory.kv_capacity_tokens // resolved.max_model_len),
+        static_slots=max(1, memory.num_blocks // -(-resolved.max_model_len // bs)),  # whole blocks per slot
         pad_prompts=serving.pad_prompts,
         batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
         batch_window_s=serving.batch_window_ms / 1e3,
