@@ -16,7 +16,7 @@ frees its blocks and requeues it at the front; it later recomputes prompt plus g
 """
 import numpy as np
 
-from simcore._jit import jit, jit_inline
+from simcore._jit import jit
 from simcore.codes import (
     POLICY_CONTINUOUS,
     POLICY_DYNAMIC,
@@ -45,7 +45,6 @@ from simcore.codes import (
     STATUS_TIMED_OUT,
     STATUS_WAITING,
     WIN_ARRIVALS,
-    WIN_COMPLETED,
     WIN_OUTPUT_TOKENS,
     CLOCK_COHORT,
     CLOCK_DEADLINE,
@@ -68,7 +67,6 @@ from simcore.scheduler import (
     Q_COUNT,
     Q_HEAD,
     blocks_for_nb,
-    client_next_nb,
     finish_nb,
     enqueue_nb,
     form_static_batch_nb,

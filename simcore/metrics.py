@@ -11,7 +11,7 @@ from ``2**(itl_min_exp - 1)`` seconds up. Mean and standard deviation come from 
 """
 import math
 
-from simcore._jit import jit, jit_inline
+from simcore._jit import jit_inline
 from simcore.codes import (
     STAT_BUSY_S,
     STAT_FLOPS,

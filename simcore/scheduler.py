@@ -256,9 +256,3 @@ def form_static_batch_nb(e, now, reqi, reqf, ws):
         ws[e.off_sched + e.sched_cap + n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
         n += 1
     return n
-
-
-@jit
-def oldest_waiting_arrival_nb(reqi, reqf, ws):
-    r = peek_nb(reqi, e, ws)
-    return reqf[r, RF_ARRIVAL] if r >= 0 else -1.0

@@ -17,7 +17,6 @@ from simcore import (
     iteration_time_nb,
     kv_bytes_per_token_nb,
     new_cost_arrays,
-    op_cost_nb,
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
 )

@@ -9,9 +9,6 @@ from simcore import codes
 
 from simllm.errors import ConfigError
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
-
-
 def percentile_key(p):
     """vLLM's naming: ``p99``, ``p99.9``."""
     return f"p{int(p)}" if float(p) == int(p) else f"p{p}"
@@ -193,7 +190,6 @@ class SimResult:
             s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
         s.update(_stats_ms(metric("e2el"), percentiles, "e2el"))
         s.update(_stats_ms(metric("queue"), percentiles, "queue"))
-        del buf
         rejected = int((status == codes.STATUS_REJECTED).sum())
         timed_out = int((status == codes.STATUS_TIMED_OUT).sum())
         gpu_s = duration * replicas
