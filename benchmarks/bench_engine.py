@@ -1,34 +1,118 @@
-"""asv benchmarks of the serving engine on the bench-1m workload shape."""
+"""asv benchmarks of the serving engine: the bench-1m workload on Llama-3.1-8B / H100 SXM.
+
+Each benchmark compiles (a tiny run) in ``setup`` and times only ``simllm.simulate``."""
 import time
 
 import simllm
-from benchmarks.common import bench_requests, configs
+from benchmarks.common import bench_requests, closed_loop_requests, configs
+
+SIZES = [10_000, 100_000, 1_000_000]
+
+
+def _serving(chunked):
+    return simllm.ServingConfig(enable_chunked_prefill=chunked, max_model_len=8192)
+
+
+def _warm(m, h, s):
+    simllm.simulate(m, h, s, bench_requests(100)[0], requests=bench_requests(100)[1], keep_requests=False)
 
 
 class EngineOpenLoop:
-    params = [[10_000, 100_000], [True, False]]
+    """Poisson arrivals at 20 req/s (bench-1m), chunked prefill on (vLLM v1) and off (v0)."""
+
+    params = [SIZES, [True, False]]
     param_names = ["requests", "chunked_prefill"]
-    timeout = 300
+    number = 1
+    repeat = 3
+    timeout = 600
 
     def setup(self, n, chunked):
         self.m, self.h, _, _ = configs()
-        self.s = simllm.ServingConfig(enable_chunked_prefill=chunked, max_model_len=8192)
+        self.s = _serving(chunked)
         self.w, self.req = bench_requests(n)
-        simllm.simulate(self.m, self.h, self.s, self.w, requests=bench_requests(100)[1])  # compile
+        _warm(self.m, self.h, self.s)
+
+    def _run(self):
+        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
 
     def time_simulate(self, n, chunked):
-        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req)
+        self._run()
 
     def track_requests_per_second(self, n, chunked):
         start = time.perf_counter()
-        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req)
+        self._run()
         return n / (time.perf_counter() - start)
 
     track_requests_per_second.unit = "requests/s"
 
     def track_output_tokens_per_second(self, n, chunked):
         start = time.perf_counter()
-        res = simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req)
+        res = self._run()
         return res.summary["total_output_tokens"] / (time.perf_counter() - start)
 
     track_output_tokens_per_second.unit = "tokens/s"
+
+
+class EngineClosedLoop:
+    """The same lengths from 256 concurrent clients (EvalScope's parallel / vLLM's
+    --max-concurrency), chunked prefill on and off."""
+
+    params = [SIZES[:2], [True, False]]
+    param_names = ["requests", "chunked_prefill"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, n, chunked):
+        self.m, self.h, _, _ = configs()
+        self.s = _serving(chunked)
+        self.w, self.req = closed_loop_requests(n)
+        _warm(self.m, self.h, self.s)
+
+    def time_simulate(self, n, chunked):
+        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+
+    def track_requests_per_second(self, n, chunked):
+        start = time.perf_counter()
+        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+        return n / (time.perf_counter() - start)
+
+    track_requests_per_second.unit = "requests/s"
+
+
+class PeakMemory:
+    """Peak resident memory of a 10^6-request run: summary only, and with per-request rows."""
+
+    timeout = 600
+
+    def setup(self):
+        self.m, self.h, self.s, _ = configs()
+        self.w, self.req = bench_requests(1_000_000)
+        _warm(self.m, self.h, self.s)
+
+    def peakmem_summary_only_1m(self):
+        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+
+    def peakmem_per_request_rows_1m(self):
+        simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=True)
+
+
+class ColdStart:
+    """``import simllm`` and one tiny simulation in a fresh interpreter: from a warm numba cache,
+    and from an empty one (compilation included)."""
+
+    timeout = 300
+    repeat = 3
+    number = 1
+
+    _RUN = (
+        "import simllm\n"
+        "simllm.simulate(simllm.load_model('llama-3.1-8b'), simllm.load_hardware('h100-sxm'),\n"
+        "                workload=simllm.Workload(num_prompts=20, request_rate=5.0))\n"
+    )
+
+    def timeraw_import_and_tiny_run_warm_cache(self):
+        return self._RUN
+
+    def timeraw_import_and_tiny_run_empty_cache(self):
+        return "import os, tempfile\nos.environ['NUMBA_CACHE_DIR'] = tempfile.mkdtemp()\n" + self._RUN

@@ -1,5 +1,6 @@
-"""Shared, cached inputs for the benchmarks (fixed presets, fixed seeds). Append-only: changing an
-input changes every benchmark's history."""
+"""Shared, cached inputs for the benchmarks: fixed presets and seeds. Append-only: changing an
+input changes every benchmark's history, so add new inputs instead of editing these."""
+import dataclasses
 import functools
 
 import numba
@@ -9,9 +10,13 @@ import simllm
 from simcore import iteration_time_nb
 from simllm.pack import pack_cost_params
 
+BENCH_MODEL = "llama-3.1-8b"
+BENCH_HARDWARE = "h100-sxm"
+
 
 @functools.lru_cache(maxsize=None)
-def configs(model="llama-3.1-8b", hardware="h100-sxm", tp=1):
+def configs(model=BENCH_MODEL, hardware=BENCH_HARDWARE, tp=1):
+    """(model, hardware, serving, packed cost params)."""
     m = simllm.load_model(model)
     h = simllm.load_hardware(hardware)
     s = simllm.ServingConfig(tensor_parallel_size=tp)
@@ -38,10 +43,15 @@ def time_many_nb(p, sizes, ctx):
 
 @functools.lru_cache(maxsize=None)
 def bench_requests(n, seed=0):
-    """The first ``n`` requests of the bench-1m workload shape (Poisson 20 req/s, uniform
-    lengths), drawn with a fixed seed."""
-    import dataclasses
+    """The first ``n`` requests of the bench-1m workload (Poisson 20 req/s, prompts uniform in
+    [100, 1000), outputs in [20, 400)), drawn with a fixed seed: (workload, requests)."""
+    w = dataclasses.replace(simllm.load_workload("bench-1m"), num_prompts=n, seed=seed)
+    return w, simllm.generate(w)
 
-    w = simllm.load_workload("bench-1m")
-    w = dataclasses.replace(w, num_prompts=n, seed=seed)
+
+@functools.lru_cache(maxsize=None)
+def closed_loop_requests(n, clients=256, seed=0):
+    """bench-1m's lengths sent by ``clients`` concurrent clients (closed loop)."""
+    w = dataclasses.replace(simllm.load_workload("bench-1m"), num_prompts=n, seed=seed, request_rate=float("inf"),
+                            max_concurrency=clients)
     return w, simllm.generate(w)
