@@ -160,6 +160,106 @@ def _complete_members_nb(e, t_end, reqi, reqf, ws, glob, acc):
 
 
 @jit
+def _advance_rows_nb(e, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
+    """The explicitly scheduled rows of an iteration: new tokens, emission, then joining the cohort
+    or finishing. Keeps the prefilling list (row 3) and the running list up to date; returns how
+    many requests finished."""
+    finished = 0
+    any_done = False
+    for j in range(n_sched):
+        r = ws[e.off_sched + j]
+        new = ws[e.off_sched + e.sched_cap + j]
+        before = reqi[r, RI_COMPUTED]
+        after = before + new
+        reqi[r, RI_COMPUTED] = after
+        g = reqi[r, RI_GENERATED]
+        total = reqi[r, RI_INPUT] + g
+        if new == 1 and g >= 1 and before == total - 1:
+            acc[STAT_DECODE_TOKENS] += 1.0
+        else:
+            acc[STAT_PREFILL_TOKENS] += new
+        if after == total:
+            if g == 0:
+                reqf[r, RF_FIRST_TOKEN] = t_end
+            else:
+                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
+            reqf[r, RF_LAST_EMIT] = t_end
+            reqi[r, RI_GENERATED] = g + 1
+            win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
+            if g + 1 == reqi[r, RI_OUTPUT]:
+                ws[FREE] += reqi[r, RI_BLOCKS]
+                reqi[r, RI_BLOCKS] = 0
+                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
+                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                finished += 1
+                any_done = True
+            else:
+                join_nb(e, reqi, ws, r)
+    # The prefilling list keeps those still prefilling, in admission order; the running list
+    # drops requests that finished.
+    k = 0
+    for j in range(n_sched):
+        r = ws[e.off_sched + j]
+        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
+            ws[e.off_sched + 3 * e.sched_cap + k] = r
+            k += 1
+    ws[P_N] = k
+    if any_done:
+        k = 0
+        for i in range(ws[N_RUN]):
+            r = ws[e.off_run + i]
+            if reqi[r, RI_STATUS] == STATUS_RUNNING:
+                ws[e.off_run + k] = r
+                k += 1
+        ws[N_RUN] = k
+    return finished
+
+
+@jit
+def _prefill_only_nb(p, e, now, reqi, reqf, ws, glob, acc):
+    """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
+    and nothing else (the cohort waits; it does not advance)."""
+    bs = e.block_size
+    budget = e.max_num_batched_tokens
+    n_sched = 0
+    while ws[N_RUN] < e.max_num_seqs:
+        r = peek_nb(reqi, e, ws)
+        if r < 0:
+            break
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        if need > budget:
+            break
+        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        if x > ws[FREE]:
+            break
+        admit_nb(reqi, reqf, e, ws, r, now)
+        ws[FREE] -= x
+        reqi[r, RI_BLOCKS] += x
+        ws[e.off_sched + n_sched] = r
+        ws[e.off_sched + e.sched_cap + n_sched] = need
+        n_sched += 1
+        budget -= need
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
+    for j in range(n_sched):
+        r = ws[e.off_sched + j]
+        q = float(ws[e.off_sched + e.sched_cap + j])
+        c = float(reqi[r, RI_COMPUTED])
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, float(n_sched))
+    t_end = now + dt
+    account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, e.num_blocks - ws[FREE], acc)
+    if ws[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE]
+    ws[LAST_DONE] = _advance_rows_nb(e, t_end, window_of_nb(e, t_end), reqi, reqf, ws, glob, acc, n_sched)
+    return True, t_end
+
+
+@jit
 def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and
@@ -181,7 +281,7 @@ def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
             need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - reqi[head, RI_COMPUTED]
             x = blocks_for_nb(reqi[head, RI_COMPUTED] + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
             if need <= e.max_num_batched_tokens and x <= free:
-                return False, now
+                return _prefill_only_nb(p, e, now, reqi, reqf, ws, glob, acc)
     for i in range(n_pre):
         r = ws[e.off_sched + 3 * e.sched_cap + i]
         c = reqi[r, RI_COMPUTED]
@@ -258,53 +358,6 @@ def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
         win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, fc)
         if ws[C_D] >= ws[C_MIN_DONE]:
             finished += _complete_members_nb(e, t_end, reqi, reqf, ws, glob, acc)
-    # Explicit rows: new tokens, emission, joining the cohort or finishing.
-    any_done = False
-    for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        new = ws[e.off_sched + e.sched_cap + j]
-        before = reqi[r, RI_COMPUTED]
-        after = before + new
-        reqi[r, RI_COMPUTED] = after
-        g = reqi[r, RI_GENERATED]
-        total = reqi[r, RI_INPUT] + g
-        if new == 1 and g >= 1 and before == total - 1:
-            acc[STAT_DECODE_TOKENS] += 1.0
-        else:
-            acc[STAT_PREFILL_TOKENS] += new
-        if after == total:
-            if g == 0:
-                reqf[r, RF_FIRST_TOKEN] = t_end
-            else:
-                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
-            reqf[r, RF_LAST_EMIT] = t_end
-            reqi[r, RI_GENERATED] = g + 1
-            win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
-            if g + 1 == reqi[r, RI_OUTPUT]:
-                ws[FREE] += reqi[r, RI_BLOCKS]
-                reqi[r, RI_BLOCKS] = 0
-                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
-                finished += 1
-                any_done = True
-            else:
-                join_nb(e, reqi, ws, r)
-    # The prefilling list keeps those still prefilling, in admission order; the running list
-    # drops requests that finished.
-    k = 0
-    for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
-            ws[e.off_sched + 3 * e.sched_cap + k] = r
-            k += 1
-    ws[P_N] = k
-    if any_done:
-        k = 0
-        for i in range(ws[N_RUN]):
-            r = ws[e.off_run + i]
-            if reqi[r, RI_STATUS] == STATUS_RUNNING:
-                ws[e.off_run + k] = r
-                k += 1
-        ws[N_RUN] = k
+    finished += _advance_rows_nb(e, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched)
     ws[LAST_DONE] = finished
     return True, t_end
