@@ -26,3 +26,12 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """The test run passes ``--benchmark-disable`` (pyproject addopts), so each pytest-benchmark
+    test in tests/perf runs once as a test; ``python -m pytest tests/perf --benchmark-only``
+    times them. (They live there, not in benchmarks/, because asv imports every module there.)"""
+    if config.getoption("benchmark_only", default=False):
+        config.option.benchmark_disable = False

@@ -1,4 +1,4 @@
-"""pytest-benchmark versions for quick A/B: ``pytest benchmarks --benchmark-enable --benchmark-only``.
+"""pytest-benchmark versions for quick A/B: ``python -m pytest tests/perf --benchmark-only``.
 The CI test run executes them once with benchmarking disabled so they cannot rot."""
 import simllm
 from benchmarks.common import configs, decode_batches, time_many_nb
