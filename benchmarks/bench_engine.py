@@ -52,6 +52,12 @@ class EngineOpenLoop:
 
     track_output_tokens_per_second.unit = "tokens/s"
 
+    def track_kernel_requests_per_second(self, n, chunked):
+        """The engine kernel alone (no input packing or summary), as simulate() reports it."""
+        return self._run().summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"
+
 
 class EngineClosedLoop:
     """The same lengths from 256 concurrent clients (EvalScope's parallel / vLLM's

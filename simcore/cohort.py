@@ -159,7 +159,7 @@ def _complete_members_nb(e, t_end, reqi, reqf, ws, glob, acc):
     return finished
 
 
-@jit
+@jit_inline
 def _advance_rows_nb(e, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
     """The explicitly scheduled rows of an iteration: new tokens, emission, then joining the cohort
     or finishing. Keeps the prefilling list (row 3) and the running list up to date; returns how
