@@ -17,8 +17,8 @@ def _warm(m, h, s):
     simllm.simulate(m, h, s, bench_requests(100)[0], requests=bench_requests(100)[1], keep_requests=False)
 
 
-class EngineOpenLoop:
-    """Poisson arrivals at 20 req/s (bench-1m), chunked prefill on (vLLM v1) and off (v0)."""
+class _EngineRun:
+    """Shared by the open- and closed-loop benchmarks: ``_requests(n)`` gives the inputs."""
 
     params = [SIZES, [True, False]]
     param_names = ["requests", "chunked_prefill"]
@@ -29,7 +29,7 @@ class EngineOpenLoop:
     def setup(self, n, chunked):
         self.m, self.h, _, _ = configs()
         self.s = _serving(chunked)
-        self.w, self.req = bench_requests(n)
+        self.w, self.req = self._requests(n)
         _warm(self.m, self.h, self.s)
 
     def _run(self):
@@ -59,41 +59,21 @@ class EngineOpenLoop:
     track_kernel_requests_per_second.unit = "requests/s"
 
 
-class EngineClosedLoop:
+class EngineOpenLoop(_EngineRun):
+    """Poisson arrivals at 20 req/s (bench-1m), chunked prefill on (vLLM v1) and off (v0)."""
+
+    @staticmethod
+    def _requests(n):
+        return bench_requests(n)
+
+
+class EngineClosedLoop(_EngineRun):
     """The same lengths from 256 concurrent clients (EvalScope's parallel / vLLM's
     --max-concurrency), chunked prefill on and off."""
 
-    params = [SIZES, [True, False]]
-    param_names = ["requests", "chunked_prefill"]
-    number = 1
-    repeat = 3
-    timeout = 600
-
-    def setup(self, n, chunked):
-        self.m, self.h, _, _ = configs()
-        self.s = _serving(chunked)
-        self.w, self.req = closed_loop_requests(n)
-        _warm(self.m, self.h, self.s)
-
-    def _run(self):
-        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
-
-    def time_simulate(self, n, chunked):
-        self._run()
-
-    def track_requests_per_second(self, n, chunked):
-        start = time.perf_counter()
-        self._run()
-        return n / (time.perf_counter() - start)
-
-    track_requests_per_second.unit = "requests/s"
-
-    def track_output_tokens_per_second(self, n, chunked):
-        start = time.perf_counter()
-        res = self._run()
-        return res.summary["total_output_tokens"] / (time.perf_counter() - start)
-
-    track_output_tokens_per_second.unit = "tokens/s"
+    @staticmethod
+    def _requests(n):
+        return closed_loop_requests(n)
 
 
 class PeakMemory:

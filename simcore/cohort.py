@@ -49,7 +49,7 @@ from simcore.scheduler import (
     LAST_DONE,
     N_RUN,
     P_N,
-    admit_nb,
+    admit_waiting_nb,
     blocks_for_nb,
     finish_nb,
     peek_nb,
@@ -219,27 +219,7 @@ def _advance_rows_nb(e, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
 def _prefill_only_nb(p, e, now, reqi, reqf, ws, glob, acc):
     """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
     and nothing else (the cohort waits; it does not advance)."""
-    bs = e.block_size
-    budget = e.max_num_batched_tokens
-    n_sched = 0
-    while ws[N_RUN] < e.max_num_seqs:
-        r = peek_nb(reqi, e, ws)
-        if r < 0:
-            break
-        c = reqi[r, RI_COMPUTED]
-        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        if need > budget:
-            break
-        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if x > ws[FREE]:
-            break
-        admit_nb(reqi, reqf, e, ws, r, now)
-        ws[FREE] -= x
-        reqi[r, RI_BLOCKS] += x
-        ws[e.off_sched + n_sched] = r
-        ws[e.off_sched + e.sched_cap + n_sched] = need
-        n_sched += 1
-        budget -= need
+    n_sched, _ = admit_waiting_nb(e, now, reqi, reqf, ws, 0, e.max_num_batched_tokens, True)
     n_tokens = 0.0
     pairs = 0.0
     kv_read = 0.0
@@ -303,23 +283,8 @@ def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
     free -= extra
     ws[FREE] = free
     # Admissions, FCFS, while sequences, budget and blocks allow.
-    while e.chunked_prefill and ws[N_RUN] < e.max_num_seqs and budget > 0:
-        r = peek_nb(reqi, e, ws)
-        if r < 0:
-            break
-        c = reqi[r, RI_COMPUTED]
-        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        new = need if need < budget else budget
-        x = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if x > ws[FREE]:
-            break
-        admit_nb(reqi, reqf, e, ws, r, now)
-        ws[FREE] -= x
-        reqi[r, RI_BLOCKS] += x
-        ws[e.off_sched + n_sched] = r
-        ws[e.off_sched + e.sched_cap + n_sched] = new
-        n_sched += 1
-        budget -= new
+    if e.chunked_prefill:
+        n_sched, budget = admit_waiting_nb(e, now, reqi, reqf, ws, n_sched, budget, False)
     # Cost: the cohort in aggregate plus the explicit rows.
     fc = float(n_c)
     ctx = float(ws[C_S]) + fc

@@ -138,6 +138,34 @@ def admit_nb(reqi, reqf, e, ws, r, now):
         reqf[r, RF_FIRST_SCHED] = now
 
 
+@jit_inline
+def admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, whole):
+    """Admit waiting requests FCFS while sequences, token budget and free blocks allow, writing
+    each to schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with
+    ``whole`` (v0, no chunked prefill) its whole prompt or nothing. Returns (n, budget left)."""
+    bs = e.block_size
+    while ws[N_RUN] < e.max_num_seqs and budget > 0:
+        r = peek_nb(reqi, e, ws)
+        if r < 0:
+            break
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        if whole and need > budget:
+            break
+        new = need if need < budget else budget
+        extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        if extra > ws[FREE]:
+            break
+        admit_nb(reqi, reqf, e, ws, r, now)
+        ws[FREE] -= extra
+        reqi[r, RI_BLOCKS] += extra
+        ws[e.off_sched + n] = r
+        ws[e.off_sched + e.sched_cap + n] = new
+        n += 1
+        budget -= new
+    return n, budget
+
+
 @jit
 def schedule_continuous_nb(e, now, reqi, reqf, ws):
     """Choose this iteration's requests and their new tokens (continuous batching).
@@ -179,43 +207,10 @@ def schedule_continuous_nb(e, now, reqi, reqf, ws):
         if preempted:
             return n, preempted
         # Then waiting requests, FCFS, while sequences, budget and blocks allow.
-        while ws[N_RUN] < e.max_num_seqs and budget > 0:
-            r = peek_nb(reqi, e, ws)
-            if r < 0:
-                break
-            c = reqi[r, RI_COMPUTED]
-            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-            new = need if need < budget else budget
-            extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-            if extra > ws[FREE]:
-                break
-            admit_nb(reqi, reqf, e, ws, r, now)
-            ws[FREE] -= extra
-            reqi[r, RI_BLOCKS] += extra
-            ws[e.off_sched + n] = r
-            ws[e.off_sched + e.sched_cap + n] = new
-            n += 1
-            budget -= new
+        n, budget = admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, False)
         return n, preempted
     # v0: admit whole prompts first; an iteration with prefills runs only those.
-    while ws[N_RUN] < e.max_num_seqs:
-        r = peek_nb(reqi, e, ws)
-        if r < 0:
-            break
-        c = reqi[r, RI_COMPUTED]
-        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        if need > budget:
-            break
-        extra = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if extra > ws[FREE]:
-            break
-        admit_nb(reqi, reqf, e, ws, r, now)
-        ws[FREE] -= extra
-        reqi[r, RI_BLOCKS] += extra
-        ws[e.off_sched + n] = r
-        ws[e.off_sched + e.sched_cap + n] = need
-        n += 1
-        budget -= need
+    n, budget = admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, True)
     if n > 0:
         return n, preempted
     # Otherwise decode every running request, preempting from the back when blocks run out.
