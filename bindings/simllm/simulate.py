@@ -1,5 +1,5 @@
-"""``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call per
-data-parallel replica), and wrap the arrays in a :class:`SimResult`."""
+"""``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call for all
+data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
 import logging
 import math
 import time
@@ -16,7 +16,7 @@ from simllm.memory import plan_memory
 from simllm.pack import pack_cost_params
 from simllm.results import SimResult
 from simllm.serving import ServingConfig
-from simllm.workload import Requests, Workload, generate
+from simllm.workload import Workload, generate
 
 log = logging.getLogger("simllm")
 
@@ -29,23 +29,26 @@ _ROUTER = {"round_robin": codes.ROUTER_ROUND_ROBIN, "least_outstanding": codes.R
 
 
 def check_workload(workload, model, max_model_len):
-    """Reject length settings that can never fit the model (naming the file and field)."""
+    """Reject length settings that can never fit the model (naming the file and field): a
+    distribution whose smallest length is already ``max_model_len``, or fixed prompt and output
+    lengths that together exceed it. Sampled requests that merely may exceed it are rejected at
+    run time and counted as failed, as the server would."""
+    if workload.trace:
+        return
     src = workload.source
     for key, dist in (("input_len", workload.input_len), ("output_len", workload.output_len)):
-        if workload.trace:
-            break
         low = {"fixed": dist.value, "uniform": dist.low}.get(dist.kind, dist.minimum)
         if low >= max_model_len:
             raise ConfigError(
                 f"lengths below max_model_len ({max_model_len}) of {model.name}",
                 source=src, key=f"workload.{key}", value=low,
             )
-    if not workload.trace and workload.input_len.upper + workload.output_len.upper > max_model_len \
-            and workload.input_len.kind == "fixed" and workload.output_len.kind == "fixed":
+    inp, out = workload.input_len, workload.output_len
+    if inp.kind == "fixed" and out.kind == "fixed" and inp.value + out.value > max_model_len:
         raise ConfigError(
             f"input_len + output_len <= max_model_len ({max_model_len}) of {model.name}; got "
-            f"{workload.input_len.value} + {workload.output_len.value}",
-            source=src, key="workload.input_len", value=workload.input_len.value,
+            f"{inp.value} + {out.value}",
+            source=src, key="workload.input_len", value=inp.value,
         )
 
 
@@ -187,5 +190,3 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         wall_s=elapsed, per_request_ints=ints,
     )
 
-
-__all__ = ["Requests", "simulate"]
