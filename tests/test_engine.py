@@ -1,5 +1,6 @@
 """The engine kernel: agreement with the pure-Python reference, closed forms, determinism, and
 hypothesis invariants over random configurations."""
+import dataclasses
 import math
 
 import numpy as np
@@ -174,7 +175,7 @@ def test_same_seed_same_result_bit_for_bit():
         assert np.array_equal(v, b.requests[k], equal_nan=True), k
     skip = {"simulation_wall_s", "simulated_requests_per_s"}
     assert {k: v for k, v in a.summary.items() if k not in skip} == {k: v for k, v in b.summary.items() if k not in skip}
-    c = simllm.simulate(model, hw, s, w.__class__(**{**w.__dict__, "seed": 8}))
+    c = simllm.simulate(model, hw, s, dataclasses.replace(w, seed=8))
     assert not np.array_equal(a.requests["finish_s"], c.requests["finish_s"])
 
 
@@ -272,8 +273,7 @@ def test_data_parallel_replicas_share_the_load():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
     w = simllm.Workload(num_prompts=2000, input_len=simllm.workload.fixed(500), output_len=simllm.workload.fixed(200))
     one = simllm.simulate(model, hw, s, w)
-    two = simllm.simulate(model, hw, s._replace(data_parallel_size=2) if hasattr(s, "_replace") else
-                          simllm.ServingConfig(data_parallel_size=2), w)
+    two = simllm.simulate(model, hw, dataclasses.replace(s, data_parallel_size=2), w)
     assert two.summary["completed"] == 2000
     assert two.summary["output_throughput"] > 1.6 * one.summary["output_throughput"]
     assert two.summary["duration"] < 0.65 * one.summary["duration"]
