@@ -158,6 +158,20 @@ def build_parser():
     out.add_argument("--quiet", "-q", action="store_true", help="print one summary line")
     out.add_argument("--no-fast-forward", action="store_true", help="simulate every iteration one by one (checks)")
 
+    val = sub.add_parser("validate", help="simulate measured serving results and report the prediction error")
+    val.add_argument("measured", nargs="+", metavar="MEASURED",
+                     help="silicon_sample.csv-style CSV or vllm bench serve result JSON files")
+    val.add_argument("--model-map", nargs="+", metavar="NAME=PRESET", help="map measured model names to presets")
+    val.add_argument("--hardware-map", nargs="+", metavar="NAME=PRESET", help="map measured systems to presets")
+    val.add_argument("--hardware", default="", help="hardware of measurements that do not name one (vllm JSON)")
+    val.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1,
+                     help="TP of measurements that do not record it (vllm JSON)")
+    val.add_argument("--dtype", default="", help="precision of measurements that do not record it (vllm JSON)")
+    val.add_argument("--num-prompts", type=_positive_int, default=0,
+                     help="requests simulated per point (default: the measured number, else 8 x concurrency)")
+    val.add_argument("--filter", default="", help="only measurements whose model, system or backend contain this")
+    val.add_argument("--format", choices=("table", "json"), default="table")
+
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
     return parser
@@ -290,6 +304,27 @@ def _cmd_run(args, out):
     return 0
 
 
+def _cmd_validate(args, out):
+    from simllm import accuracy  # noqa: PLC0415 - only this command needs it
+    from simllm.measurements import load_measurements  # noqa: PLC0415
+
+    measured = load_measurements(args.measured, hardware=args.hardware, tp=args.tensor_parallel_size,
+                                 precision=args.dtype)
+    if args.filter:
+        measured = [m for m in measured if args.filter in f"{m.model} {m.hardware} {m.backend}"]
+    points = accuracy.validate(measured, accuracy.parse_map(args.model_map, "--model-map"),
+                               accuracy.parse_map(args.hardware_map, "--hardware-map"), args.num_prompts)
+    summary = accuracy.error_summary(points)
+    if args.format == "json":
+        rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware, "skipped": p.reason or None,
+                 **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
+                 **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS}} for p in points]
+        out.write(report.to_json({"points": rows, "summary": summary}) + "\n")
+    else:
+        out.write(report.format_validation(points, summary) + "\n")
+    return 0
+
+
 def _cmd_presets(args, out):
     for kind in [args.kind] if args.kind else presets.KINDS:
         names = presets.preset_names(kind)
@@ -302,7 +337,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"estimate": _cmd_estimate, "run": _cmd_run, "presets": _cmd_presets}[args.command](args, sys.stdout)
+        commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate, "presets": _cmd_presets}
+        return commands[args.command](args, sys.stdout)
     except ConfigError as exc:
         print(f"simllm: error: {exc}", file=sys.stderr)
         return 2

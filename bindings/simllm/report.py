@@ -157,3 +157,37 @@ def format_run_line(result):
             f"{s['duration']:.2f} s, {s['request_throughput']:.2f} req/s, {s['output_throughput']:.1f} tok/s, "
             f"TTFT mean {s['mean_ttft_ms']:.1f} ms, TPOT mean {s['mean_tpot_ms']:.2f} ms, "
             f"ITL p99 {s.get('p99_itl_ms', float('nan')):.2f} ms")
+
+
+def format_validation(points, summary):
+    """The ``simllm validate`` table: each measured point against its prediction, then the error
+    statistics per metric."""
+    import math  # noqa: PLC0415
+
+    def pct(x):
+        return "" if x is None or math.isnan(x) else f"{x * 100:+.1f}%"
+
+    def ms(x):
+        return "" if x is None or math.isnan(x) else f"{x:.2f}"
+
+    rows = []
+    skipped = []
+    for p in points:
+        m = p.measurement
+        if p.predicted is None:
+            skipped.append(f"  {m.where}: {p.reason}")
+            continue
+        load = m.concurrency or f"{m.request_rate:g}/s"
+        rows.append([m.where.split("/")[-1], p.model, p.hardware, m.tp, m.input_len, m.output_len, load,
+                     ms(m.ttft_ms), ms(p.predicted["ttft"]), pct(p.error("ttft")),
+                     ms(m.tpot_ms), ms(p.predicted["tpot"]), pct(p.error("tpot"))])
+    out = [table(["point", "model", "hardware", "tp", "isl", "osl", "load", "TTFT ms", "predicted", "error",
+                  "TPOT ms", "predicted", "error"], rows, "llllrrrrrrrrr")]
+    out += ["", table(["metric", "points", "median |error|", "mean |error|", "within 10%", "within 20%"], [
+        [k.upper(), v["points"], f"{v['median_abs_pct_error']:.1f}%", f"{v['mean_abs_pct_error']:.1f}%",
+         f"{v['within_10pct']:.0%}", f"{v['within_20pct']:.0%}"] for k, v in summary.items()], "lrrrrr")]
+    if skipped:
+        out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
+        if len(skipped) > 20:
+            out.append(f"  ... and {len(skipped) - 20} more")
+    return "\n".join(out)

@@ -1,0 +1,137 @@
+"""Measured-result import and ``simllm validate``: formats, name mapping, skipped points, error
+statistics, bad input. Fixtures are written here in the public formats (the shared measured data
+is read from ../shared/data only, and skipped when absent)."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import simllm
+import simllm.cli
+from simllm import accuracy
+from simllm.measurements import load_measurements
+
+from conftest import ROOT
+
+SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
+HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
+          "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,"
+          "prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"
+          "prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,"
+          "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
+
+
+def row(model, system, precision, mode, isl, osl, conc, tp, ttft, tpot):
+    n = HEADER.count(",") + 1
+    cells = [""] * n
+    names = HEADER.split(",")
+    values = {"id": "x", "backend": "vllm", "model_path": model, "system": system, "precision": precision,
+              "mode": mode, "isl": isl, "osl": osl, "batch_size": conc, "tp_size": tp, "pp_size": 1 if tp else "",
+              "attention_dp_size": 1 if tp else "", "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot}
+    for k, v in values.items():
+        cells[names.index(k)] = str(v)
+    return ",".join(cells)
+
+
+@pytest.fixture
+def silicon(tmp_path):
+    path = tmp_path / "measured.csv"
+    path.write_text("\n".join([
+        HEADER,
+        row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 1024, 128, 4, 1, 40.0, 7.0),
+        row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 2048, 256, 16, 2, 120.0, 6.0),
+        row("moonshotai/Kimi-K2.5", "gb200", "fp4", "disagg", 1024, 1024, "", "", 300.0, 20.0),
+        row("Qwen/Qwen3-32B", "h200_sxm", "fp4", "agg", 1024, 128, 8, 1, 90.0, 12.0),
+    ]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_silicon_csv_rows_are_read(silicon):
+    rows = load_measurements([silicon])
+    assert len(rows) == 4
+    m = rows[1]
+    assert (m.model, m.hardware, m.tp, m.input_len, m.output_len, m.concurrency) == (
+        "meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", 2, 2048, 256, 16)
+    assert (m.ttft_ms, m.tpot_ms, m.line) == (120.0, 6.0, 3)
+    assert rows[2].mode == "disagg" and rows[2].tp == 0
+
+
+def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
+    points = accuracy.validate(load_measurements([silicon]))
+    done = [p for p in points if p.predicted]
+    assert [p.model for p in done] == ["llama-3.1-8b", "llama-3.1-8b"]
+    assert all(p.hardware == "h100-sxm" for p in done)
+    reasons = [p.reason for p in points if not p.predicted]
+    assert any("no model preset for 'moonshotai/Kimi-K2.5'" in r for r in reasons)
+    assert any("precision 'fp4'" in r for r in reasons)
+    # The prediction is the simulation of the same closed loop.
+    m = done[0].measurement
+    w = simllm.Workload(num_prompts=64, max_concurrency=4, input_len=simllm.workload.fixed(1024),
+                        output_len=simllm.workload.fixed(128))
+    s = simllm.simulate(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"),
+                        simllm.ServingConfig(max_model_len=1152), w).summary
+    assert done[0].predicted["ttft"] == pytest.approx(s["mean_ttft_ms"])
+    assert done[0].error("tpot") == pytest.approx(s["mean_tpot_ms"] / m.tpot_ms - 1)
+    summary = accuracy.error_summary(points)
+    errs = np.abs([p.error("ttft") for p in done])
+    assert summary["ttft"]["points"] == 2
+    assert summary["ttft"]["median_abs_pct_error"] == pytest.approx(np.median(errs) * 100)
+    assert summary["ttft"]["within_20pct"] == pytest.approx(np.mean(errs <= 0.2))
+
+
+def test_vllm_result_json_needs_the_hardware_from_the_caller(tmp_path):
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps({
+        "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": 200,
+        "request_rate": "inf", "max_concurrency": 32, "completed": 200, "total_input_tokens": 200 * 512,
+        "total_output_tokens": 200 * 128, "mean_ttft_ms": 80.0, "mean_tpot_ms": 9.0, "mean_itl_ms": 9.0,
+        "mean_e2el_ms": 1300.0, "output_throughput": 3000.0}), encoding="utf-8")
+    (m,) = load_measurements([path], hardware="h100_sxm")
+    assert (m.input_len, m.output_len, m.concurrency, m.num_prompts, math.isinf(m.request_rate)) == (
+        512, 128, 32, 200, True)
+    (p,) = accuracy.validate([m])
+    assert p.predicted and set(p.predicted) == set(accuracy.METRICS)
+    (q,) = accuracy.validate(load_measurements([path]))
+    assert "no hardware preset" in q.reason
+
+
+def test_maps_override_names(silicon):
+    points = accuracy.validate(load_measurements([silicon])[:1], model_map={
+        "meta-llama/Llama-3.1-8B-Instruct": "mistral-7b"}, hardware_map={"h100_sxm": "h200-sxm"})
+    assert (points[0].model, points[0].hardware) == ("mistral-7b", "h200-sxm")
+
+
+def test_validate_cli_table_and_json(silicon, capsys):
+    assert simllm.cli.main(["validate", str(silicon)]) == 0
+    out = capsys.readouterr().out
+    assert "median |error|" in out and "Skipped 2 point(s)" in out
+    assert simllm.cli.main(["validate", str(silicon), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["tpot"]["points"] == 2 and len(data["points"]) == 4
+
+
+@pytest.mark.parametrize("content, expect", [
+    ("model_path,system\nx,y\n", "missing backend, precision, mode, isl"),
+    (HEADER + "\n" + row("m", "h100_sxm", "", "agg", "abc", 128, 4, 1, 1, 1) + "\n", "isl = 'abc'"),
+])
+def test_bad_measurement_files_name_file_line_and_field(tmp_path, capsys, content, expect):
+    path = tmp_path / "bad.csv"
+    path.write_text(content, encoding="utf-8")
+    assert simllm.cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(path) in err and expect in err
+
+
+@pytest.mark.skipif(not SHARED.is_file(), reason="../shared/data/silicon_sample.csv is absent")
+def test_shared_silicon_data_validates(capsys):
+    """The measured data loads whole; the dense aggregated Llama-3.1-8B H100 points all get a
+    finite prediction. (Accuracy targets come with calibration.)"""
+    rows = load_measurements([SHARED])
+    assert len(rows) > 5000
+    subset = [m for m in rows if "Llama-3.1-8B" in m.model and m.hardware == "h100_sxm"][:20]
+    points = accuracy.validate(subset, num_prompts=64)
+    assert points and all(p.predicted for p in points)
+    summary = accuracy.error_summary(points)
+    assert all(math.isfinite(v["median_abs_pct_error"]) for v in summary.values())
+    print("uncalibrated, Llama-3.1-8B on H100:", {k: round(v["median_abs_pct_error"], 1) for k, v in summary.items()})
