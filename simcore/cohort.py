@@ -53,6 +53,7 @@ from simcore.scheduler import (
     blocks_for_nb,
     finish_nb,
     peek_nb,
+    schedule_aggregates_nb,
 )
 
 BIG = 1 << 62
@@ -220,16 +221,7 @@ def _prefill_only_nb(p, e, now, reqi, reqf, ws, glob, acc):
     """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
     and nothing else (the cohort waits; it does not advance)."""
     n_sched, _ = admit_waiting_nb(e, now, reqi, reqf, ws, 0, e.max_num_batched_tokens, True)
-    n_tokens = 0.0
-    pairs = 0.0
-    kv_read = 0.0
-    for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        q = float(ws[e.off_sched + e.sched_cap + j])
-        c = float(reqi[r, RI_COMPUTED])
-        n_tokens += q
-        pairs += q * c + q * (q + 1.0) * 0.5
-        kv_read += c + q
+    n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(e, reqi, ws, n_sched, 0)
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, float(n_sched))
     t_end = now + dt
     account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, e.num_blocks - ws[FREE], acc)
@@ -288,20 +280,8 @@ def fast_iteration_nb(p, e, now, reqi, reqf, ws, glob, acc):
     # Cost: the cohort in aggregate plus the explicit rows.
     fc = float(n_c)
     ctx = float(ws[C_S]) + fc
-    n_tokens = fc
-    pairs = ctx
-    kv_read = ctx
-    n_emit = fc
-    for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        q = float(ws[e.off_sched + e.sched_cap + j])
-        c = float(reqi[r, RI_COMPUTED])
-        n_tokens += q
-        pairs += q * c + q * (q + 1.0) * 0.5
-        kv_read += c + q
-        if reqi[r, RI_COMPUTED] + ws[e.off_sched + e.sched_cap + j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
-            n_emit += 1.0
-    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(e, reqi, ws, n_sched, 0)
+    dt, flops, nbytes = iteration_totals_nb(p, fc + n_tokens, ctx + pairs, ctx + kv_read, fc + n_emit)
     t_end = now + dt
     account_iteration_nb(e, dt, flops, nbytes, t_end, n_c + n_sched, e.num_blocks - ws[FREE], acc)
     if ws[FREE] < acc[STAT_MIN_FREE_BLOCKS]:

@@ -71,6 +71,7 @@ from simcore.scheduler import (
     enqueue_nb,
     form_static_batch_nb,
     peek_nb,
+    schedule_aggregates_nb,
     schedule_continuous_nb,
 )
 
@@ -225,20 +226,10 @@ def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc):
                 ws[e.off_sched + e.sched_cap + j] = 1
         used = ws[N_RUN] * ((e.max_model_len + e.block_size - 1) // e.block_size)
 
-    # The iteration's cost from its batch aggregates.
-    n_tokens = 0.0
-    pairs = 0.0
-    kv_read = 0.0
-    n_emit = 0.0
-    for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        q = float(pad_to if pad_to > 0 else ws[e.off_sched + e.sched_cap + j])
-        c = float(reqi[r, RI_COMPUTED])
-        n_tokens += q
-        pairs += q * c + q * (q + 1.0) * 0.5
-        kv_read += c + q
-        if not continuous or reqi[r, RI_COMPUTED] + ws[e.off_sched + e.sched_cap + j] == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
-            n_emit += 1.0
+    # The iteration's cost from its batch aggregates (a static batch emits on every row).
+    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to)
+    if not continuous:
+        n_emit = float(n_sched)
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
     account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, acc)

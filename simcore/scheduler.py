@@ -166,6 +166,46 @@ def admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, whole):
     return n, budget
 
 
+@jit_inline
+def _allocate_running_nb(e, reqi, ws, r, new):
+    """Blocks for running request ``r`` to compute ``new`` more tokens, preempting the most
+    recently admitted requests while they are short. Returns (``r`` got them, anything was
+    preempted); ``r`` itself may be the last one preempted."""
+    extra = blocks_for_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], e.block_size) - reqi[r, RI_BLOCKS]
+    victim = -1
+    preempted = False
+    while extra > ws[FREE] and victim != r:
+        victim = _preempt_last_nb(reqi, e, ws)
+        preempted = True
+    if victim == r:
+        return False, preempted
+    ws[FREE] -= extra
+    reqi[r, RI_BLOCKS] += extra
+    return True, preempted
+
+
+@jit_inline
+def schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to):
+    """The cost kernels' batch aggregates of schedule rows 0..n_sched-1 (``pad_to`` > 0 pads every
+    row to that many new tokens): (tokens, attention pairs, KV tokens read, rows whose tokens so
+    far are then all computed). Same reduction as cost.batch_aggregates_nb, over the workspace."""
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
+    caught_up = 0.0
+    for j in range(n_sched):
+        r = ws[e.off_sched + j]
+        new = ws[e.off_sched + e.sched_cap + j]
+        q = float(pad_to if pad_to > 0 else new)
+        c = float(reqi[r, RI_COMPUTED])
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+        if reqi[r, RI_COMPUTED] + new == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+            caught_up += 1.0
+    return n_tokens, pairs, kv_read, caught_up
+
+
 @jit
 def schedule_continuous_nb(e, now, reqi, reqf, ws):
     """Choose this iteration's requests and their new tokens (continuous batching).
@@ -178,7 +218,6 @@ def schedule_continuous_nb(e, now, reqi, reqf, ws):
     preempted : bool
         Whether a running request was preempted for lack of blocks.
     """
-    bs = e.block_size
     n = 0
     preempted = False
     budget = e.max_num_batched_tokens
@@ -187,18 +226,12 @@ def schedule_continuous_nb(e, now, reqi, reqf, ws):
         i = 0
         while i < ws[N_RUN] and budget > 0:
             r = ws[e.off_run + i]
-            c = reqi[r, RI_COMPUTED]
-            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - reqi[r, RI_COMPUTED]
             new = need if need < budget else budget
-            extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-            victim = -1
-            while extra > ws[FREE] and victim != r:
-                victim = _preempt_last_nb(reqi, e, ws)
-                preempted = True
-            if victim == r:
+            ok, pre = _allocate_running_nb(e, reqi, ws, r, new)
+            preempted = preempted or pre
+            if not ok:
                 break
-            ws[FREE] -= extra
-            reqi[r, RI_BLOCKS] += extra
             ws[e.off_sched + n] = r
             ws[e.off_sched + e.sched_cap + n] = new
             n += 1
@@ -217,16 +250,10 @@ def schedule_continuous_nb(e, now, reqi, reqf, ws):
     i = 0
     while i < ws[N_RUN]:
         r = ws[e.off_run + i]
-        c = reqi[r, RI_COMPUTED]
-        extra = blocks_for_nb(c + 1, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        victim = -1
-        while extra > ws[FREE] and victim != r:
-            victim = _preempt_last_nb(reqi, e, ws)
-            preempted = True
-        if victim == r:
+        ok, pre = _allocate_running_nb(e, reqi, ws, r, 1)
+        preempted = preempted or pre
+        if not ok:
             break
-        ws[FREE] -= extra
-        reqi[r, RI_BLOCKS] += extra
         ws[e.off_sched + n] = r
         ws[e.off_sched + e.sched_cap + n] = 1
         n += 1

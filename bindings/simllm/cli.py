@@ -25,33 +25,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
-    return value
+    return int(_number(text, lambda v: math.isfinite(v) and v >= 1 and v == int(v), "a positive integer"))
 
 
 def _fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in (0, 1]") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in (0, 1]")
-    return value
+    return _number(text, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
 
 
 def _ratio(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number >= 1") from None
-    if not value >= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number >= 1")
-    return value
+    return _number(text, lambda v: v >= 1.0, "a number >= 1")
 
 
 def _number(text, ok, expected):
@@ -81,7 +63,7 @@ def _unit(text):
 
 
 def _nonneg_int(text):
-    return int(_number(text, lambda v: v >= 0 and v == int(v), "an integer >= 0"))
+    return int(_number(text, lambda v: math.isfinite(v) and v >= 0 and v == int(v), "an integer >= 0"))
 
 
 def _add_target(p):
@@ -118,11 +100,8 @@ def build_parser():
     est.add_argument("--format", choices=("table", "json"), default="table")
 
     run = sub.add_parser("run", help="simulate serving a workload: TTFT, TPOT, ITL, latency, throughput, utilisation")
-    run.add_argument("model_pos", nargs="?", metavar="MODEL", help="model preset or path (same as --model)")
-    run.add_argument("hardware_pos", nargs="?", metavar="HARDWARE", help="hardware preset or path (same as --hardware)")
+    _add_target(run)
     run.add_argument("workload_pos", nargs="?", metavar="WORKLOAD", help="workload preset, YAML or trace (same as --workload)")
-    run.add_argument("--model", help=f"model preset name, simllm YAML, or HuggingFace config.json (default {DEFAULT_MODEL})")
-    run.add_argument("--hardware", help=f"hardware preset name or YAML (default {DEFAULT_HARDWARE})")
     run.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (flags below override it)")
     _add_engine_args(run)
     load = run.add_argument_group("workload (vllm bench serve names)")
