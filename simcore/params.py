@@ -82,6 +82,7 @@ class EngineParams(NamedTuple):
     itl_sub_bits: int  # ... with 2**itl_sub_bits bins per octave
     window_s: float  # width of one time-series window
     n_replicas: int = 1  # data-parallel engine replicas
+    frontend_s: float = 0.0  # a request reaches the engine this long after its client sends it
     router: int = 0  # ROUTER_* code
     # Layout of a replica's float accumulator ``acc`` (see simcore.layout): STAT_* slots first,
     # then the batch-size histogram, the time series, the ITL histogram and the clock.

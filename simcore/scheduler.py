@@ -85,11 +85,12 @@ def enqueue_nb(reqi, e, ws, r):
 @jit_inline
 def client_next_nb(e, reqf, ws, t):
     """Closed loop: the client whose request ended at ``t`` sends the next request, once that
-    request is ready (its open-loop time under a rate limit, else at once)."""
+    request is ready (its open-loop time under a rate limit, else at once); the engine sees it
+    ``e.frontend_s`` later."""
     if e.n_clients > 0 and ws[NEXT_ASSIGN] < reqf.shape[0]:
         i = ws[NEXT_ASSIGN]
         ready = reqf[i, RF_FINISH]  # holds the ready time until the request ends
-        reqf[i, RF_ARRIVAL] = t if t > ready else ready
+        reqf[i, RF_ARRIVAL] = (t if t > ready else ready) + e.frontend_s
         ws[NEXT_ASSIGN] += 1
 
 

@@ -57,7 +57,7 @@ def reference_simulate(p, e, arrival, ready, prompt, output, cached):
         done += 1
         if e.n_clients and next_client < n:
             nxt = reqs[next_client]
-            nxt.arrival = max(t, nxt.ready)
+            nxt.arrival = max(t, nxt.ready) + e.frontend_s
             next_client += 1
 
     def preempt_last():

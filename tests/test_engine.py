@@ -105,13 +105,14 @@ def test_kernel_matches_reference(chunked, blocks):
     timeout=st.sampled_from([0.0, 0.0, 0.5]),
     prefix=st.sampled_from([0, 2]),
     pad=st.booleans(),
+    frontend=st.sampled_from([0.0, 0.0, 0.03]),
 )
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=76, max_seqs=2, budget=64, clients=3,
-         timeout=0.5, prefix=0, pad=False)  # padding rows of a static batch must not time out again
+         timeout=0.5, prefix=0, pad=False, frontend=0.0)  # padding rows of a static batch must not time out again
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=75, max_seqs=2, budget=64, clients=0,
-         timeout=0.0, prefix=0, pad=False)  # two 600-token slots need 76 whole blocks, not 75
+         timeout=0.0, prefix=0, pad=False, frontend=0.0)  # two 600-token slots need 76 whole blocks, not 75
 def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy, blocks, max_seqs, budget, clients,
-                                                           timeout, prefix, pad):
+                                                           timeout, prefix, pad, frontend):
     rng = np.random.default_rng(seed)
     n = 40
     arrival, ready, prompt, output = workload(rng, n, 50.0, 300, 80, clients)
@@ -124,7 +125,7 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
     e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks, prefix_blocks=prefix,
                max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len, n_clients=clients,
                timeout_s=timeout, static_slots=max(1, blocks // -(-max_len // 16)), pad_prompts=pad,
-               batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02)
+               batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02, frontend_s=frontend)
     assert_same(e, arrival, ready, prompt, output, cached)
 
 
@@ -335,3 +336,19 @@ def test_summary_only_run_gives_the_same_summary():
     ok = full.requests["status"] == codes.STATUS_DONE
     assert full.summary["mean_ttft_ms"] == pytest.approx(np.mean(full.requests["ttft_s"][ok]) * 1e3)
     assert full.summary["p99_tpot_ms"] == pytest.approx(np.nanpercentile(full.requests["tpot_s"][ok], 99) * 1e3)
+
+
+def test_frontend_latency_adds_to_ttft_and_spaces_a_closed_loop():
+    """A request reaches the engine frontend_latency_ms after its client sends it: one client
+    alone sees TTFT and E2E latency grow by exactly that, TPOT unchanged, and its requests (each
+    sent when the last ends) take that much longer per request."""
+    model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=5, max_concurrency=1, input_len=simllm.workload.fixed(500),
+                        output_len=simllm.workload.fixed(40))
+    base = simllm.simulate(model, hw, s, w, keep_requests=True)
+    slow = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=25.0), s, w, keep_requests=True)
+    for key in ("mean_ttft_ms", "mean_e2el_ms"):
+        assert slow.summary[key] == pytest.approx(base.summary[key] + 25.0, rel=1e-9)
+    assert slow.summary["mean_tpot_ms"] == pytest.approx(base.summary["mean_tpot_ms"], rel=1e-9)
+    sent = slow.requests["arrival_s"].to_numpy() if hasattr(slow.requests, "to_numpy") else slow.requests["arrival_s"]
+    assert np.diff(sent) == pytest.approx(np.full(4, base.summary["mean_e2el_ms"] / 1e3 + 0.025), rel=1e-9)

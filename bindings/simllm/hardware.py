@@ -15,6 +15,7 @@ _KEYS = {
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
+    "frontend_latency_ms",
 }
 _INTERCONNECTS = ("nvlink", "pcie", "infinity-fabric", "none")
 
@@ -48,6 +49,9 @@ class HardwareConfig:
     gpus_per_node: int = 8
     launch_overhead_us: float = 2.0
     runtime_overhead_gib: float = 1.0  # CUDA context, NCCL buffers, CUDA graphs
+    # Time from a client sending a request to the engine scheduling it, outside the GPU: HTTP,
+    # tokenization, the API server's hand-off. TTFT and end-to-end latency include it.
+    frontend_latency_ms: float = 0.0
     interconnect_given: bool = True
     source: str = "<dict>"
 
@@ -115,6 +119,7 @@ def hardware_from_dict(data, source="<dict>"):
         gpus_per_node=sec.positive_int("gpus_per_node", 8),
         launch_overhead_us=sec.number("launch_overhead_us", 2.0, minimum=0),
         runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
+        frontend_latency_ms=sec.number("frontend_latency_ms", 0.0, minimum=0),
         interconnect_given=given,
         source=source,
     )

@@ -129,6 +129,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     from simllm.estimate import estimate_request_s  # noqa: PLC0415 - avoids an import cycle
 
     est_request_s = estimate_request_s(params, workload, requests)
+    frontend_s = hardware.frontend_latency_ms / 1e3
     e = EngineParams(
         policy=_POLICY[serving.batching],
         chunked_prefill=serving.enable_chunked_prefill,
@@ -142,7 +143,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         pad_prompts=serving.pad_prompts,
         batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
         batch_window_s=serving.batch_window_ms / 1e3,
-        timeout_s=workload.timeout_s,
+        # The engine sees a request frontend_s after its client sends it; a client's timeout
+        # counts from the send.
+        timeout_s=max(workload.timeout_s - frontend_s, 1e-9) if workload.timeout_s else 0.0,
         n_clients=0,
         fast_forward=fast_forward,
         itl_min_exp=ITL_MIN_EXP,
@@ -150,7 +153,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         window_s=_window_s(workload, requests, est_request_s),
     )
     replicas = serving.data_parallel_size
-    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n))
+    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
+                   frontend_s=frontend_s)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
@@ -164,9 +168,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         # requests are sent as earlier ones end.
         reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
         reqf[:, codes.RF_ARRIVAL] = np.inf
-        reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients]
+        reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients] + frontend_s
     else:
-        reqf[:, codes.RF_ARRIVAL] = requests.arrival_s
+        np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
     e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS),
                    **workspace_layout(serving.max_num_seqs, bs, n))
     acc = np.zeros((replicas, e.acc_len))
@@ -175,6 +179,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     simulate_nb(params, e, reqi, reqf, acc)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
+    if frontend_s:  # latencies count from the client's send
+        reqf[:, codes.RF_ARRIVAL] -= frontend_s
     stats, batch_hist, windows, itl_hist = split_accumulator(e, acc)
     status = reqi[:, codes.RI_STATUS].astype(np.int8)
     out_tok = reqi[:, codes.RI_GENERATED].copy()
