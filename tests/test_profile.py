@@ -223,6 +223,6 @@ def test_block_yaml_edit_keeps_continuation_comments_of_other_keys(tiny, profile
 
 @pytest.mark.parametrize("x", [1e-5, 1.234e-7, 0.5, 1.0, 2.521, 3e16])
 def test_yaml_number_round_trips(x):
-    from simllm.profile import yaml_number  # needs no torch
+    from simllm.hwyaml import yaml_number  # needs no torch
 
     assert yaml.safe_load(yaml_number(x)) == x

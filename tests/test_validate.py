@@ -65,10 +65,11 @@ def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
     reasons = [p.reason for p in points if not p.predicted]
     assert any("no model preset for 'moonshotai/Kimi-K2.5'" in r for r in reasons)
     assert any("precision 'fp4'" in r for r in reasons)
-    # The prediction is the simulation of the same closed loop.
+    # The prediction is the simulation of the same closed loop: a CSV row's client drew lengths
+    # uniformly from 80-100% of the stated ones (InferenceMAX's), 10 requests per client.
     m = done[0].measurement
-    w = simllm.Workload(num_prompts=64, max_concurrency=4, input_len=simllm.workload.fixed(1024),
-                        output_len=simllm.workload.fixed(128))
+    w = simllm.Workload(num_prompts=40, max_concurrency=4, input_len=simllm.workload.LengthDist("uniform", low=819, high=1025),
+                        output_len=simllm.workload.LengthDist("uniform", low=102, high=129))
     s = simllm.simulate(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"),
                         simllm.ServingConfig(max_model_len=1152), w).summary
     assert done[0].predicted["ttft"] == pytest.approx(s["mean_ttft_ms"])

@@ -2,8 +2,12 @@
 error of each metric (measured vs predicted), with the median and mean absolute percentage error
 and the share of points within 10% and 20%."""
 import math
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -11,9 +15,9 @@ from simllm import presets
 from simllm.errors import ConfigError
 from simllm.hardware import load_hardware
 from simllm.model import load_model
-from simllm.serving import ServingConfig
+from simllm.serving import FRAMEWORKS, ServingConfig
 from simllm.simulate import simulate
-from simllm.workload import Workload, fixed
+from simllm.workload import LengthDist, Workload, fixed
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _SUFFIXES = ("-instruct", "-chat", "-hf", "-fp8", "-fp4", "-nvfp4", "-awq", "-gptq")
@@ -29,6 +33,13 @@ class Point:
     hardware: str = ""
     predicted: dict = None
     reason: str = ""
+    bound: dict = None  # metric -> ms at 100% of the datasheet peaks with no overheads
+
+    def below_bound(self, metric):
+        """True when the measured ``metric`` is faster than the hardware's datasheet peaks allow
+        for the point's stated configuration (the measurement then ran something else)."""
+        measured = getattr(self.measurement, f"{metric}_ms")
+        return bool(self.bound) and not math.isnan(measured) and bool(measured < self.bound[metric])
 
     def error(self, metric):
         """Relative error (predicted / measured - 1) of ``metric``, nan if either is missing."""
@@ -65,6 +76,8 @@ def resolve_name(kind, name, mapping):
     """The preset a measurement's model or system name stands for, or "" when none matches."""
     if name in mapping:
         return mapping[name]
+    if kind == "hardware" and name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        return name  # the caller's own profile
     wanted = _key(name)
     for preset in presets.preset_names(kind):
         if _key(preset) == wanted:
@@ -72,17 +85,66 @@ def resolve_name(kind, name, mapping):
     return ""
 
 
-def predict(m, model_name, hardware_name, num_prompts=0):
-    """Simulate measurement ``m`` on the given presets; returns the predicted metrics in ms."""
-    model = load_model(model_name)
-    hardware = load_hardware(hardware_name)
+# InferenceMAX's published client settings: lengths uniform in [0.8 x, 1 x] of the stated ones
+# (benchmark_serving.py --random-range-ratio 0.8), 10 x concurrency prompts
+# (https://github.com/InferenceMAX/InferenceMAX README, "Benchmark Client Configuration").
+INFERENCEMAX_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class BenchmarkShape:
+    """How the benchmark client drew the requests of a measured point, where the measurement
+    does not record it: lengths uniform in [``min_length_ratio`` x length, length]
+    (``benchmark_serving.py --random-range-ratio``; 1.0 = every request exactly the stated
+    length), and ``prompts_per_client`` requests per client of a closed loop (InferenceMAX's
+    and SGLang's scripts send 10 x concurrency).
+
+    ``min_length_ratio`` None picks per point. silicon_sample.csv does not record its clients'
+    length distribution: its rows get InferenceMAX's 0.8 except SGLang's, which
+    ``sglang.bench_serving`` runs with fixed lengths (``--random-range-ratio 1``); a JSON result
+    states its mean lengths, simulated as fixed. Whether lengths vary matters: with fixed lengths
+    a closed loop's clients stay in step, every prefill of a wave queues behind the others and
+    TTFT is several times that of clients out of step.
+    """
+
+    min_length_ratio: float = None
+    prompts_per_client: int = 10
+    seed: int = 0
+
+    def ratio(self, m):
+        if self.min_length_ratio is not None:
+            return self.min_length_ratio
+        if not m.source.lower().endswith(".csv") or m.backend == "sglang":
+            return 1.0
+        return INFERENCEMAX_RATIO
+
+    def lengths(self, value, m):
+        ratio = self.ratio(m)
+        if ratio >= 1.0:
+            return fixed(value)
+        return LengthDist("uniform", low=max(1, int(value * ratio)), high=int(value) + 1)
+
+
+@lru_cache(maxsize=None)
+def _preset(kind, name):
+    return load_model(name) if kind == "models" else load_hardware(name)
+
+
+def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
+    """Simulate measurement ``m``; returns the predicted metrics in ms.
+
+    ``model`` and ``hardware`` are preset names or loaded configs (calibration passes modified
+    hardware); ``num_prompts`` overrides the requests simulated.
+    """
+    model = _preset("models", model) if isinstance(model, str) else model
+    hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
+    lengths = {"input_len": shape.lengths(m.input_len, m), "output_len": shape.lengths(m.output_len, m),
+               "seed": shape.seed}
     if m.concurrency:
-        n = m.num_prompts or max(8 * m.concurrency, 64)
-        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, input_len=fixed(m.input_len),
-                            output_len=fixed(m.output_len))
+        n = m.num_prompts or shape.prompts_per_client * m.concurrency
+        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, **lengths)
     else:
-        workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate,
-                            input_len=fixed(m.input_len), output_len=fixed(m.output_len))
+        workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate, **lengths)
     if num_prompts:
         workload = replace(workload, num_prompts=num_prompts)
     serving = ServingConfig(
@@ -90,43 +152,85 @@ def predict(m, model_name, hardware_name, num_prompts=0):
         dtype=_PRECISION[m.precision],
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
         max_num_seqs=max(256, m.concurrency),
+        framework=m.backend if m.backend in FRAMEWORKS else "vllm",
     )
     s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,)).summary
     return {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
 
 
-def validate(measurements, model_map=None, hardware_map=None, num_prompts=0):
-    """Predict every measurement that maps to presets; returns a list of :class:`Point`."""
+def skip_reason(m, model, hardware):
+    """Why measurement ``m`` cannot be simulated ("" when it can)."""
+    if not model:
+        return f"no model preset for {m.model!r} (use --model-map)"
+    if not hardware:
+        return f"no hardware preset for {m.hardware!r} (use --hardware-map or --hardware)"
+    if m.mode != "agg":
+        return f"mode {m.mode} (disaggregated serving is not simulated)"
+    if m.pp != 1 or m.dp != 1:
+        return "pipeline or attention data parallelism"
+    if m.precision not in _PRECISION:
+        return f"precision {m.precision!r}"
+    return ""
+
+
+def resolve(measurements, model_map=None, hardware_map=None):
+    """Each measurement with its model and hardware presets and, when it cannot be simulated,
+    the reason: a list of :class:`Point` without predictions."""
     model_map = model_map or {}
     hardware_map = hardware_map or {}
-    points = []
+    out = []
     for m in measurements:
         model = resolve_name("models", m.model, model_map)
         hardware = resolve_name("hardware", m.hardware, hardware_map) if m.hardware else ""
-        reason = ""
-        if not model:
-            reason = f"no model preset for {m.model!r} (use --model-map)"
-        elif not hardware:
-            reason = f"no hardware preset for {m.hardware!r} (use --hardware-map or --hardware)"
-        elif m.mode != "agg":
-            reason = f"mode {m.mode} (disaggregated serving is not simulated)"
-        elif m.pp != 1 or m.dp != 1:
-            reason = "pipeline or attention data parallelism"
-        elif m.precision not in _PRECISION:
-            reason = f"precision {m.precision!r}"
-        if reason:
-            points.append(Point(m, model, hardware, None, reason))
-            continue
+        out.append(Point(m, model, hardware, None, skip_reason(m, model, hardware)))
+    return out
+
+
+def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShape(), workers=0):
+    """Predict every point that has no skip reason, on ``workers`` threads (0 = all cores; the
+    kernels release the GIL). ``hardware_for(name)`` maps a point's hardware preset name to
+    the config to simulate (calibration's trial factors); default: the preset itself."""
+    hardware_for = hardware_for or (lambda name: name)
+
+    def one(p):
+        if p.reason:
+            return p
         try:
-            points.append(Point(m, model, hardware, predict(m, model, hardware, num_prompts)))
+            return replace(p, predicted=predict(p.measurement, p.model, hardware_for(p.hardware), num_prompts, shape))
         except ConfigError as exc:  # e.g. a simulated OOM: the configuration cannot run
-            points.append(Point(m, model, hardware, None, str(exc)))
-    return points
+            return replace(p, predicted=None, reason=str(exc))
+
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(points) < 2:
+        return [one(p) for p in points]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, points))
+
+
+def peak_hardware(hardware):
+    """``hardware`` at 100% of its datasheet peaks with no latencies: the fastest it can be."""
+    return replace(hardware, compute_utilization=1.0, bandwidth_utilization=1.0, interconnect_utilization=1.0,
+                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=())
+
+
+def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0):
+    """``points`` with ``bound`` set: each metric simulated at the hardware's peaks."""
+    peak = {name: peak_hardware(_preset("hardware", name)) for name in {p.hardware for p in points if not p.reason}}
+    done = predict_points(points, peak.get, num_prompts, shape, workers)
+    return [replace(p, bound=d.predicted) for p, d in zip(points, done)]
+
+
+def validate(measurements, model_map=None, hardware_map=None, num_prompts=0, shape=BenchmarkShape(),
+             hardware_for=None, workers=0):
+    """Predict every measurement that maps to presets, and the bound its hardware's peaks set;
+    returns a list of :class:`Point`."""
+    points = with_bounds(resolve(measurements, model_map, hardware_map), num_prompts, shape, workers)
+    return predict_points(points, hardware_for, num_prompts, shape, workers)
 
 
 def error_summary(points):
-    """Per metric: points compared, median and mean absolute percentage error, and the share
-    within 10% and 20%."""
+    """Per metric: points compared, median and mean absolute percentage error, the share within
+    10% and 20%, and how many were measured faster than the hardware's peaks allow."""
     out = {}
     for metric in METRICS:
         errs = np.array([abs(p.error(metric)) for p in points])
@@ -139,5 +243,6 @@ def error_summary(points):
             "mean_abs_pct_error": float(np.mean(errs) * 100),
             "within_10pct": float(np.mean(errs <= 0.10)),
             "within_20pct": float(np.mean(errs <= 0.20)),
+            "below_bound": int(sum(p.predicted is not None and p.below_bound(metric) for p in points)),
         }
     return out

@@ -9,9 +9,10 @@ from dataclasses import replace
 from simllm import presets, report
 from simllm.errors import ConfigError
 from simllm.estimate import estimate
-from simllm.hardware import load_hardware
+from simllm.calibrate import DEFAULT_FACTORS
+from simllm.hardware import FACTOR_KEYS, load_hardware
 from simllm.model import load_model
-from simllm.serving import BATCHING, ROUTERS, ServingConfig
+from simllm.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
 from simllm.simulate import simulate
 from simllm.workload import ARRIVALS, Workload, load_workload, random_range
 
@@ -84,6 +85,8 @@ def _add_engine_args(p):
     p.add_argument("--max-num-seqs", type=_positive_int, default=256, help="sequences per iteration (default 256)")
     p.add_argument("--max-num-batched-tokens", type=_positive_int, default=0,
                    help="tokens per iteration (default 8192; without chunked prefill max(max_model_len, 2048))")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
+                   help="serving framework whose calibrated factors to apply, where the hardware profile has them")
 
 
 def build_parser():
@@ -138,22 +141,69 @@ def build_parser():
     out.add_argument("--no-fast-forward", action="store_true", help="simulate every iteration one by one (checks)")
 
     val = sub.add_parser("validate", help="simulate measured serving results and report the prediction error")
-    val.add_argument("measured", nargs="+", metavar="MEASURED",
-                     help="silicon_sample.csv-style CSV or vllm bench serve result JSON files")
-    val.add_argument("--model-map", nargs="+", metavar="NAME=PRESET", help="map measured model names to presets")
-    val.add_argument("--hardware-map", nargs="+", metavar="NAME=PRESET", help="map measured systems to presets")
-    val.add_argument("--hardware", default="", help="hardware of measurements that do not name one (vllm JSON)")
-    val.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1,
-                     help="TP of measurements that do not record it (vllm JSON)")
-    val.add_argument("--dtype", default="", help="precision of measurements that do not record it (vllm JSON)")
-    val.add_argument("--num-prompts", type=_positive_int, default=0,
-                     help="requests simulated per point (default: the measured number, else 8 x concurrency)")
-    val.add_argument("--filter", default="", help="only measurements whose model, system or backend contain this")
+    _add_measured(val)
+    val.add_argument("--hardware", default="", help="hardware of measurements that do not name one (JSON results)")
+    val.add_argument("--factors-from", metavar="PROFILE",
+                     help="apply this calibrated profile's factors to every point's hardware (cross-system test)")
+    val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
     val.add_argument("--format", choices=("table", "json"), default="table")
+
+    cal = sub.add_parser("calibrate", help="fit a hardware profile's efficiency factors to measured results")
+    _add_measured(cal)
+    cal.add_argument("--hardware", required=True, metavar="BASE",
+                     help="the profile to calibrate (preset or YAML); measurements of other GPUs are left out")
+    cal.add_argument("--output", "-o", required=True, help="calibrated hardware YAML to write")
+    cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
+                     help="fit this framework's measurements; vllm sets the profile's factors, the others "
+                          "its frameworks: entry (default vllm)")
+    cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=list(DEFAULT_FACTORS),
+                     help=f"factors to fit (default all: {', '.join(DEFAULT_FACTORS)})")
+    cal.add_argument("--max-iterations", type=_positive_int, default=12, help="Levenberg-Marquardt iterations")
+    cal.add_argument("--format", choices=("table", "json"), default="table")
+
+    prof = sub.add_parser("profile", help="time GEMMs, attention and copies on this machine's GPU (needs "
+                                          "simllm[profile]) and write a calibrated hardware profile")
+    prof.add_argument("--hardware", required=True, metavar="BASE",
+                      help="datasheet profile of the GPU (preset or YAML): peaks kept, efficiencies measured")
+    prof.add_argument("--output", "-o", required=True, help="hardware YAML to write")
+    prof.add_argument("--raw-output", help="raw measurements (.json or .csv; default next to --output)")
+    prof.add_argument("--device", default="cuda", help="torch device: cuda, cuda:N or cpu (default cuda)")
+    prof.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM dtype (default bf16)")
+    prof.add_argument("--size", choices=("full", "tiny"), default="full", help="shape grid (tiny: seconds, for tests)")
 
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
     return parser
+
+
+def _add_measured(p):
+    p.add_argument("measured", nargs="+", metavar="MEASURED",
+                   help="measured results: silicon_sample.csv-style CSV, or vllm bench serve, GuideLLM, EvalScope, "
+                        "genai-perf or AIPerf JSON")
+    p.add_argument("--model-map", nargs="+", metavar="NAME=PRESET", help="map measured model names to presets")
+    p.add_argument("--hardware-map", nargs="+", metavar="NAME=PRESET", help="map measured systems to presets")
+    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1,
+                   help="TP of measurements that do not record it (JSON results)")
+    p.add_argument("--dtype", default="", help="precision of measurements that do not record it (JSON results)")
+    p.add_argument("--num-prompts", type=_positive_int, default=0,
+                   help="requests simulated per point (default: the measured number, else 10 x concurrency)")
+    p.add_argument("--min-length-ratio", type=_unit, default=None,
+                   help="the client drew lengths uniformly from RATIO x to 1 x the stated ones (benchmark_serving "
+                        "--random-range-ratio); default: 0.8 for CSV rows (InferenceMAX), 1 for SGLang's and JSON")
+    p.add_argument("--filter", default="", help="only measurements whose model, system or backend contain this")
+
+
+def _points(args, hardware=""):
+    from simllm import accuracy  # noqa: PLC0415 - only the measurement commands need these
+    from simllm.measurements import load_measurements  # noqa: PLC0415
+
+    measured = load_measurements(args.measured, hardware=hardware, tp=args.tensor_parallel_size,
+                                 precision=args.dtype)
+    if args.filter:
+        measured = [m for m in measured if args.filter in f"{m.model} {m.hardware} {m.backend}"]
+    points = accuracy.resolve(measured, accuracy.parse_map(args.model_map, "--model-map"),
+                              accuracy.parse_map(args.hardware_map, "--hardware-map"))
+    return points, accuracy.BenchmarkShape(min_length_ratio=args.min_length_ratio)
 
 
 def _target(args):
@@ -177,6 +227,7 @@ def _serving(args):
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        framework=args.framework,
     )
 
 
@@ -284,23 +335,64 @@ def _cmd_run(args, out):
 
 
 def _cmd_validate(args, out):
-    from simllm import accuracy  # noqa: PLC0415 - only this command needs it
-    from simllm.measurements import load_measurements  # noqa: PLC0415
+    from simllm import accuracy  # noqa: PLC0415
 
-    measured = load_measurements(args.measured, hardware=args.hardware, tp=args.tensor_parallel_size,
-                                 precision=args.dtype)
-    if args.filter:
-        measured = [m for m in measured if args.filter in f"{m.model} {m.hardware} {m.backend}"]
-    points = accuracy.validate(measured, accuracy.parse_map(args.model_map, "--model-map"),
-                               accuracy.parse_map(args.hardware_map, "--hardware-map"), args.num_prompts)
+    points, shape = _points(args, args.hardware)
+    hardware_for = None
+    if args.factors_from:
+        source = load_hardware(args.factors_from)
+        factors = {k: getattr(source, k) for k in FACTOR_KEYS}
+
+        def hardware_for(name):
+            return replace(load_hardware(name), frameworks=source.frameworks, **factors)
+
+    points = accuracy.predict_points(accuracy.with_bounds(points, args.num_prompts, shape), hardware_for,
+                                     args.num_prompts, shape)
     summary = accuracy.error_summary(points)
+    if args.plot:
+        from simllm.plots import plot_validation  # noqa: PLC0415
+
+        plot_validation(points, args.plot)
     if args.format == "json":
         rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware, "skipped": p.reason or None,
                  **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
-                 **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS}} for p in points]
+                 **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS},
+                 **{f"peak_bound_{k}_ms": (p.bound or {}).get(k) for k in accuracy.METRICS}} for p in points]
         out.write(report.to_json({"points": rows, "summary": summary}) + "\n")
     else:
         out.write(report.format_validation(points, summary) + "\n")
+    return 0
+
+
+def _cmd_calibrate(args, out):
+    from simllm import calibrate  # noqa: PLC0415
+
+    base = load_hardware(args.hardware)
+    points, shape = _points(args, args.hardware)
+    wanted = {args.hardware, base.gpu}
+    points = [p for p in points if p.hardware in wanted
+              and (p.measurement.backend if p.measurement.backend in FRAMEWORKS else "vllm") == args.framework]
+    progress = None if args.format == "json" else (lambda line: print(f"simllm: {line}", file=sys.stderr))
+    fit = calibrate.calibrate(points, base, args.fit, args.max_iterations, shape, args.num_prompts, progress=progress)
+    path = calibrate.write_calibration(fit, args.output, args.framework)
+    if args.format == "json":
+        out.write(report.to_json({"output": str(path), "framework": args.framework, "factors": fit.factors,
+                                  "initial": fit.initial, "fit_error": fit.fit_error, "loo_error": fit.loo_error,
+                                  "fitted_on": calibrate.describe_points(fit.points),
+                                  "iterations": fit.iterations, "evaluations": fit.evaluations}) + "\n")
+    else:
+        out.write(report.format_calibration(fit, args.framework, path) + "\n")
+    return 0
+
+
+def _cmd_profile(args, out):
+    from simllm import profile  # noqa: PLC0415
+
+    base = load_hardware(args.hardware)
+    result = profile.profile_hardware(base, device=args.device, dtype=args.dtype, size=args.size,
+                                      progress=lambda line: print(f"simllm: {line}", file=sys.stderr))
+    yaml_path, raw_path = profile.write_profile(result, base, args.output, args.raw_output)
+    out.write(profile.format_profile(result) + f"\nwrote {yaml_path} and {raw_path}\n")
     return 0
 
 
@@ -316,7 +408,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate, "presets": _cmd_presets}
+        commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate,
+                    "calibrate": _cmd_calibrate, "profile": _cmd_profile, "presets": _cmd_presets}
         return commands[args.command](args, sys.stdout)
     except ConfigError as exc:
         print(f"simllm: error: {exc}", file=sys.stderr)

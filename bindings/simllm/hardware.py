@@ -5,6 +5,7 @@ from pathlib import Path
 
 from simllm import presets
 from simllm.errors import ConfigError
+from simllm.serving import FRAMEWORKS
 from simllm.validate import Section
 from simllm.yamlio import load_file
 
@@ -15,8 +16,12 @@ _KEYS = {
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
-    "frontend_latency_ms",
+    "frontend_latency_ms", "frameworks",
 }
+# The efficiency factors calibration fits; a ``frameworks`` entry may override any of them.
+FACTOR_KEYS = ("compute_utilization", "bandwidth_utilization", "launch_overhead_us", "interconnect_latency_us",
+               "interconnect_utilization", "frontend_latency_ms")
+
 _INTERCONNECTS = ("nvlink", "pcie", "infinity-fabric", "none")
 
 # Used when a profile (the seed's, say) gives no interconnect: PCIe Gen4 x16, 32 GB/s each way.
@@ -52,6 +57,10 @@ class HardwareConfig:
     # Time from a client sending a request to the engine scheduling it, outside the GPU: HTTP,
     # tokenization, the API server's hand-off. TTFT and end-to-end latency include it.
     frontend_latency_ms: float = 0.0
+    # Per serving framework, factors that replace the ones above when simulating it (calibrated
+    # presets: what TensorRT-LLM or SGLang achieve where it differs from vLLM), as
+    # ((framework, ((key, value), ...)), ...).
+    frameworks: tuple = ()
     interconnect_given: bool = True
     source: str = "<dict>"
 
@@ -76,6 +85,33 @@ class HardwareConfig:
 
     def with_overrides(self, **changes):
         return replace(self, **changes)
+
+    def for_framework(self, framework):
+        """This profile with ``framework``'s calibrated factors, if it has any (else itself)."""
+        for name, factors in self.frameworks:
+            if name == framework:
+                return replace(self, **dict(factors))
+        return self
+
+
+def _factor(sec, key):
+    if key.endswith("_utilization"):
+        return sec.number(key, exclusive_minimum=0, maximum=1)
+    return sec.number(key, minimum=0)
+
+
+def _frameworks(sec):
+    if not sec.has("frameworks"):
+        return ()
+    top = sec.section("frameworks")
+    top.reject_unknown(set(FRAMEWORKS))
+    out = []
+    for name in FRAMEWORKS:
+        if top.has(name):
+            fw = top.section(name)
+            fw.reject_unknown(set(FACTOR_KEYS))
+            out.append((name, tuple((k, _factor(fw, k)) for k in FACTOR_KEYS if fw.has(k))))
+    return tuple(out)
 
 
 def hardware_from_dict(data, source="<dict>"):
@@ -120,6 +156,7 @@ def hardware_from_dict(data, source="<dict>"):
         launch_overhead_us=sec.number("launch_overhead_us", 2.0, minimum=0),
         runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
         frontend_latency_ms=sec.number("frontend_latency_ms", 0.0, minimum=0),
+        frameworks=_frameworks(sec),
         interconnect_given=given,
         source=source,
     )

@@ -53,12 +53,8 @@ import csv
 import io
 import json
 import math
-import os
 import platform
-import re
-import stat
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -66,9 +62,15 @@ from pathlib import Path
 
 import yaml
 
-from simllm import dtypes, presets
+from simllm import dtypes
 from simllm.errors import ConfigError
 from simllm.hardware import HardwareConfig, hardware_from_dict, load_hardware
+from simllm.hwyaml import (
+    base_path_of,
+    edit_hardware_yaml,
+    generate_hardware_yaml,
+    write_atomic,
+)
 
 DTYPES = ("bf16", "fp16", "fp8")
 SIZES = ("tiny", "full")
@@ -822,109 +824,6 @@ def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=Non
 # Writing the profile
 
 
-_KEY_LINE = re.compile(r"^(?P<indent>[ ]*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ ]*:")
-_TOP_SECTION = re.compile(r"^hardware[ ]*:[ ]*(#.*)?$")
-_COMMENT_COLUMN = 35  # where the presets' value comments start
-
-
-def yaml_number(x):
-    """``x`` as a YAML scalar that reads back as the same float (YAML 1.1 wants ``1.0e-05``, not ``1e-05``)."""
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"not a finite number: {x}")
-    text = repr(x)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        if exponent[0] not in "+-":
-            exponent = "+" + exponent
-        text = f"{mantissa}e{exponent}"
-    return text
-
-
-def _value_line(indent, key, value, comment, column):
-    head = f"{indent}{key}: {yaml_number(value)}"
-    return f"{head:<{max(column, len(head) + 1)}}# {comment}"
-
-
-def _edit_block_yaml(text, updates):
-    """Replace or add ``key: value  # comment`` lines in the ``hardware:`` block of ``text``,
-    keeping every other line (datasheet keys and their source comments) as it is.
-
-    Returns None when the file is not a block mapping this can edit (JSON, flow style).
-    """
-    lines = text.splitlines()
-    tops = [i for i, line in enumerate(lines) if _TOP_SECTION.match(line)]
-    if tops:
-        start, end = tops[0] + 1, len(lines)
-        for i in range(start, len(lines)):
-            line = lines[i]
-            if line.strip() and not line.startswith((" ", "#")):
-                end = i
-                break
-    elif any(re.match(r"^hardware[ ]*:", line) for line in lines):
-        return None
-    else:
-        start, end = 0, len(lines)
-    keys = {}
-    indent = None
-    for i in range(start, end):
-        match = _KEY_LINE.match(lines[i])
-        if match and (indent is None or match["indent"] == indent):
-            indent = match["indent"]
-            keys[match["key"]] = i
-    if indent is None or (tops and not indent):
-        return None
-
-    def extent(i):
-        """Index past line ``i`` and its own comment-only continuation lines."""
-        j = i + 1
-        while j < end and lines[j].strip().startswith("#") and len(lines[j]) - len(lines[j].lstrip()) > len(indent):
-            j += 1
-        return j
-
-    replace, append = {}, []
-    for key, value, comment in updates:
-        if key in keys:
-            i = keys[key]
-            old = lines[i]
-            column = old.find(" #") + 1 if " #" in old else _COMMENT_COLUMN
-            replace[i] = (extent(i), _value_line(indent, key, value, comment, column))
-        else:
-            append.append(_value_line(indent, key, value, comment, _COMMENT_COLUMN))
-    last = extent(max(keys.values()))
-    out = []
-    i = 0
-    while i < len(lines):
-        if i == last:
-            out.extend(append)
-        if i in replace:
-            i, new = replace[i]
-            out.append(new)
-            continue
-        out.append(lines[i])
-        i += 1
-    if last >= len(lines):
-        out.extend(append)
-    return "\n".join(out) + "\n"
-
-
-def _generate_yaml(data, updates):
-    """A fresh block YAML of ``data``'s hardware mapping with ``updates`` (when the base cannot be
-    edited line by line)."""
-    mapping = dict(data.get("hardware", data))
-    lines = ["hardware:"]
-    comments = {key: (value, comment) for key, value, comment in updates}
-    for key in list(mapping) + [k for k in comments if k not in mapping]:
-        if key in comments:
-            lines.append(_value_line("  ", key, *comments[key], _COMMENT_COLUMN))
-        else:
-            dumped = yaml.safe_dump({key: mapping[key]}, default_flow_style=True, width=10**6).strip()[1:-1]
-            lines.append(f"  {dumped}")
-    return "\n".join(lines) + "\n"
-
-
 def _curve_comment(result):
     parts = [f"M={p['m']}: {p['compute_fraction']:.3g}" for p in result.gemm_curve]
     lines, line = [], "#   "
@@ -966,34 +865,6 @@ def _csv_text(result):
     return buffer.getvalue()
 
 
-def _write_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``,
-    so a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _base_path(base):
-    if isinstance(base, HardwareConfig):
-        if not Path(base.source).is_file():
-            raise ConfigError("a base hardware profile loaded from a file (its text is copied)", key="base",
-                              value=base.source)
-        return Path(base.source)
-    return Path(presets.resolve("hardware", base, flag="--hardware"))
-
-
 def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
     """Write the calibrated hardware YAML and the raw measurements.
 
@@ -1025,7 +896,7 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
     ConfigError
         For an unknown base, or a base whose peaks differ from those the result was measured against.
     """
-    base_path = _base_path(base_path_or_name)
+    base_path = base_path_of(base_path_or_name)
     base = load_hardware(base_path)
     used = (base.peak_flops(result.gemm_dtype) / 1e12, base.memory_bandwidth_gbps)
     if not all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(used, (result.peak_tflops,
@@ -1044,7 +915,7 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
     expected = dict(base_data.get("hardware", base_data))
     expected.update(result.fitted)
 
-    body = _edit_block_yaml(base_text, updates) if base_path.suffix.lower() != ".json" else None
+    body = edit_hardware_yaml(base_text, updates) if base_path.suffix.lower() != ".json" else None
     if body is not None:
         with contextlib.suppress(yaml.YAMLError, AttributeError):
             parsed = yaml.safe_load(body)
@@ -1052,7 +923,7 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
                 body = None
     kept = body is not None
     if body is None:
-        body = _generate_yaml(base_data, updates)
+        body = generate_hardware_yaml(base_data, updates)
     text = _header(result, base_path, raw_path.name, kept) + body
     data = yaml.safe_load(text)
     check = hardware_from_dict(data, str(output_yaml))  # raises ConfigError before anything is written
@@ -1067,8 +938,8 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
         raw_text = json.dumps({"format": "simllm-profile", "version": 1, "base": str(base_path),
                                "hardware_yaml": str(output_yaml), **result.to_dict()},
                               indent=1, allow_nan=False) + "\n"
-    _write_atomic(raw_path, raw_text)
-    _write_atomic(output_yaml, text)
+    write_atomic(raw_path, raw_text)
+    write_atomic(output_yaml, text)
     return output_yaml, raw_path
 
 

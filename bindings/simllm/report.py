@@ -159,6 +159,29 @@ def format_run_line(result):
             f"ITL p99 {s.get('p99_itl_ms', float('nan')):.2f} ms")
 
 
+def error_table(summary):
+    """Per metric: points, median and mean absolute error, share within 10% and 20%."""
+    return table(["metric", "points", "median |error|", "mean |error|", "within 10%", "within 20%"], [
+        [k.upper(), v["points"], f"{v['median_abs_pct_error']:.1f}%", f"{v['mean_abs_pct_error']:.1f}%",
+         f"{v['within_10pct']:.0%}", f"{v['within_20pct']:.0%}"] for k, v in summary.items()], "lrrrrr")
+
+
+def format_calibration(fit, framework, path):
+    """The ``simllm calibrate`` report: fitted factors next to the base's, fit and
+    leave-one-out errors."""
+    from simllm.calibrate import describe_points  # noqa: PLC0415
+
+    rows = [[k, f"{fit.initial[k]:.4g}", f"{v:.4g}"] for k, v in fit.factors.items()]
+    return "\n".join([
+        f"simllm calibrate: {fit.base.name}, framework {framework}; fitted on {describe_points(fit.points)}",
+        f"  {fit.iterations} iteration(s), {fit.evaluations} simulation passes",
+        "", table(["factor", "base", "fitted"], rows, "lrr"),
+        "", "Fit error (in sample):", error_table(fit.fit_error),
+        "", "Leave-one-out error (PRESS, linearised at the fit):", error_table(fit.loo_error),
+        "", f"wrote {path}",
+    ])
+
+
 def format_validation(points, summary):
     """The ``simllm validate`` table: each measured point against its prediction, then the error
     statistics per metric."""
@@ -183,9 +206,12 @@ def format_validation(points, summary):
                      ms(m.tpot_ms), ms(p.predicted["tpot"]), pct(p.error("tpot"))])
     out = [table(["point", "model", "hardware", "tp", "isl", "osl", "load", "TTFT ms", "predicted", "error",
                   "TPOT ms", "predicted", "error"], rows, "llllrrrrrrrrr")]
-    out += ["", table(["metric", "points", "median |error|", "mean |error|", "within 10%", "within 20%"], [
-        [k.upper(), v["points"], f"{v['median_abs_pct_error']:.1f}%", f"{v['mean_abs_pct_error']:.1f}%",
-         f"{v['within_10pct']:.0%}", f"{v['within_20pct']:.0%}"] for k, v in summary.items()], "lrrrrr")]
+    out += ["", error_table(summary)]
+    below = {k: v.get("below_bound", 0) for k, v in summary.items() if v.get("below_bound")}
+    if below:
+        out += ["", "Measured faster than the hardware's datasheet peaks allow for the stated configuration "
+                "(the run must have differed: lengths, parallelism, speculative decoding...): "
+                + ", ".join(f"{v} {k.upper()}" for k, v in below.items()) + " point(s); calibration leaves them out."]
     if skipped:
         out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
         if len(skipped) > 20:

@@ -8,6 +8,7 @@ from simllm.errors import ConfigError
 CLI = "command line"
 BATCHING = ("continuous", "static", "dynamic")
 ROUTERS = ("round_robin", "least_outstanding")
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class ServingConfig:
     batch_max: int = 0  # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
     data_parallel_size: int = 1
     router: str = "round_robin"  # round_robin | least_outstanding
+    # Serving framework whose calibrated factors the hardware profile applies, when it has them
+    # (``frameworks`` in a calibrated preset); the scheduler simulated is vLLM's either way.
+    framework: str = "vllm"
 
     def __post_init__(self):
         def bad(flag, value, expected):
@@ -57,6 +61,8 @@ class ServingConfig:
             bad("--batching", self.batching, "one of " + ", ".join(BATCHING))
         if self.router not in ROUTERS:
             bad("--router", self.router, "one of " + ", ".join(ROUTERS))
+        if self.framework not in FRAMEWORKS:
+            bad("--framework", self.framework, "one of " + ", ".join(FRAMEWORKS))
         if not self.batch_window_ms >= 0:
             bad("--batch-window-ms", self.batch_window_ms, "a number >= 0")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

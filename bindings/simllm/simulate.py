@@ -111,6 +111,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     """
     serving = serving or ServingConfig()
     workload = workload or Workload()
+    hardware = hardware.for_framework(serving.framework)
     resolved = serving_mod.resolve(model, hardware, serving)
     params = pack_cost_params(model, hardware, serving, resolved)
     memory = plan_memory(params, model, hardware, serving, resolved)
