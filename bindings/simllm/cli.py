@@ -3,6 +3,7 @@ status 2 and one line on stderr, never a traceback."""
 import argparse
 import logging
 import math
+import re
 import sys
 from dataclasses import replace
 
@@ -176,6 +177,13 @@ def build_parser():
     return parser
 
 
+def _regex(text):
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"invalid regular expression {text!r}: {exc}") from None
+
+
 def _add_measured(p):
     p.add_argument("measured", nargs="+", metavar="MEASURED",
                    help="measured results: silicon_sample.csv-style CSV, or vllm bench serve, GuideLLM, EvalScope, "
@@ -190,7 +198,8 @@ def _add_measured(p):
     p.add_argument("--min-length-ratio", type=_unit, default=None,
                    help="the client drew lengths uniformly from RATIO x to 1 x the stated ones (benchmark_serving "
                         "--random-range-ratio); default: 0.8 for CSV rows (InferenceMAX), 1 for SGLang's and JSON")
-    p.add_argument("--filter", default="", help="only measurements whose model, system or backend contain this")
+    p.add_argument("--filter", action="append", type=_regex, default=[], metavar="REGEX",
+                   help="only measurements whose 'model system backend' matches (repeat: all must match)")
 
 
 def _points(args, hardware=""):
@@ -199,8 +208,8 @@ def _points(args, hardware=""):
 
     measured = load_measurements(args.measured, hardware=hardware, tp=args.tensor_parallel_size,
                                  precision=args.dtype)
-    if args.filter:
-        measured = [m for m in measured if args.filter in f"{m.model} {m.hardware} {m.backend}"]
+    for pattern in args.filter:
+        measured = [m for m in measured if pattern.search(f"{m.model} {m.hardware} {m.backend}")]
     points = accuracy.resolve(measured, accuracy.parse_map(args.model_map, "--model-map"),
                               accuracy.parse_map(args.hardware_map, "--hardware-map"))
     return points, accuracy.BenchmarkShape(min_length_ratio=args.min_length_ratio)

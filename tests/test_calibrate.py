@@ -1,0 +1,198 @@
+"""``simllm calibrate``: the fit recovers factors that generated the data, writes a profile that
+keeps the datasheet figures, and changes efficiencies, never the physics."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+import simllm
+import simllm.cli
+from simllm import accuracy, calibrate
+from simllm.measurements import Measurement
+
+TRUE = {"compute_utilization": 0.55, "bandwidth_utilization": 0.72, "launch_overhead_us": 3.5,
+        "frontend_latency_ms": 30.0}
+# (tp, input, output, concurrency): decode-bound, prefill-bound and in between, so every
+# factor shows in some point.
+CASES = [(1, 128, 64, 1), (1, 2048, 16, 1), (1, 4096, 8, 4), (1, 512, 64, 8), (2, 1024, 32, 4), (1, 256, 128, 16),
+         (2, 3000, 16, 2), (1, 64, 64, 2), (1, 1500, 48, 12), (2, 200, 100, 8)]
+
+
+def synthetic(hardware, model="llama-3.1-8b", cases=CASES):
+    """Measurements that ``hardware`` produces exactly (as a JSON result would state them)."""
+    out = []
+    for i, (tp, isl, osl, c) in enumerate(cases):
+        m = Measurement(source="synthetic.json", line=i + 1, model=model, hardware="h100_sxm", backend="vllm",
+                        precision="", mode="agg", tp=tp, pp=1, dp=1, input_len=isl, output_len=osl, concurrency=c,
+                        request_rate=math.inf, num_prompts=4 * c, ttft_ms=1.0, tpot_ms=1.0)
+        pred = accuracy.predict(m, model, hardware)
+        out.append(dataclasses.replace(m, ttft_ms=pred["ttft"], tpot_ms=pred["tpot"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fit():
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    points = accuracy.resolve(synthetic(truth))
+    return calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE), workers=1)
+
+
+def test_fit_recovers_the_factors_that_made_the_data(fit):
+    for key, value in TRUE.items():
+        assert fit.factors[key] == pytest.approx(value, rel=0.03), key
+    assert fit.initial["compute_utilization"] == 0.7  # started from the preset
+    for metric in ("ttft", "tpot"):
+        assert fit.fit_error[metric]["points"] == len(CASES)
+        assert fit.fit_error[metric]["median_abs_pct_error"] < 1.0
+        assert fit.loo_error[metric]["median_abs_pct_error"] < 2.0
+
+
+def test_write_calibration_keeps_the_datasheet_and_says_what_was_fitted(fit, tmp_path):
+    out = calibrate.write_calibration(fit, tmp_path / "my-gpu.yaml", date="2026-12-02")
+    text = out.read_text(encoding="utf-8")
+    base_text = open(simllm.load_hardware("h100-sxm").source, encoding="utf-8").read()
+    for line in base_text.splitlines():  # every datasheet line and source comment kept
+        if line.strip() and not any(line.strip().startswith(k) for k in TRUE):
+            assert line in text
+    assert "fitted by simllm calibrate on 10 measured points (llama-3.1-8b; vllm) from synthetic.json, 2026-12-02" in text
+    hw = simllm.load_hardware(str(out))
+    base = simllm.load_hardware("h100-sxm")
+    for key, value in TRUE.items():
+        assert getattr(hw, key) == pytest.approx(value, rel=0.03)
+    for key in ("bf16_tflops", "fp8_tflops", "memory_bandwidth_gbps", "memory_size_bytes", "interconnect_bandwidth_gbps"):
+        assert getattr(hw, key) == getattr(base, key)
+
+
+def test_framework_fit_goes_under_frameworks_and_is_applied_by_framework(fit, tmp_path):
+    out = calibrate.write_calibration(fit, tmp_path / "fw.yaml", framework="trtllm", date="2026-12-02")
+    hw = simllm.load_hardware(str(out))
+    base = simllm.load_hardware("h100-sxm")
+    assert hw.compute_utilization == base.compute_utilization  # vLLM's factors untouched
+    trt = hw.for_framework("trtllm")
+    assert trt.compute_utilization == pytest.approx(TRUE["compute_utilization"], rel=0.03)
+    assert hw.for_framework("sglang") == hw
+    model = simllm.load_model("llama-3.1-8b")
+    w = simllm.Workload(num_prompts=8, max_concurrency=2, input_len=simllm.workload.fixed(300),
+                        output_len=simllm.workload.fixed(20))
+    direct = simllm.simulate(model, trt, simllm.ServingConfig(), w).summary
+    via = simllm.simulate(model, hw, simllm.ServingConfig(framework="trtllm"), w).summary
+    assert via["mean_ttft_ms"] == direct["mean_ttft_ms"] and via["mean_tpot_ms"] == direct["mean_tpot_ms"]
+    # A second framework keeps the first one's entry and comment.
+    again = calibrate.write_calibration(dataclasses.replace(fit, base=hw), tmp_path / "fw2.yaml", framework="sglang",
+                                        date="2026-12-03")
+    text = again.read_text(encoding="utf-8")
+    assert text.count("fitted by simllm calibrate") == 2 and "2026-12-02" in text and "2026-12-03" in text
+    hw2 = simllm.load_hardware(str(again))
+    assert [name for name, _ in hw2.frameworks] == ["sglang", "trtllm"]
+
+
+def test_calibration_changes_efficiencies_never_the_physics(fit):
+    """The foundation's closed forms (bytes streamed per token, KV bytes per token, the decode
+    lower bound at peak bandwidth) are the same on the calibrated profile."""
+    model = simllm.load_model("mistral-7b")
+    base = simllm.load_hardware("h100-sxm")
+    a = simllm.estimate(model, base, batch_size=1, input_len=512, output_len=64)
+    b = simllm.estimate(model, fit.hardware, batch_size=1, input_len=512, output_len=64)
+    assert b.streamed_weight_bytes == a.streamed_weight_bytes == pytest.approx(14.22e9, rel=2e-3)
+    assert b.decode_lower_bound_s == a.decode_lower_bound_s
+    assert b.memory.kv_bytes_per_token == a.memory.kv_bytes_per_token == 131072
+    assert b.memory.weight_bytes == a.memory.weight_bytes
+    assert b.ideal_tpot_s != a.ideal_tpot_s  # the efficiencies did change
+
+
+def test_points_faster_than_the_peaks_are_left_out():
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    ms = synthetic(truth)
+    impossible = dataclasses.replace(ms[0], tpot_ms=ms[0].tpot_ms / 10)  # 10x faster than the peaks allow
+    points = accuracy.with_bounds(accuracy.resolve([impossible] + ms[1:]))
+    assert points[0].below_bound("tpot") and not points[0].below_bound("ttft")
+    assert not any(p.below_bound("tpot") for p in points[1:])
+    f = calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE), workers=1)
+    assert f.fit_error["tpot"]["points"] == len(CASES) - 1
+    assert f.factors["bandwidth_utilization"] == pytest.approx(TRUE["bandwidth_utilization"], rel=0.05)
+
+
+def test_calibrate_refuses_what_it_cannot_fit():
+    points = accuracy.resolve(synthetic(simllm.load_hardware("h100-sxm"), cases=CASES[:2]))
+    with pytest.raises(simllm.ConfigError, match="at least 5 measured points"):
+        calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE))
+    with pytest.raises(simllm.ConfigError, match="--fit = 'speed'"):
+        calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), ("speed",))
+
+
+def _write_json_results(tmp_path, measurements):
+    paths = []
+    for i, m in enumerate(measurements):
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps({
+            "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": m.num_prompts,
+            "request_rate": "inf", "max_concurrency": m.concurrency, "completed": m.num_prompts,
+            "total_input_tokens": m.num_prompts * m.input_len, "total_output_tokens": m.num_prompts * m.output_len,
+            "mean_ttft_ms": m.ttft_ms, "mean_tpot_ms": m.tpot_ms}), encoding="utf-8")
+        paths.append(str(path))
+    return paths
+
+
+def test_calibrate_and_validate_cli_round_trip(tmp_path, capsys):
+    """vllm bench serve results of one GPU -> simllm calibrate -> a profile on which simllm
+    validate reproduces them; the same factors applied to another GPU with --factors-from."""
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    cases = [c for c in CASES if c[0] == 1]
+    paths = _write_json_results(tmp_path, synthetic(truth, cases=cases))
+    out = tmp_path / "cal.yaml"
+    args = ["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(out), "--fit", *TRUE, "--format", "json"]
+    assert simllm.cli.main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fit_error"]["tpot"]["median_abs_pct_error"] < 1.0
+    assert data["factors"]["compute_utilization"] == pytest.approx(0.55, rel=0.05)
+    assert yaml.safe_load(out.read_text())["hardware"]["frontend_latency_ms"] == pytest.approx(30.0, rel=0.05)
+    assert simllm.cli.main(["validate", *paths, "--hardware", str(out), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["ttft"]["median_abs_pct_error"] < 1.0 and summary["tpot"]["median_abs_pct_error"] < 1.0
+    # --factors-from: the measurements, relabelled as H200 runs, predicted with the H100's factors
+    assert simllm.cli.main(["validate", *paths, "--hardware", "h200-sxm", "--factors-from", str(out),
+                            "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["points"]
+    h200 = dataclasses.replace(simllm.load_hardware("h200-sxm"), **{k: getattr(simllm.load_hardware(str(out)), k)
+                                                                     for k in TRUE})
+    m = synthetic(truth, cases=cases[:1])[0]
+    assert rows[0]["predicted_tpot_ms"] == pytest.approx(accuracy.predict(m, "llama-3.1-8b", h200)["tpot"], rel=1e-9)
+
+
+def test_calibrate_cli_errors_are_one_line(tmp_path, capsys):
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    paths = _write_json_results(tmp_path, synthetic(truth, cases=CASES[:1]))
+    assert simllm.cli.main(["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "measured points" in err
+    assert not (tmp_path / "x.yaml").exists()  # nothing half-written
+    with pytest.raises(SystemExit) as exc:
+        simllm.cli.main(["validate", *paths, "--filter", "(["])
+    assert exc.value.code == 2
+    assert "invalid regular expression" in capsys.readouterr().err
+
+
+def test_validate_plot_writes_pngs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    paths = _write_json_results(tmp_path, synthetic(truth, cases=CASES[:3]))
+    assert simllm.cli.main(["validate", *paths, "--hardware", "h100-sxm", "--plot", str(tmp_path / "plots")]) == 0
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["validation_tpot.png", "validation_ttft.png"]
+    assert all((tmp_path / "plots" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)
+    capsys.readouterr()
+
+
+def test_profile_cli_tiny_on_cpu(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "prof.yaml"
+    args = ["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", str(out)]
+    assert simllm.cli.main(args) == 0
+    hw = simllm.load_hardware(str(out))
+    assert 0 < hw.compute_utilization <= 1 and 0 < hw.bandwidth_utilization <= 1
+    assert hw.bf16_tflops == simllm.load_hardware("h100-sxm").bf16_tflops
+    assert "wrote" in capsys.readouterr().out
+    assert np.isfinite(hw.launch_overhead_us)
