@@ -32,29 +32,32 @@ from simllm.errors import ConfigError
 HUBER = 0.25  # log-error beyond which a residual counts linearly (about 28%)
 FIT_METRICS = ("ttft", "tpot")
 
-# name: (kind, lower, upper, initial step in the unbounded coordinate)
+# name: (kind, lowest value). Utilisations live in (0, 1); latencies above a physical floor:
+# a collective over NVLink or PCIe takes at least a microsecond or so, a kernel launch inside a
+# CUDA graph a fraction of one.
 FACTORS = {
-    "compute_utilization": ("fraction", 0.0, 1.0),
-    "bandwidth_utilization": ("fraction", 0.0, 1.0),
-    "launch_overhead_us": ("latency", 0.0, math.inf),
-    "interconnect_latency_us": ("latency", 0.0, math.inf),
-    "frontend_latency_ms": ("latency", 0.0, math.inf),
+    "compute_utilization": ("fraction", 0.0),
+    "bandwidth_utilization": ("fraction", 0.0),
+    "launch_overhead_us": ("latency", 0.2),
+    "interconnect_latency_us": ("latency", 1.0),
+    "frontend_latency_ms": ("latency", 0.0),
 }
 DEFAULT_FACTORS = tuple(FACTORS)
-_FLOOR = {"launch_overhead_us": 0.01, "interconnect_latency_us": 0.1, "frontend_latency_ms": 0.1}
 
 
 def _to_z(name, value):
-    if FACTORS[name][0] == "fraction":
+    kind, low = FACTORS[name]
+    if kind == "fraction":
         v = min(max(value, 1e-4), 1.0 - 1e-4)
         return math.log(v / (1.0 - v))
-    return math.log(max(value, _FLOOR[name]))
+    return math.log(max(value - low, 1e-3))
 
 
 def _from_z(name, z):
-    if FACTORS[name][0] == "fraction":
+    kind, low = FACTORS[name]
+    if kind == "fraction":
         return 1.0 / (1.0 + math.exp(-z))
-    return math.exp(z)
+    return low + math.exp(z)
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,9 @@ def _residuals(points):
     is not measured or a point failed)."""
     r = np.full((len(points), len(FIT_METRICS)), np.nan)
     for i, p in enumerate(points):
+        if p.inconsistent:  # faster than the peaks somewhere: not the stated configuration
+            continue
         for j, metric in enumerate(FIT_METRICS):
-            if p.below_bound(metric):  # no efficiency factor can reach it: leave it out
-                continue
             e = p.error(metric)
             if not math.isnan(e) and e > -1.0:
                 r[i, j] = math.log1p(e)
@@ -234,12 +237,14 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
 
 def describe_points(points):
     """One phrase saying what a fit was fitted on: point count, models, backends, sources."""
-    used = [p for p in points if p.predicted is not None]
+    used = [p for p in points if p.predicted is not None and not p.inconsistent]
+    left = sum(1 for p in points if p.predicted is not None and p.inconsistent)
     models = sorted({p.model for p in used})
     backends = sorted({p.measurement.backend for p in used if p.measurement.backend})
     sources = sorted({Path(p.measurement.source.split("#")[0]).name for p in used})
-    return (f"{len(used)} measured points ({', '.join(models)}; {', '.join(backends) or 'unknown backend'}) "
-            f"from {', '.join(sources)}")
+    out = (f"{len(used)} measured points ({', '.join(models)}; {', '.join(backends) or 'unknown backend'}) "
+           f"from {', '.join(sources)}")
+    return out + (f" ({left} faster than the peaks left out)" if left else "")
 
 
 def _frameworks_block(frameworks, comments, indent="  "):

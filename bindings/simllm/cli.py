@@ -358,18 +358,20 @@ def _cmd_validate(args, out):
     points = accuracy.predict_points(accuracy.with_bounds(points, args.num_prompts, shape), hardware_for,
                                      args.num_prompts, shape)
     summary = accuracy.error_summary(points)
+    by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
     if args.plot:
         from simllm.plots import plot_validation  # noqa: PLC0415
 
         plot_validation(points, args.plot)
     if args.format == "json":
-        rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware, "skipped": p.reason or None,
+        rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware,
+                 "backend": p.measurement.backend, "skipped": p.reason or None,
                  **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
                  **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS},
                  **{f"peak_bound_{k}_ms": (p.bound or {}).get(k) for k in accuracy.METRICS}} for p in points]
-        out.write(report.to_json({"points": rows, "summary": summary}) + "\n")
+        out.write(report.to_json({"points": rows, "summary": summary, "by_backend": by}) + "\n")
     else:
-        out.write(report.format_validation(points, summary) + "\n")
+        out.write(report.format_validation(points, summary, by) + "\n")
     return 0
 
 

@@ -182,9 +182,9 @@ def format_calibration(fit, framework, path):
     ])
 
 
-def format_validation(points, summary):
+def format_validation(points, summary, by=None):
     """The ``simllm validate`` table: each measured point against its prediction, then the error
-    statistics per metric."""
+    statistics per metric (and per group of ``by``, {name: summary}, when it has several)."""
     import math  # noqa: PLC0415
 
     def pct(x):
@@ -207,11 +207,15 @@ def format_validation(points, summary):
     out = [table(["point", "model", "hardware", "tp", "isl", "osl", "load", "TTFT ms", "predicted", "error",
                   "TPOT ms", "predicted", "error"], rows, "llllrrrrrrrrr")]
     out += ["", error_table(summary)]
-    below = {k: v.get("below_bound", 0) for k, v in summary.items() if v.get("below_bound")}
+    if by and len(by) > 1:
+        rows = [[name, *(f"{g[k]['median_abs_pct_error']:.1f}% ({g[k]['points']})" if k in g else "" for k in ("ttft", "tpot"))]
+                for name, g in by.items()]
+        out += ["", "By backend (median |error|, points):", table(["backend", "TTFT", "TPOT"], rows, "lrr")]
+    below = max((v.get("below_bound", 0) for v in summary.values()), default=0)
     if below:
-        out += ["", "Measured faster than the hardware's datasheet peaks allow for the stated configuration "
-                "(the run must have differed: lengths, parallelism, speculative decoding...): "
-                + ", ".join(f"{v} {k.upper()}" for k, v in below.items()) + " point(s); calibration leaves them out."]
+        out += ["", f"{below} point(s) left out of the statistics: a metric was measured faster than the hardware's "
+                "datasheet peaks allow for the stated configuration (the run must have differed: lengths, "
+                "parallelism, speculative decoding...)."]
     if skipped:
         out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
         if len(skipped) > 20:
