@@ -357,7 +357,8 @@ def test_validate_cli_runs_on_an_aiperf_export(aiperf, capsys):
     (point,) = data["points"]
     assert (point["model"], point["hardware"], point["skipped"]) == ("llama-3.1-8b", "h100-sxm", None)
     assert point["measured_ttft_ms"] == 28.5 and point["predicted_ttft_ms"] > 0
-    assert data["summary"]["ttft"]["points"] == 1
+    ttft = data["summary"]["ttft"]
+    assert ttft["points"] + ttft["below_bound"] == 1  # compared, or faster than the H100's peaks allow
 
 
 def expect_error(path, *needles):

@@ -125,7 +125,7 @@ def test_write_profile_loads_and_keeps_the_datasheet(tiny, profile_mod, tmp_path
     assert all(line in text.splitlines() for line in kept)  # datasheet keys and source comments as they were
     stamp = f"measured by simllm profile on {tiny.device_name}, {tiny.date}, torch {tiny.torch_version}: "
     for key in tiny.fitted:
-        (line,) = [line for line in text.splitlines() if line.lstrip().startswith(f"{key}:")]
+        (line,) = [line for line in text.splitlines() if line.startswith(f"  {key}:")]  # not frameworks:
         assert stamp in line, line
     raw = json.loads(raw_path.read_text())
     assert len(raw["measurements"]) == len(tiny.measurements)

@@ -245,6 +245,9 @@ def error_summary(points):
         errs = np.array([abs(p.error(metric)) for p in points if not p.inconsistent])
         errs = errs[~np.isnan(errs)]
         if errs.size == 0:
+            if below and any(not math.isnan(getattr(p.measurement, f"{metric}_ms")) for p in points):
+                out[metric] = {"points": 0, "median_abs_pct_error": math.nan, "mean_abs_pct_error": math.nan,
+                               "within_10pct": math.nan, "within_20pct": math.nan, "below_bound": below}
             continue
         out[metric] = {
             "points": int(errs.size),
