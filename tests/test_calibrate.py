@@ -13,6 +13,8 @@ import simllm.cli
 from simllm import accuracy, calibrate
 from simllm.measurements import Measurement
 
+pytestmark = pytest.mark.slow  # dozens of simulation passes: not for the NUMBA_DISABLE_JIT run
+
 TRUE = {"compute_utilization": 0.55, "bandwidth_utilization": 0.72, "launch_overhead_us": 3.5,
         "frontend_latency_ms": 30.0}
 # (tp, input, output, concurrency): decode-bound, prefill-bound and in between, so every
