@@ -131,6 +131,13 @@ class BenchmarkShape:
         return LengthDist("uniform", low=max(1, int(value * ratio)), high=int(value) + 1)
 
 
+def _kv_cache_dtype(m):
+    """TensorRT-LLM serves FP8 checkpoints with an FP8 KV cache (the checkpoints' quantization
+    config asks for it: ``kv_cache_quant_algo: FP8``); vLLM and SGLang keep the model's dtype
+    unless told otherwise."""
+    return "fp8" if m.backend == "trtllm" and m.precision == "fp8" else "auto"
+
+
 @lru_cache(maxsize=None)
 def _preset(kind, name):
     return load_model(name) if kind == "models" else load_hardware(name)
@@ -159,6 +166,7 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
         max_num_seqs=max(256, m.concurrency),
         framework=m.backend if m.backend in FRAMEWORKS else "vllm",
+        kv_cache_dtype=_kv_cache_dtype(m),
     )
     s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,)).summary
     return {metric: s[f"mean_{metric}_ms"] for metric in METRICS}

@@ -13,10 +13,10 @@ beyond ``HUBER`` count linearly, so a few broken measurements cannot pull the fi
 Jacobian comes from forward differences, one re-simulation of every point per factor. Numpy
 only.
 
-Leave-one-out error: the PRESS residuals of the linearised fit at the optimum (each point's
-residuals divided out of its own leverage, ``(I - H_ii)^-1 r_i`` with ``H`` the hat matrix of
-the weighted Jacobian): what each point's error would be had it not been fitted, without
-refitting once per point.
+Leave-one-out error: the PRESS residuals of the fit linearised at its last iteration (each
+point's residuals divided out of its own leverage, ``(I - H_ii)^-1 r_i`` with ``H`` the hat
+matrix of the weighted Jacobian): what each point's error would be had it not been fitted,
+without refitting once per point. A point the fit hinges on alone (leverage ~1) gets none.
 """
 import math
 from dataclasses import dataclass, replace
@@ -119,8 +119,9 @@ def _loo(r, jac, w):
         if not ok.any():
             continue
         m = np.eye(int(ok.sum())) - h[np.ix_(ok, ok)]
-        loo = np.linalg.solve(m, ri[ok]) / sw[rows, 0][ok]
-        out[i, ok] = loo
+        if np.min(np.linalg.eigvalsh((m + m.T) / 2)) < 1e-3:
+            continue  # the fit hinges on this point alone (leverage ~1): no leave-one-out estimate
+        out[i, ok] = np.linalg.solve(m, ri[ok]) / sw[rows, 0][ok]
     return out
 
 
