@@ -177,20 +177,21 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
     z = np.array([_to_z(f, initial[f]) for f in names])
     evaluations = 0
 
-    def run(zv):
+    def run(zv, pts):
         nonlocal evaluations
         evaluations += 1
         hw = replace(base, frameworks=(), **{f: _from_z(f, v) for f, v in zip(names, zv)})
-        pts = accuracy.predict_points(usable, lambda _name: hw, num_prompts, shape, workers)
-        r = _residuals(pts)
+        out = accuracy.predict_points(pts, lambda _name: hw, num_prompts, shape, workers)
+        r = _residuals(out)
         # A point that fails (say, out of memory) under trial factors counts as a large error.
-        failed = np.array([p.predicted is None for p in pts])
-        r[failed] = np.where(np.isnan(_base_r[failed]), np.nan, 3.0)
-        return pts, r
+        r[[p.predicted is None for p in out]] = 3.0
+        return out, r
 
-    _base_r = np.zeros((len(usable), len(FIT_METRICS)))
-    pts, r = run(z)
-    _base_r = r.copy()
+    pts, r = run(z, usable)
+    # Points that cannot run under the starting factors are left out of the fit.
+    ran = [p.predicted is not None for p in pts]
+    usable = [u for u, ok in zip(usable, ran) if ok]
+    pts, r = [p for p, ok in zip(pts, ran) if ok], r[ran]
     keep = ~np.all(np.isnan(r), axis=1)  # points with something to fit
     cost = _cost(r[keep][~np.isnan(r[keep])])
     lam = 1e-2
@@ -202,7 +203,7 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
         for k in range(len(names)):
             zk = z.copy()
             zk[k] += step
-            _, rk = run(zk)
+            _, rk = run(zk, usable)
             jac[:, :, k] = (rk - r) / step
         jac = np.nan_to_num(jac)
         valid = ~np.isnan(r)
@@ -216,7 +217,7 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
         for _ in range(6):
             delta = -np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-9), g)
             delta = np.clip(delta, -2.0, 2.0)
-            p_new, r_new = run(z + delta)
+            p_new, r_new = run(z + delta, usable)
             c_new = _cost(r_new[keep][~np.isnan(r_new[keep])])
             if c_new < cost:
                 z, pts, r, cost = z + delta, p_new, r_new, c_new
