@@ -272,12 +272,20 @@ def simulate_nb(p, e, reqi, reqf, acc):
     float
         Time the last request ended.
     """
+    glob = np.zeros(N_STATE, dtype=np.int64)
+    return simulate_into_nb(p, e, reqi, reqf, acc, glob)
+
+
+@jit
+def simulate_into_nb(p, e, reqi, reqf, acc, glob):
+    """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_STATE``, zeroed) given by
+    the caller: ``glob[DONE]`` counts ended requests as the run goes, so another thread can
+    report progress while this one (which holds no GIL) simulates."""
     n = reqi.shape[0]
     R = e.n_replicas
     continuous = e.policy == POLICY_CONTINUOUS
     ws = np.zeros((R, e.ws_len), dtype=np.int64)  # per replica: state, cohort phases, lists, queue
-    glob = np.zeros(N_STATE, dtype=np.int64)  # DONE and NEXT_ASSIGN are shared by all replicas
-    glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n
+    glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n  # DONE, NEXT_ASSIGN: shared by replicas
     clk = e.off_clock
     for r in range(n):
         reqi[r, RI_EPOCH] = -1

@@ -353,3 +353,15 @@ def test_frontend_latency_adds_to_ttft_and_spaces_a_closed_loop():
     assert slow.summary["mean_tpot_ms"] == pytest.approx(base.summary["mean_tpot_ms"], rel=1e-9)
     sent = slow.requests["arrival_s"].to_numpy() if hasattr(slow.requests, "to_numpy") else slow.requests["arrival_s"]
     assert np.diff(sent) == pytest.approx(np.full(4, base.summary["mean_e2el_ms"] / 1e3 + 0.025), rel=1e-9)
+
+
+def test_progress_reports_ended_requests_and_changes_nothing():
+    model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=3000, max_concurrency=64)
+    seen = []
+    with_progress = simllm.simulate(model, hw, s, w, keep_requests=False, progress=lambda d, n: seen.append((d, n)))
+    plain = simllm.simulate(model, hw, s, w, keep_requests=False)
+    assert seen[-1] == (3000, 3000) and all(n == 3000 and 0 <= d <= n for d, n in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    for key in ("mean_ttft_ms", "p99_tpot_ms", "output_throughput", "duration"):
+        assert with_progress.summary[key] == plain.summary[key]

@@ -2,13 +2,15 @@
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
 import logging
 import math
+import threading
 import time
 
 import numpy as np
 from simcore import codes
-from simcore.engine import simulate_nb
+from simcore.engine import simulate_into_nb, simulate_nb
 from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
 from simcore.params import EngineParams
+from simcore.scheduler import DONE, N_STATE
 
 from simllm import serving as serving_mod
 from simllm.errors import ConfigError
@@ -75,8 +77,30 @@ def _window_s(workload, requests, est_request_s):
     return max(span / 100.0, 1e-3)
 
 
+def _run_reporting(params, e, reqi, reqf, acc, progress, interval_s=0.1):
+    """Run the kernel on a worker thread and report its count of ended requests."""
+    glob = np.zeros(N_STATE, dtype=np.int64)
+    failure = []
+
+    def work():
+        try:
+            simulate_into_nb(params, e, reqi, reqf, acc, glob)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="simllm-kernel", daemon=True)
+    worker.start()
+    n = reqi.shape[0]
+    while worker.is_alive():
+        worker.join(interval_s)
+        progress(int(glob[DONE]), n)
+    if failure:
+        raise failure[0]
+    progress(n, n)
+
+
 def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
-             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True):
+             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None):
     """Simulate serving ``workload`` with ``model`` on ``hardware``.
 
     Parameters
@@ -99,6 +123,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     keep_requests : bool
         Keep the per-request arrays in the result (``SimResult.requests``); False computes the
         summary alone, in about 100 bytes per request beyond the workload's own arrays.
+    progress : callable, optional
+        Called as ``progress(ended, total)`` about ten times a second while the kernel runs (on
+        another thread; it holds no GIL), and once at the end.
 
     Returns
     -------
@@ -177,7 +204,10 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     acc = np.zeros((replicas, e.acc_len))
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
-    simulate_nb(params, e, reqi, reqf, acc)
+    if progress is None:
+        simulate_nb(params, e, reqi, reqf, acc)
+    else:
+        _run_reporting(params, e, reqi, reqf, acc, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send
