@@ -172,6 +172,53 @@ def build_parser():
     prof.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM dtype (default bf16)")
     prof.add_argument("--size", choices=("full", "tiny"), default="full", help="shape grid (tiny: seconds, for tests)")
 
+    lt = sub.add_parser("loadtest", help="EvalScope-style load test: one simulation per concurrency or request rate, "
+                                         "a table, and the concurrency past which throughput stops rising")
+    _add_target(lt)
+    lt.add_argument("workload_pos", nargs="?", metavar="WORKLOAD",
+                    help="workload preset, YAML or trace giving the request shape (same as --workload)")
+    lt.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (its load settings are replaced "
+                                       "at each point; flags below override the rest)")
+    _add_engine_args(lt)
+    pts = lt.add_argument_group("load points (exactly one of --parallel, --concurrency-range, --request-rate)")
+    pts.add_argument("--parallel", nargs="+", type=_positive_int, metavar="N",
+                     help="closed-loop concurrencies, e.g. 1 10 50 100 200 (evalscope perf --parallel)")
+    pts.add_argument("--number", nargs="+", type=_positive_int, metavar="N",
+                     help="requests per point, paired element by element with --parallel (evalscope perf --number; "
+                          "default 10 per client); with the other modes also one value for all points")
+    pts.add_argument("--concurrency-range", metavar="START:STOP:STEP",
+                     help="concurrencies START..STOP: STEP xF multiplies (1:256:x2), +N adds (16:128:+16)")
+    pts.add_argument("--request-rate", dest="request_rates", nargs="+", type=_rate, metavar="RPS",
+                     help="open-loop request rates in req/s (default --number: the workload's num_prompts, 1000)")
+    pts.add_argument("--min-gain", type=_unit, default=0.10,
+                     help="throughput gain per step below which it counts as saturated (default 0.10 = 10%%)")
+    pts.add_argument("--slo-p99-latency-ms", type=_positive_float, metavar="MS",
+                     help="recommend only points whose P99 end-to-end latency is within this")
+    shape = lt.add_argument_group("request shape (vllm bench serve names)")
+    shape.add_argument("--input-len", type=_positive_int, help="prompt tokens (default 1024)")
+    shape.add_argument("--output-len", type=_positive_int, help="output tokens (default 128)")
+    shape.add_argument("--random-range-ratio", type=_unit, help="lengths uniform in len*(1-r)..len*(1+r)")
+    shape.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
+    shape.add_argument("--arrival", choices=ARRIVALS, help="open loop: inter-arrival distribution (default poisson)")
+    shape.add_argument("--burstiness", type=_positive_float, help="open loop: gamma shape of inter-arrival times")
+    shape.add_argument("--prefix-len", type=_nonneg_int, help="shared prompt prefix tokens")
+    shape.add_argument("--prefix-hit-ratio", type=_unit, help="fraction of requests whose prefix is cached")
+    shape.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
+    leng = lt.add_argument_group("engine")
+    leng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                      help="vLLM v1 chunked prefill (default on)")
+    leng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    leng.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=1, help="engine replicas")
+    leng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
+    lout = lt.add_argument_group("output")
+    lout.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    lout.add_argument("--output", "-o", help="also write the result to this file (.csv: CSV, else JSON)")
+    lout.add_argument("--plot", metavar="DIR", help="write throughput and latency vs load PNGs here (simllm[plot])")
+    lout.add_argument("--quiet", "-q", action="store_true", help="no progress bar; print the recommendation alone")
+    lout.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    # _workload() reads these run flags; a load test sets them per point.
+    lt.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None)
+
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
     return parser
@@ -407,6 +454,57 @@ def _cmd_profile(args, out):
     return 0
 
 
+def _cmd_loadtest(args, out):
+    from simllm import loadtest  # noqa: PLC0415
+    from simllm.progress import Progress  # noqa: PLC0415
+
+    logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
+    model, hardware = _target(args)
+    workload = _workload(args)
+    serving = replace(_serving(args), enable_chunked_prefill=args.enable_chunked_prefill,
+                      enable_prefix_caching=args.enable_prefix_caching, data_parallel_size=args.data_parallel_size,
+                      router=args.router)
+    points = loadtest.plan_points(parallel=args.parallel, number=args.number,
+                                  concurrency_range=args.concurrency_range, request_rates=args.request_rates,
+                                  default_num_prompts=workload.num_prompts)
+    with Progress(len(points), "simllm loadtest", enabled=not args.quiet) as bar:
+        result = loadtest.run_loadtest(model, hardware, serving, workload, points, progress=bar,
+                                       min_gain=args.min_gain, slo_p99_latency_ms=args.slo_p99_latency_ms)
+    if not args.quiet:
+        for w in result.results[0].warnings:
+            print(f"simllm: warning: {w}", file=sys.stderr)
+    as_csv = loadtest.loadtest_to_csv(result)
+    as_json = report.to_json(loadtest.loadtest_to_json(result)) + "\n"
+    if args.output:
+        _write_text(args.output, as_csv if args.output.lower().endswith(".csv") else as_json, "--output")
+    if args.plot:
+        from simllm.plots import plot_loadtest  # noqa: PLC0415
+
+        plot_loadtest(loadtest.plot_rows(result), args.plot)
+    if args.quiet:
+        out.write(("recommended: " if result.recommended is not None else "no recommendation: ")
+                  + result.reason + "\n")
+    elif args.format == "json":
+        out.write(as_json)
+    elif args.format == "csv":
+        out.write(as_csv)
+    else:
+        out.write(loadtest.format_loadtest(result) + "\n")
+    return 0
+
+
+def _write_text(path, text, flag):
+    """Write ``text`` to ``path`` through a temporary file and a rename, so a failed write leaves
+    nothing half-written."""
+    from simllm.hwyaml import write_atomic  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    try:
+        write_atomic(Path(path), text)
+    except OSError as exc:
+        raise ConfigError(f"a writable file ({exc.strerror})", source="command line", key=flag, value=path) from None
+
+
 def _cmd_presets(args, out):
     for kind in [args.kind] if args.kind else presets.KINDS:
         names = presets.preset_names(kind)
@@ -420,7 +518,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate,
-                    "calibrate": _cmd_calibrate, "profile": _cmd_profile, "presets": _cmd_presets}
+                    "calibrate": _cmd_calibrate, "profile": _cmd_profile, "loadtest": _cmd_loadtest,
+                    "presets": _cmd_presets}
         return commands[args.command](args, sys.stdout)
     except ConfigError as exc:
         print(f"simllm: error: {exc}", file=sys.stderr)
