@@ -13,6 +13,7 @@ from simllm.estimate import estimate
 from simllm.calibrate import DEFAULT_FACTORS
 from simllm.hardware import FACTOR_KEYS, load_hardware
 from simllm.model import load_model
+from simllm.progress import Progress
 from simllm.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
 from simllm.simulate import simulate
 from simllm.workload import ARRIVALS, Workload, load_workload, random_range
@@ -24,6 +25,9 @@ DEFAULT_HARDWARE = "h100-sxm"
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: command line: {message}\n")
+
+
+PROGRESS_MIN_REQUESTS = 1_000_000  # simllm run shows a progress bar from this many requests
 
 
 def _positive_int(text):
@@ -367,9 +371,12 @@ def _cmd_run(args, out):
         batch_window_ms=args.batch_window_ms,
         batch_max=args.batch_max,
     )
-    result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
-                      percentiles=percentiles, goodput=_goodput(args.goodput),
-                      keep_requests=bool(args.save_detailed))
+    # A progress bar for long runs only (a million requests and more), on a terminal.
+    long_run = workload.num_prompts >= PROGRESS_MIN_REQUESTS and not args.quiet
+    with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
+        result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
+                          percentiles=percentiles, goodput=_goodput(args.goodput), keep_requests=bool(args.save_detailed),
+                          progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else None)
     if args.save_detailed:
         result.save_detailed(args.save_detailed)
     if args.output:
