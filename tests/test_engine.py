@@ -365,3 +365,12 @@ def test_progress_reports_ended_requests_and_changes_nothing():
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     for key in ("mean_ttft_ms", "p99_tpot_ms", "output_throughput", "duration"):
         assert with_progress.summary[key] == plain.summary[key]
+
+
+def test_queue_time_is_the_engines_not_the_frontends():
+    model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
+    w = simllm.Workload(num_prompts=3, max_concurrency=1, input_len=simllm.workload.fixed(100),
+                        output_len=simllm.workload.fixed(10))
+    res = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=40.0), s, w)
+    assert res.summary["mean_queue_ms"] == pytest.approx(0.0, abs=1e-9)  # alone: scheduled as it arrives
+    assert res.summary["mean_ttft_ms"] > 40.0

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 from simllm import presets, report
 from simllm.errors import ConfigError
+from simllm.diagnose import (CHANGES, DEFAULT_CHANGES, diagnose, diagnosis_to_dict, format_diagnosis,
+                             format_run_section, what_if)
 from simllm.estimate import estimate
 from simllm.calibrate import DEFAULT_FACTORS
 from simllm.hardware import FACTOR_KEYS, load_hardware
@@ -94,6 +96,42 @@ def _add_engine_args(p):
                    help="serving framework whose calibrated factors to apply, where the hardware profile has them")
 
 
+def _add_workload_args(p, load=True):
+    """The workload flags (vllm bench serve names); ``load`` False leaves out the load itself
+    (--num-prompts, --request-rate, --max-concurrency), which a load test sets per point."""
+    p.add_argument("workload_pos", nargs="?", metavar="WORKLOAD", help="workload preset, YAML or trace (same as --workload)")
+    p.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (flags below override it)")
+    g = p.add_argument_group("workload (vllm bench serve names)")
+    if load:
+        g.add_argument("--num-prompts", type=_positive_int, help="requests to send (default 1000)")
+        g.add_argument("--request-rate", type=_rate, help="requests per second; inf sends all at t=0 (default inf)")
+        g.add_argument("--max-concurrency", type=_positive_int, help="closed loop: concurrent clients")
+    else:
+        p.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None)
+    g.add_argument("--burstiness", type=_positive_float, help="gamma shape of inter-arrival times (1 = Poisson)")
+    g.add_argument("--arrival", choices=ARRIVALS, help="inter-arrival distribution (default poisson)")
+    g.add_argument("--input-len", type=_positive_int, help="prompt tokens (default 1024)")
+    g.add_argument("--output-len", type=_positive_int, help="output tokens (default 128)")
+    g.add_argument("--random-range-ratio", type=_unit, help="lengths uniform in len*(1-r)..len*(1+r)")
+    g.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
+    g.add_argument("--prefix-len", type=_nonneg_int, help="shared prompt prefix tokens")
+    g.add_argument("--prefix-hit-ratio", type=_unit, help="fraction of requests whose prefix is cached")
+    g.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
+
+
+def _add_scheduler_args(p):
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                     help="vLLM v1 chunked prefill (default on); --no-enable-chunked-prefill for v0 scheduling")
+    eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    eng.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=1, help="engine replicas")
+    eng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
+    eng.add_argument("--batching", choices=BATCHING, default="continuous", help="batching policy")
+    eng.add_argument("--pad-prompts", action="store_true", help="static/dynamic: pad prompts to the longest")
+    eng.add_argument("--batch-window-ms", type=_nonneg_float, default=10.0, help="dynamic: longest wait for a batch")
+    eng.add_argument("--batch-max", type=_positive_int, default=0, help="dynamic: batch size that starts a batch")
+
+
 def build_parser():
     parser = _Parser(prog="simllm", description="Predict LLM serving performance on given hardware without running it.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -109,32 +147,9 @@ def build_parser():
 
     run = sub.add_parser("run", help="simulate serving a workload: TTFT, TPOT, ITL, latency, throughput, utilisation")
     _add_target(run)
-    run.add_argument("workload_pos", nargs="?", metavar="WORKLOAD", help="workload preset, YAML or trace (same as --workload)")
-    run.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (flags below override it)")
+    _add_workload_args(run)
     _add_engine_args(run)
-    load = run.add_argument_group("workload (vllm bench serve names)")
-    load.add_argument("--num-prompts", type=_positive_int, help="requests to send (default 1000)")
-    load.add_argument("--request-rate", type=_rate, help="requests per second; inf sends all at t=0 (default inf)")
-    load.add_argument("--burstiness", type=_positive_float, help="gamma shape of inter-arrival times (1 = Poisson)")
-    load.add_argument("--arrival", choices=ARRIVALS, help="inter-arrival distribution (default poisson)")
-    load.add_argument("--max-concurrency", type=_positive_int, help="closed loop: concurrent clients")
-    load.add_argument("--input-len", type=_positive_int, help="prompt tokens (default 1024)")
-    load.add_argument("--output-len", type=_positive_int, help="output tokens (default 128)")
-    load.add_argument("--random-range-ratio", type=_unit, help="lengths uniform in len*(1-r)..len*(1+r)")
-    load.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
-    load.add_argument("--prefix-len", type=_nonneg_int, help="shared prompt prefix tokens")
-    load.add_argument("--prefix-hit-ratio", type=_unit, help="fraction of requests whose prefix is cached")
-    load.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
-    eng = run.add_argument_group("engine")
-    eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
-                     help="vLLM v1 chunked prefill (default on); --no-enable-chunked-prefill for v0 scheduling")
-    eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
-    eng.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=1, help="engine replicas")
-    eng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
-    eng.add_argument("--batching", choices=BATCHING, default="continuous", help="batching policy")
-    eng.add_argument("--pad-prompts", action="store_true", help="static/dynamic: pad prompts to the longest")
-    eng.add_argument("--batch-window-ms", type=_nonneg_float, default=10.0, help="dynamic: longest wait for a batch")
-    eng.add_argument("--batch-max", type=_positive_int, default=0, help="dynamic: batch size that starts a batch")
+    _add_scheduler_args(run)
     out = run.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json"), default="table")
     out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
@@ -179,11 +194,9 @@ def build_parser():
     lt = sub.add_parser("loadtest", help="EvalScope-style load test: one simulation per concurrency or request rate, "
                                          "a table, and the concurrency past which throughput stops rising")
     _add_target(lt)
-    lt.add_argument("workload_pos", nargs="?", metavar="WORKLOAD",
-                    help="workload preset, YAML or trace giving the request shape (same as --workload)")
-    lt.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (its load settings are replaced "
-                                       "at each point; flags below override the rest)")
+    _add_workload_args(lt, load=False)
     _add_engine_args(lt)
+    _add_scheduler_args(lt)
     pts = lt.add_argument_group("load points (exactly one of --parallel, --concurrency-range, --request-rate)")
     pts.add_argument("--parallel", nargs="+", type=_positive_int, metavar="N",
                      help="closed-loop concurrencies, e.g. 1 10 50 100 200 (evalscope perf --parallel)")
@@ -198,30 +211,23 @@ def build_parser():
                      help="throughput gain per step below which it counts as saturated (default 0.10 = 10%%)")
     pts.add_argument("--slo-p99-latency-ms", type=_positive_float, metavar="MS",
                      help="recommend only points whose P99 end-to-end latency is within this")
-    shape = lt.add_argument_group("request shape (vllm bench serve names)")
-    shape.add_argument("--input-len", type=_positive_int, help="prompt tokens (default 1024)")
-    shape.add_argument("--output-len", type=_positive_int, help="output tokens (default 128)")
-    shape.add_argument("--random-range-ratio", type=_unit, help="lengths uniform in len*(1-r)..len*(1+r)")
-    shape.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
-    shape.add_argument("--arrival", choices=ARRIVALS, help="open loop: inter-arrival distribution (default poisson)")
-    shape.add_argument("--burstiness", type=_positive_float, help="open loop: gamma shape of inter-arrival times")
-    shape.add_argument("--prefix-len", type=_nonneg_int, help="shared prompt prefix tokens")
-    shape.add_argument("--prefix-hit-ratio", type=_unit, help="fraction of requests whose prefix is cached")
-    shape.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
-    leng = lt.add_argument_group("engine")
-    leng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
-                      help="vLLM v1 chunked prefill (default on)")
-    leng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
-    leng.add_argument("--data-parallel-size", "-dp", type=_positive_int, default=1, help="engine replicas")
-    leng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
     lout = lt.add_argument_group("output")
     lout.add_argument("--format", choices=("table", "json", "csv"), default="table")
     lout.add_argument("--output", "-o", help="also write the result to this file (.csv: CSV, else JSON)")
     lout.add_argument("--plot", metavar="DIR", help="write throughput and latency vs load PNGs here (simllm[plot])")
     lout.add_argument("--quiet", "-q", action="store_true", help="no progress bar; print the recommendation alone")
     lout.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    # _workload() reads these run flags; a load test sets them per point.
-    lt.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None)
+
+    dia = sub.add_parser("diagnose", help="what limits a simulated run (prefill, decode bandwidth, KV cache, "
+                                          "concurrency), with the numbers, and what one change would do")
+    _add_target(dia)
+    _add_workload_args(dia)
+    _add_engine_args(dia)
+    _add_scheduler_args(dia)
+    dia.add_argument("--what-if", nargs="+", metavar="CHANGE", choices=list(CHANGES),
+                     help=f"changes to re-simulate one at a time (default all: {', '.join(CHANGES)})")
+    dia.add_argument("--no-what-if", action="store_true", help="only the diagnosis")
+    dia.add_argument("--format", choices=("table", "json"), default="table")
 
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
@@ -288,6 +294,21 @@ def _serving(args):
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         framework=args.framework,
+    )
+
+
+def _run_serving(args):
+    """The engine settings of run, loadtest and diagnose."""
+    return replace(
+        _serving(args),
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
+        data_parallel_size=args.data_parallel_size,
+        router=args.router,
+        batching=args.batching,
+        pad_prompts=args.pad_prompts,
+        batch_window_ms=args.batch_window_ms,
+        batch_max=args.batch_max,
     )
 
 
@@ -360,17 +381,7 @@ def _cmd_run(args, out):
     model, hardware = _target(args)
     workload = _workload(args)
     percentiles = _percentiles(args.metric_percentiles)
-    serving = replace(
-        _serving(args),
-        enable_chunked_prefill=args.enable_chunked_prefill,
-        enable_prefix_caching=args.enable_prefix_caching,
-        data_parallel_size=args.data_parallel_size,
-        router=args.router,
-        batching=args.batching,
-        pad_prompts=args.pad_prompts,
-        batch_window_ms=args.batch_window_ms,
-        batch_max=args.batch_max,
-    )
+    serving = _run_serving(args)
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= PROGRESS_MIN_REQUESTS and not args.quiet
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
@@ -393,7 +404,8 @@ def _cmd_run(args, out):
             print(f"simllm: warning: {w}", file=sys.stderr)
         out.write(report.to_json(result.to_dict()) + "\n")
     else:
-        out.write(report.format_run(result, percentiles) + "\n")
+        diag = diagnose(result, model, hardware, serving, workload)
+        out.write(report.format_run(result, percentiles, diagnosis=format_run_section(diag)) + "\n")
     return 0
 
 
@@ -468,9 +480,7 @@ def _cmd_loadtest(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     model, hardware = _target(args)
     workload = _workload(args)
-    serving = replace(_serving(args), enable_chunked_prefill=args.enable_chunked_prefill,
-                      enable_prefix_caching=args.enable_prefix_caching, data_parallel_size=args.data_parallel_size,
-                      router=args.router)
+    serving = _run_serving(args)
     points = loadtest.plan_points(parallel=args.parallel, number=args.number,
                                   concurrency_range=args.concurrency_range, request_rates=args.request_rates,
                                   default_num_prompts=workload.num_prompts)
@@ -500,6 +510,21 @@ def _cmd_loadtest(args, out):
     return 0
 
 
+def _cmd_diagnose(args, out):
+    model, hardware = _target(args)
+    workload = _workload(args)
+    serving = _run_serving(args)
+    result = simulate(model, hardware, serving, workload, keep_requests=False)
+    diag = diagnose(result, model, hardware, serving, workload)
+    lines = None if args.no_what_if else what_if(model, hardware, serving, workload,
+                                                  args.what_if or DEFAULT_CHANGES, base=result)
+    if args.format == "json":
+        out.write(report.to_json(diagnosis_to_dict(diag, lines)) + "\n")
+    else:
+        out.write(format_diagnosis(diag, lines) + "\n")
+    return 0
+
+
 def _write_text(path, text, flag):
     """Write ``text`` to ``path`` through a temporary file and a rename, so a failed write leaves
     nothing half-written."""
@@ -525,7 +550,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate,
-                    "calibrate": _cmd_calibrate, "profile": _cmd_profile, "loadtest": _cmd_loadtest,
+                    "calibrate": _cmd_calibrate, "profile": _cmd_profile, "loadtest": _cmd_loadtest, "diagnose": _cmd_diagnose,
                     "presets": _cmd_presets}
         return commands[args.command](args, sys.stdout)
     except ConfigError as exc:

@@ -97,9 +97,10 @@ def _line(label, value, fmt="{:<40} {:<10}"):
     return fmt.format(label, value)
 
 
-def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result"):
+def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None):
     """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
-    followed by what simllm adds (utilisation, KV cache, errors)."""
+    followed by what simllm adds (utilisation, KV cache, errors) and ``diagnosis``, a section of
+    text (``simllm.diagnose.format_run_section``), if given."""
     from simllm.results import percentile_key  # noqa: PLC0415
 
     s = result.summary
@@ -144,6 +145,8 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "
                      f"({s['error_rate']:.1%})"))
     out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"))
+    if diagnosis:
+        out.append(diagnosis)
     out.append("=" * 50)
     if result.warnings:
         out += ["Warnings"] + [f"  - {w}" for w in result.warnings]

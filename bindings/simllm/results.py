@@ -75,9 +75,11 @@ class SimResult:
         ``output_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``, ...) plus simllm's
         (utilisation, KV cache, memory, configuration).
     requests : dict of ndarray or None
-        None for a summary-only run (``keep_requests=False``). Per request, in send order: ``arrival_s``, ``first_scheduled_s``, ``first_token_s``,
-        ``finish_s``, ``input_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2el_s``,
-        ``queue_s``, ``preemptions``, ``status`` (``simcore.codes.STATUS_NAMES``).
+        None for a summary-only run (``keep_requests=False``). Per request, in send order:
+        ``arrival_s`` (the client's send), ``first_scheduled_s``, ``first_token_s``, ``finish_s``,
+        ``input_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2el_s`` (from the send),
+        ``queue_s`` (in the engine's queue, after the hardware's ``frontend_latency_ms``),
+        ``preemptions``, ``status`` (``simcore.codes.STATUS_NAMES``).
     itl_histogram : ndarray
         Inter-token latency counts per bin (``itl_bin_edges_s`` gives the edges).
     batch_size_histogram : ndarray
@@ -118,8 +120,9 @@ class SimResult:
                 np.subtract(first_token, arrival, out=buf)
             elif name == "e2el":
                 np.subtract(finish, arrival, out=buf)
-            elif name == "queue":
+            elif name == "queue":  # in the engine's queue: from its arrival there, after the frontend
                 np.subtract(first_sched, arrival, out=buf)
+                np.subtract(buf, engine.frontend_s, out=buf)
             else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
                 np.subtract(finish, first_token, out=buf)
                 vals = buf[where]
