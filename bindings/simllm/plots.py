@@ -205,3 +205,279 @@ def plot_validation(points, directory):
         if pairs:
             written.append(_save(_validation_figure(metric, pairs), directory / f"validation_{metric}.png"))
     return written
+
+
+# ----------------------------------------------------------------------------- simllm run
+
+#: Points drawn per CDF at most (quantiles of the sorted values beyond that).
+CDF_POINTS = 2000
+
+
+def _cdf_points(values):
+    """``(x, y)`` of the empirical CDF of the finite ``values``, thinned to ``CDF_POINTS``."""
+    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    if v.size == 0:
+        return v, v
+    y = np.arange(1, v.size + 1) / v.size
+    if v.size > CDF_POINTS:
+        idx = np.unique(np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64))
+        v, y = v[idx], y[idx]
+    return v, y
+
+
+def _run_title(summary, what):
+    model, hardware = summary.get("model", "?"), summary.get("hardware", "?")
+    tp, dp = summary.get("tensor_parallel_size", 1), summary.get("data_parallel_size", 1)
+    layout = f" (TP={tp}, DP={dp})" if (tp, dp) != (1, 1) else ""
+    return f"{what}: {model} on {hardware}{layout}"
+
+
+def _cdf_figure(values_ms, name, summary):
+    x, y = _cdf_points(values_ms)
+    finite = np.asarray(values_ms)[np.isfinite(values_ms)]
+    fig, ax = _figure(_run_title(summary, f"{name} CDF"), f"{name} (ms)", "fraction of requests")
+    ax.step(x, y, where="post", color="C0", linewidth=1.5, label=f"{finite.size:,} requests")
+    if finite.size:
+        for q, style in ((50, ":"), (99, "--")):
+            v = float(np.percentile(finite, q))
+            ax.axvline(v, color="0.3", linestyle=style, linewidth=1.0, label=f"P{q} {v:,.2f} ms")
+    ax.set_ylim(0.0, 1.02)
+    ax.legend(loc="lower right", fontsize="small", framealpha=0.9)
+    return fig
+
+
+def _series_figure(result, key, name, ylabel, scale=1.0):
+    ts = result.timeseries
+    t = np.asarray(ts["t_s"], dtype=float)
+    width = float(ts.get("window_s", 0.0) or 0.0)
+    values = np.asarray(ts[key], dtype=float) * scale
+    fig, ax = _figure(_run_title(result.summary, name), "time (s)", ylabel, size=(8.0, 4.5))
+    if t.size:
+        ax.plot(t + width / 2, values, color="C0", linewidth=1.2, marker="o" if t.size < 30 else None,
+                markersize=3)
+        ax.set_xlim(0.0, float(t[-1] + width))
+    ax.set_ylim(bottom=0.0)
+    return fig
+
+
+def plot_run(result, directory):
+    """Write the figures of one simulation (``simllm run --plot``) into ``directory``.
+
+    - ``run_ttft_cdf.png`` and ``run_tpot_cdf.png``: the CDF of the successful requests' TTFT and
+      TPOT (ms), with P50 and P99 marked;
+    - ``run_kv_cache.png``: KV-cache occupancy (% of blocks) over time;
+    - ``run_throughput.png``: output tokens/s over time.
+
+    The time series come from ``result.timeseries`` (one point per window, drawn at its middle).
+
+    Parameters
+    ----------
+    result : SimResult
+        Simulated with ``keep_requests=True`` (the CDFs need the per-request values).
+    directory : str or Path
+        Created when missing.
+
+    Returns
+    -------
+    list of Path
+        The files written, in the order above.
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is not installed or the result kept no per-request data.
+    """
+    _matplotlib()
+    if result.requests is None:
+        raise ConfigError("the TTFT/TPOT CDFs need per-request data: simulate with keep_requests=True")
+    directory = Path(directory)
+    s = result.summary
+    req = result.requests
+    return [
+        _save(_cdf_figure(np.asarray(req["ttft_s"], dtype=float) * 1e3, "TTFT", s), directory / "run_ttft_cdf.png"),
+        _save(_cdf_figure(np.asarray(req["tpot_s"], dtype=float) * 1e3, "TPOT", s), directory / "run_tpot_cdf.png"),
+        _save(_series_figure(result, "kv_cache_usage", "KV cache occupancy", "KV cache blocks in use (%)", 100.0),
+              directory / "run_kv_cache.png"),
+        _save(_series_figure(result, "output_throughput", "Output throughput", "output throughput (tok/s)"),
+              directory / "run_throughput.png"),
+    ]
+
+
+# ----------------------------------------------------------------------------- load test
+
+#: Keys :func:`plot_loadtest` reads from each row, with the alternatives it accepts (the first
+#: present wins): vLLM's summary names, then :class:`simllm.loadtest.LoadTestRow`'s.
+LOADTEST_KEYS = {
+    "concurrency": ("concurrency", "max_concurrency"),
+    "request_rate": ("request_rate", "request_rate_rps"),
+    "output_throughput": ("output_throughput", "output_throughput_tok_s"),
+    "mean_tpot_ms": ("mean_tpot_ms",),
+    "p99_e2el_ms": ("p99_e2el_ms", "p99_latency_ms"),
+    "mean_e2el_ms": ("mean_e2el_ms", "avg_latency_ms"),
+}
+
+
+def _number_or_none(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)  # "inf" too
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _loadtest_rows(rows):
+    """The rows as dicts of floats (None where missing) under the names of ``LOADTEST_KEYS``."""
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            row = row.to_dict() if hasattr(row, "to_dict") else None
+        if row is None:
+            raise ConfigError("a dict (or an object with to_dict()) per load-test row", key=f"rows[{i}]")
+        picked = {}
+        for name, keys in LOADTEST_KEYS.items():
+            picked[name] = next((_number_or_none(row[k]) for k in keys if _number_or_none(row.get(k)) is not None),
+                                None)
+        out.append(picked)
+    return out
+
+
+def _need(rows, name):
+    for i, r in enumerate(rows):
+        if r[name] is None or not math.isfinite(r[name]):
+            raise ConfigError(f"a finite number under {' or '.join(LOADTEST_KEYS[name])}", key=f"rows[{i}]")
+
+
+def plot_loadtest(rows, directory):
+    """Write the figures of a load test into ``directory``.
+
+    - ``loadtest_throughput.png``: output tokens/s against the load;
+    - ``loadtest_latency.png``: P99 (and, when given, mean) end-to-end latency against the load;
+    - ``loadtest_frontier.png``: the throughput / interactivity frontier, total output tokens/s
+      against output tokens/s per user (1000 / mean TPOT in ms), each point labelled with its
+      load.
+
+    The load is the concurrency when every row has a positive one (a closed loop), else the
+    request rate (an open loop).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        One per load point, with vLLM summary keys: ``concurrency`` (or ``max_concurrency``;
+        0 or absent for an open loop), ``request_rate`` (req/s; ``"inf"`` or absent for a closed
+        loop), ``output_throughput`` (tok/s), ``mean_tpot_ms``, ``p99_e2el_ms`` and optionally
+        ``mean_e2el_ms``. :class:`simllm.loadtest.LoadTestRow` objects or their ``to_dict()``
+        (``request_rate_rps``, ``output_throughput_tok_s``, ``p99_latency_ms``,
+        ``avg_latency_ms``) are accepted too.
+    directory : str or Path
+        Created when missing.
+
+    Returns
+    -------
+    list of Path
+        The files written, in the order above (none for no rows).
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is not installed, or a row lacks the load or a metric.
+    """
+    _matplotlib()
+    rows = _loadtest_rows(rows)
+    if not rows:
+        return []
+    closed = all((r["concurrency"] or 0) > 0 for r in rows)
+    load_key = "concurrency" if closed else "request_rate"
+    _need(rows, load_key)
+    for name in ("output_throughput", "p99_e2el_ms", "mean_tpot_ms"):
+        _need(rows, name)
+    rows = sorted(rows, key=lambda r: r[load_key])
+    load = np.array([r[load_key] for r in rows])
+    xlabel = "concurrency (clients)" if closed else "request rate (req/s)"
+    directory = Path(directory)
+    thr = np.array([r["output_throughput"] for r in rows])
+    written = []
+
+    fig, ax = _figure("Output throughput vs load", xlabel, "output throughput (tok/s)", size=(7.0, 4.8))
+    ax.plot(load, thr, marker="o", color="C0")
+    ax.set_ylim(bottom=0.0)
+    written.append(_save(fig, directory / "loadtest_throughput.png"))
+
+    fig, ax = _figure("End-to-end latency vs load", xlabel, "E2E latency (ms)", size=(7.0, 4.8))
+    ax.plot(load, [r["p99_e2el_ms"] for r in rows], marker="o", color="C3", label="P99")
+    if all(r["mean_e2el_ms"] is not None for r in rows):
+        ax.plot(load, [r["mean_e2el_ms"] for r in rows], marker="s", color="C0", label="mean")
+    ax.set_ylim(bottom=0.0)
+    ax.legend(loc="upper left", fontsize="small")
+    written.append(_save(fig, directory / "loadtest_latency.png"))
+
+    per_user = np.array([1000.0 / r["mean_tpot_ms"] if r["mean_tpot_ms"] > 0 else np.nan for r in rows])
+    fig, ax = _figure("Throughput vs per-user speed", "output tokens/s per user (1000 / mean TPOT ms)",
+                      "total output throughput (tok/s)", size=(7.0, 5.2))
+    ax.plot(per_user, thr, marker="o", color="C2")
+    for x, y, v in zip(per_user, thr, load):
+        if math.isfinite(x):
+            ax.annotate(f"c={v:g}" if closed else f"{v:g}/s", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize="small")
+    ax.set_xlim(left=0.0)
+    ax.set_ylim(bottom=0.0)
+    written.append(_save(fig, directory / "loadtest_frontier.png"))
+    return written
+
+
+# ----------------------------------------------------------------------------- compare
+
+def _bar_figure(comparison, key, title, ylabel):
+    """Bars of metric ``key`` per column; failed columns marked by their error kind."""
+    labels = [c.label for c in comparison.columns]
+    values = [None if not c.ok else v for c, v in zip(comparison.columns, comparison.row(key).values)]
+    width = max(6.4, 1.3 * len(labels) + 2.0)
+    fig, ax = _figure(title, "", ylabel, size=(width, 5.0))
+    x = np.arange(len(labels))
+    heights = [v if v is not None else 0.0 for v in values]
+    bars = ax.bar(x, heights, color=[f"C{i % 10}" for i in range(len(labels))], edgecolor="black", linewidth=0.4)
+    top = max(heights) if any(heights) else 1.0
+    for i, (bar, v) in enumerate(zip(bars, values)):
+        c = comparison.columns[i]
+        text = ("OOM" if c.oom else "error") if not c.ok else (f"{v:,.0f}" if v >= 100 else f"{v:,.2f}") if v is not None else "-"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize="small")
+    ax.set_xticks(x, labels, rotation=20 if len(labels) > 2 else 0, ha="right" if len(labels) > 2 else "center")
+    ax.set_ylim(0.0, top * 1.15)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.grid(False, axis="x")
+    return fig
+
+
+def plot_compare(comparison, directory):
+    """Write the bar charts of a :func:`simllm.compare.compare` into ``directory``:
+    ``compare_throughput_per_gpu.png`` (output tokens/s per GPU), ``compare_ttft.png`` and
+    ``compare_tpot.png`` (mean TTFT and TPOT, ms). A failed column has no bar, only ``OOM`` or
+    ``error``. The metrics are computed from the columns' summaries, whatever rows the
+    comparison was built with.
+
+    Returns
+    -------
+    list of Path
+        The files written, in the order above.
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is not installed.
+    """
+    from simllm.compare import build_comparison  # noqa: PLC0415 - plots stays importable alone
+
+    _matplotlib()
+    keys = ("output_throughput_per_gpu", "mean_ttft_ms", "mean_tpot_ms")
+    full = build_comparison(comparison.columns, keys)
+    directory = Path(directory)
+    return [
+        _save(_bar_figure(full, "output_throughput_per_gpu", "Output throughput per GPU", "output tok/s per GPU"),
+              directory / "compare_throughput_per_gpu.png"),
+        _save(_bar_figure(full, "mean_ttft_ms", "Mean time to first token", "mean TTFT (ms)"),
+              directory / "compare_ttft.png"),
+        _save(_bar_figure(full, "mean_tpot_ms", "Mean time per output token", "mean TPOT (ms)"),
+              directory / "compare_tpot.png"),
+    ]
