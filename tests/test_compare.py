@@ -157,3 +157,20 @@ def test_failed_first_column_uses_the_next_as_baseline():
 def test_unknown_preset_is_an_error():
     with pytest.raises(ConfigError):
         cmp.compare("no-such-model", "h100-sxm", workload=WORKLOAD)
+
+
+def test_compare_cli_table_json_and_bad_output_name(tmp_path, capsys):
+    import json
+
+    import simllm.cli
+
+    args = ["compare", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "a100-sxm-80gb", "--num-prompts", "50",
+            "--format", "json"]
+    assert simllm.cli.main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data and "h100-sxm" in json.dumps(data) and "a100-sxm-80gb" in json.dumps(data)
+    assert simllm.cli.main(args[:-2]) == 0
+    assert "x" in capsys.readouterr().out  # ratio cells
+    assert simllm.cli.main(args[:-2] + ["--output", str(tmp_path / "c.xlsx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "c.xlsx" in err

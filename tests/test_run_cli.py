@@ -158,11 +158,16 @@ def test_no_goodput_key_without_flag(seed_summary):
 
 
 def test_output_file_same_json(tmp_path, capsys):
+    """--output holds vllm bench serve's --save-result keys on top of what --format json prints."""
     path = tmp_path / "result.json"
     rc, out, err = run_main([MODEL, HARDWARE, "--num-prompts", N, "--format", "json", "--output", path], capsys)
     assert rc == 0, err
     printed, written = json.loads(out), json.loads(path.read_text(encoding="utf-8"))
-    assert written == printed
+    assert {k: written[k] for k in printed} == printed
+    for key in ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
+                "max_concurrency", "duration", "completed", "request_throughput", "mean_ttft_ms", "p99_itl_ms"):
+        assert key in written, key
+    assert written["backend"] == "simllm"  # never mistaken for a measured result
 
 
 def test_output_file_with_table_format(tmp_path, capsys):

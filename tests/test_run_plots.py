@@ -169,3 +169,14 @@ def test_missing_matplotlib_is_a_config_error(result, tmp_path, monkeypatch):
             call()
         assert "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_and_loadtest_cli_plot(tmp_path, capsys):
+    import simllm.cli
+
+    assert simllm.cli.main(["run", "--num-prompts", "60", "--max-concurrency", "8", "-q", "--plot", str(tmp_path / "r")]) == 0
+    assert len(list((tmp_path / "r").glob("*.png"))) == 4
+    assert simllm.cli.main(["loadtest", "--parallel", "1", "4", "--number", "4", "8", "-q",
+                            "--plot", str(tmp_path / "l")]) == 0
+    assert len(list((tmp_path / "l").glob("*.png"))) == 3
+    capsys.readouterr()

@@ -7,7 +7,7 @@ import re
 import sys
 from dataclasses import replace
 
-from simllm import presets, report
+from simllm import exports, presets, report
 from simllm.errors import ConfigError
 from simllm.diagnose import (CHANGES, DEFAULT_CHANGES, diagnose, diagnosis_to_dict, format_diagnosis,
                              format_run_section, what_if)
@@ -154,7 +154,14 @@ def build_parser():
     out.add_argument("--format", choices=("table", "json"), default="table")
     out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
     out.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
-    out.add_argument("--output", "-o", help="also write the JSON result to this file")
+    out.add_argument("--output", "-o", metavar="FILE",
+                     help="also write the result to FILE: .json (vllm bench serve --save-result keys, plus "
+                          "simllm's), .csv or .parquet (the summary as one row); see --export-format")
+    out.add_argument("--export-format", choices=exports.FORMATS,
+                     help="what --output holds: for .json vllm (default) or guidellm (a GuideLLM benchmarks.json); "
+                          "for .csv/.parquet summary (default) or requests (one row per request)")
+    out.add_argument("--plot", metavar="DIR",
+                     help="write TTFT/TPOT CDFs and KV-cache/throughput-over-time PNGs here (needs simllm[plot])")
     out.add_argument("--save-detailed", help="per-request rows to FILE.csv or FILE.parquet")
     out.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     out.add_argument("--quiet", "-q", action="store_true", help="print one summary line")
@@ -228,6 +235,27 @@ def build_parser():
                      help=f"changes to re-simulate one at a time (default all: {', '.join(CHANGES)})")
     dia.add_argument("--no-what-if", action="store_true", help="only the diagnosis")
     dia.add_argument("--format", choices=("table", "json"), default="table")
+
+    cmpp = sub.add_parser("compare", help="one workload on several hardware presets and/or models side by side, "
+                                          "with each metric's ratio to the first column")
+    cmpp.add_argument("--model", nargs="+", default=[DEFAULT_MODEL], metavar="MODEL",
+                      help=f"model presets, simllm YAML or config.json files (default {DEFAULT_MODEL})")
+    cmpp.add_argument("--hardware", nargs="+", default=[DEFAULT_HARDWARE], metavar="HARDWARE",
+                      help=f"hardware presets or YAML files (default {DEFAULT_HARDWARE}); the columns are every "
+                           "model on the first hardware, then on the next")
+    _add_workload_args(cmpp)
+    _add_engine_args(cmpp)
+    _add_scheduler_args(cmpp)
+    cout = cmpp.add_argument_group("output")
+    cout.add_argument("--metrics", nargs="+", metavar="KEY",
+                      help="rows: summary keys (default: TTFT/TPOT/E2E mean and P99, request/s, output tok/s, "
+                           "output tok/s per GPU, MFU, MBU, KV usage, error rate)")
+    cout.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    cout.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
+    cout.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    cout.add_argument("--output", "-o", metavar="FILE", help="also write the comparison to FILE.json, .csv or .txt")
+    cout.add_argument("--plot", metavar="DIR",
+                      help="write bar charts of output tok/s per GPU, mean TTFT and mean TPOT here (needs simllm[plot])")
 
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
@@ -382,21 +410,25 @@ def _cmd_run(args, out):
     workload = _workload(args)
     percentiles = _percentiles(args.metric_percentiles)
     serving = _run_serving(args)
+    if args.export_format and not args.output:
+        raise ConfigError("--export-format needs --output FILE", source="command line")
+    if args.output:
+        exports.resolve_format(args.output, args.export_format)  # a bad name fails before simulating
+    keep_requests = bool(args.save_detailed or args.plot or args.export_format in ("guidellm", "requests"))
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= PROGRESS_MIN_REQUESTS and not args.quiet
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
         result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
-                          percentiles=percentiles, goodput=_goodput(args.goodput), keep_requests=bool(args.save_detailed),
+                          percentiles=percentiles, goodput=_goodput(args.goodput), keep_requests=keep_requests,
                           progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else None)
     if args.save_detailed:
         result.save_detailed(args.save_detailed)
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(report.to_json(result.to_dict()) + "\n")
-        except OSError as exc:
-            raise ConfigError(f"a writable file ({exc.strerror})", source="command line", key="--output",
-                              value=args.output) from None
+    if args.output:  # vLLM JSON: the per-request lists only with --save-detailed, as vllm bench serve
+        exports.export(result, args.output, args.export_format, detailed=bool(args.save_detailed))
+    if args.plot:
+        from simllm.plots import plot_run  # noqa: PLC0415
+
+        plot_run(result, args.plot)
     if args.quiet:
         out.write(report.format_run_line(result) + "\n")
     elif args.format == "json":
@@ -525,6 +557,31 @@ def _cmd_diagnose(args, out):
     return 0
 
 
+def _cmd_compare(args, out):
+    from simllm import compare as cmp  # noqa: PLC0415
+
+    workload = _workload(args)
+    serving = _run_serving(args)
+    percentiles = _percentiles(args.metric_percentiles)
+    if args.output:
+        cmp.check_save_path(args.output)  # a bad name fails before simulating
+    comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
+                             percentiles=percentiles, goodput=_goodput(args.goodput))
+    if args.output:
+        cmp.save_comparison(comparison, args.output)
+    if args.plot:
+        from simllm.plots import plot_compare  # noqa: PLC0415
+
+        plot_compare(comparison, args.plot)
+    if args.format == "json":
+        out.write(report.to_json(cmp.comparison_to_dict(comparison)) + "\n")
+    elif args.format == "csv":
+        out.write(cmp.comparison_to_csv(comparison))
+    else:
+        out.write(cmp.format_comparison(comparison, title=f"simllm compare: {workload.describe()}") + "\n")
+    return 0
+
+
 def _write_text(path, text, flag):
     """Write ``text`` to ``path`` through a temporary file and a rename, so a failed write leaves
     nothing half-written."""
@@ -551,6 +608,7 @@ def main(argv=None):
     try:
         commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate,
                     "calibrate": _cmd_calibrate, "profile": _cmd_profile, "loadtest": _cmd_loadtest, "diagnose": _cmd_diagnose,
+                    "compare": _cmd_compare,
                     "presets": _cmd_presets}
         return commands[args.command](args, sys.stdout)
     except ConfigError as exc:

@@ -564,18 +564,17 @@ def resolve_format(path, fmt=None):
     """
     suffix = Path(path).suffix.lower()
     if fmt is not None and fmt not in FORMATS:
-        raise ConfigError(f"one of {', '.join(FORMATS)}", key="export format", value=fmt)
+        raise ConfigError(f"one of {', '.join(FORMATS)}", key="format", value=fmt)
     if suffix not in SUFFIX_FORMATS:
         if fmt in ("vllm", "guidellm"):
             return ".json", fmt
-        raise ConfigError("a .json, .csv or .parquet file name (or a JSON export format, vllm or guidellm)",
-                          key="export file", value=str(path))
+        raise ConfigError("a .json, .csv or .parquet file name (or format vllm or guidellm for JSON under "
+                          "another name)", key="file", value=str(path))
     allowed = SUFFIX_FORMATS[suffix]
     if fmt is None:
         return suffix, allowed[0]
     if fmt not in allowed:
-        raise ConfigError(f"a {suffix} file holds {' or '.join(allowed)}, not {fmt}", key="export file",
-                          value=str(path))
+        raise ConfigError(f"{' or '.join(allowed)} for a {suffix} file ({path})", key="format", value=fmt)
     return suffix, fmt
 
 
