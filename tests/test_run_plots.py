@@ -172,6 +172,7 @@ def test_missing_matplotlib_is_a_config_error(result, tmp_path, monkeypatch):
 
 
 def test_run_and_loadtest_cli_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     import simllm.cli
 
     assert simllm.cli.main(["run", "--num-prompts", "60", "--max-concurrency", "8", "-q", "--plot", str(tmp_path / "r")]) == 0
