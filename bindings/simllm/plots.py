@@ -481,3 +481,110 @@ def plot_compare(comparison, directory):
         _save(_bar_figure(full, "mean_tpot_ms", "Mean time per output token", "mean TPOT (ms)"),
               directory / "compare_tpot.png"),
     ]
+
+
+# ----------------------------------------------------------------------------- Pareto frontier
+# (simllm frontier / simllm optimize; the columns and the frontier come from simllm.optimize)
+
+#: Configurations labelled on the frontier figure at most (beyond that only the chosen one).
+FRONTIER_LABELS = 12
+
+
+def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughput_per_user",
+                  y="output_throughput_per_gpu", filename=None, title=None):
+    """Write the Pareto-frontier figure of a set of configurations into ``directory``.
+
+    Every configuration with finite ``x`` and ``y`` is a point (hollow grey crosses for those
+    whose ``meets_slo`` column is false, when the rows have one); the frontier rows are joined
+    by a line in the order of ``x`` (and labelled by configuration when there are at most
+    :data:`FRONTIER_LABELS` of them); the ``chosen`` row is a large star with its label.
+
+    Parameters
+    ----------
+    rows : numpy structured array or sequence of dict
+        Configurations with metric columns (a sweep's table, :meth:`OptimizeResult.rows`, a
+        CSV read by :func:`simllm.optimize.read_rows`); derived columns such as
+        ``output_throughput_per_user`` (1000 / mean TPOT ms) and ``output_throughput_per_gpu``
+        are computed when absent (:func:`simllm.optimize.column`).
+    frontier_idx : sequence of int or None
+        Indices of the frontier rows (:func:`simllm.optimize.pareto`); None computes the
+        frontier of ``y`` vs ``x`` (each maximised unless lower is better, e.g. ``*_ms``).
+    directory : str or Path
+        Created when missing.
+    chosen : int, optional
+        Index of the configuration picked (:func:`simllm.optimize.optimize`'s answer).
+    x, y : str
+        Columns on the axes (default output tokens/s per user and output tokens/s per GPU; the
+        TTFT variant is ``x="p99_ttft_ms"``).
+    filename : str, optional
+        Default ``frontier.png`` for the default axes, else ``frontier_<y>_vs_<x>.png``.
+    title : str, optional
+
+    Returns
+    -------
+    Path
+        The file written.
+
+    Raises
+    ------
+    ConfigError
+        When matplotlib is not installed.
+    """
+    from simllm import optimize as opt  # noqa: PLC0415 - plots stays importable alone
+
+    _matplotlib()
+    xs, ys = opt.column(rows, x), opt.column(rows, y)
+    if frontier_idx is None:
+        frontier_idx = opt.frontier_rows(rows, x, y)
+    idx = np.asarray(frontier_idx, dtype=np.int64).reshape(-1)
+    idx = idx[np.isfinite(xs[idx]) & np.isfinite(ys[idx])] if idx.size else idx
+    idx = idx[np.lexsort((idx, xs[idx]))] if idx.size else idx
+    finite = np.isfinite(xs) & np.isfinite(ys)
+    has_slo = opt.has_column(rows, "meets_slo")
+    meets = opt.column(rows, "meets_slo") if has_slo else np.ones(len(xs))
+    ok = finite & (meets > 0)
+    bad = finite & ~(meets > 0)
+    n = int(finite.sum())
+    fig, ax = _figure(title or f"Pareto frontier: {len(idx)} of {n} configuration{'s' if n != 1 else ''}",
+                      opt.axis_label(x), opt.axis_label(y), size=(7.5, 5.6))
+    if ok.any():
+        ax.scatter(xs[ok], ys[ok], s=30, color="C0", edgecolors="black", linewidths=0.4, alpha=0.8, zorder=3,
+                   label="meets the SLOs" if has_slo else "configuration")
+    if bad.any():
+        ax.scatter(xs[bad], ys[bad], s=30, color="0.55", marker="x", linewidths=1.0, alpha=0.8, zorder=2,
+                   label="fails the SLOs")
+    # Configurations with identical coordinates share one label ("+N identical").
+    same = {}
+    for j in idx:
+        same.setdefault((float(xs[j]), float(ys[j])), []).append(int(j))
+    chosen_ok = chosen is not None and bool(np.isfinite(xs[chosen]) and np.isfinite(ys[chosen]))
+    chosen_at = (float(xs[chosen]), float(ys[chosen])) if chosen_ok else None
+
+    names = opt.config_labels(rows)
+
+    def label(members):
+        extra = f" (+{len(members) - 1} identical)" if len(members) > 1 else ""
+        return names[members[0]] + extra
+
+    if idx.size:
+        ax.plot(xs[idx], ys[idx], color="C1", linewidth=1.6, marker="o", markersize=5, zorder=4,
+                label=f"Pareto frontier ({idx.size})")
+        if len(same) <= FRONTIER_LABELS:
+            for point, members in same.items():
+                if point != chosen_at:
+                    ax.annotate(label(members), point, textcoords="offset points", xytext=(4, 4),
+                                fontsize="x-small", color="0.25")
+    if chosen_ok:
+        members = [int(chosen)] + [j for j in same.get(chosen_at, []) if j != int(chosen)]
+        ax.scatter([xs[chosen]], [ys[chosen]], s=220, marker="*", color="C3", edgecolors="black", linewidths=0.6,
+                   zorder=5, label="chosen")
+        ax.annotate(label(members), chosen_at, textcoords="offset points", xytext=(6, -12), fontsize="small",
+                    color="C3", fontweight="bold")
+    if n:
+        for values, setter in ((xs, ax.set_xlim), (ys, ax.set_ylim)):
+            if float(np.min(values[finite])) >= 0 and float(np.max(values[finite])) > 0:
+                setter(0.0, float(np.max(values[finite])) * 1.15)
+        ax.legend(loc="best", fontsize="small", framealpha=0.9)
+    default = (x, y) == ("output_throughput_per_user", "output_throughput_per_gpu")
+    name = filename or ("frontier.png" if default else f"frontier_{y}_vs_{x}.png")
+    return _save(fig, Path(directory) / name)
