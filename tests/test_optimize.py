@@ -368,3 +368,25 @@ def test_plot_frontier_of_a_search(search, tmp_path):
 
     rows = search.rows()
     check_png(plot_frontier(rows, search.frontier(), tmp_path, chosen=search.answer.index))
+
+
+@pytest.mark.slow
+def test_optimize_and_frontier_cli(tmp_path, capsys):
+    import json
+
+    import simllm.cli
+
+    args = ["optimize", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "ttft_p99<=2000,tpot_p99<=50",
+            "--over", "tp=1,2", "max_num_seqs=16,64", "--num-prompts", "100", "--request-rate", "20", "-q",
+            "--format", "json", "--output", str(tmp_path / "opt.json")]
+    assert simllm.cli.main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "opt.json").read_text()) == data
+    assert simllm.cli.main(["optimize", "--slo", "ttft_p99<=oops", "--over", "tp=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--slo" in err
+    rows = tmp_path / "rows.csv"
+    rows.write_text("output_throughput_per_gpu,output_throughput_per_user\n100,10\n50,20\n40,15\n", encoding="utf-8")
+    assert simllm.cli.main(["frontier", str(rows), "--format", "json"]) == 0
+    front = json.loads(capsys.readouterr().out)
+    assert front

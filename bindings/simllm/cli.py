@@ -257,6 +257,50 @@ def build_parser():
     cout.add_argument("--plot", metavar="DIR",
                       help="write bar charts of output tok/s per GPU, mean TTFT and mean TPOT here (needs simllm[plot])")
 
+    fr = sub.add_parser("frontier", help="the Pareto frontier of a results table: output tok/s per GPU vs "
+                                         "per-user speed (or vs P99 TTFT)")
+    fr.add_argument("results", metavar="RESULTS", help="a CSV with a header (a sweep's table) or a JSON list of rows "
+                                                      "with metric columns")
+    fr.add_argument("--x", default="output_throughput_per_user",
+                    help="column on the x axis (default output_throughput_per_user = 1000 / mean_tpot_ms; "
+                         "p99_ttft_ms for the TTFT frontier); *_ms columns, error_rate and cost are minimised, "
+                         "others maximised")
+    fr.add_argument("--y", default="output_throughput_per_gpu",
+                    help="column on the y axis (default output_throughput_per_gpu = output_throughput / GPUs)")
+    fr.add_argument("--format", choices=("table", "json"), default="table")
+    fr.add_argument("--plot", metavar="DIR", help="write the frontier PNG here (needs simllm[plot])")
+
+    opt = sub.add_parser("optimize", help="search a grid of engine settings and hardware for the configuration that "
+                                          "meets SLOs with the most goodput per GPU (or the lowest cost per token)")
+    opt.add_argument("--model", default=DEFAULT_MODEL,
+                     help=f"model preset name, simllm YAML, or HuggingFace config.json (default {DEFAULT_MODEL})")
+    opt.add_argument("--hardware", nargs="+", default=[DEFAULT_HARDWARE], metavar="HARDWARE",
+                     help=f"hardware presets or YAML files (default {DEFAULT_HARDWARE}); several make a hardware axis "
+                          "unless --over has hardware=...")
+    _add_workload_args(opt)
+    _add_engine_args(opt)
+    _add_scheduler_args(opt)
+    srch = opt.add_argument_group("search")
+    srch.add_argument("--slo", nargs="+", required=True, metavar="SLO",
+                      help='constraints, e.g. "ttft_p99<=2000,tpot_p99<=50": METRIC<=|<|>=|>NUMBER, METRIC one of '
+                           "ttft|tpot|itl|e2el_mean|median|pNN or a summary key (error_rate<=1%%)")
+    srch.add_argument("--over", nargs="+", metavar="NAME=V1,V2",
+                      help="the grid (cartesian product): tp=1,2,4 replicas=1,2 max_num_seqs=64,128,256 "
+                           "max_num_batched_tokens=... dtype=bf16,fp8 hardware=h100-sxm,h200-sxm, or any engine "
+                           "setting by its ServingConfig name")
+    srch.add_argument("--objective", choices=("goodput_per_gpu", "cost_per_token"), default="goodput_per_gpu",
+                      help="highest request goodput per GPU (default) or lowest USD per million output tokens")
+    srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",
+                      help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
+                           "e.g. h100-sxm=2.5")
+    srch.add_argument("--top", type=_positive_int, default=5, help="feasible configurations listed (default 5)")
+    oout = opt.add_argument_group("output")
+    oout.add_argument("--format", choices=("table", "json"), default="table")
+    oout.add_argument("--output", "-o", metavar="FILE", help="also write the result as JSON to FILE")
+    oout.add_argument("--plot", metavar="DIR", help="write the frontier PNGs (per-user speed and P99 TTFT) here, the "
+                                                    "answer marked (needs simllm[plot])")
+    oout.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
     pre = sub.add_parser("presets", help="list the shipped model, hardware and workload presets")
     pre.add_argument("kind", nargs="?", choices=presets.KINDS)
     return parser
@@ -594,6 +638,51 @@ def _write_text(path, text, flag):
         raise ConfigError(f"a writable file ({exc.strerror})", source="command line", key=flag, value=path) from None
 
 
+def _cmd_frontier(args, out):
+    from simllm import optimize as opt  # noqa: PLC0415
+
+    rows = opt.read_rows(args.results)
+    idx = opt.frontier_rows(rows, args.x, args.y)
+    if args.plot:
+        from simllm.plots import plot_frontier  # noqa: PLC0415
+
+        plot_frontier(rows, idx, args.plot, x=args.x, y=args.y)
+    if args.format == "json":
+        out.write(report.to_json(opt.frontier_to_dict(rows, idx, args.x, args.y)) + "\n")
+    else:
+        out.write(opt.format_frontier(rows, idx, args.x, args.y) + "\n")
+    return 0
+
+
+def _cmd_optimize(args, out):
+    from simllm import optimize as opt  # noqa: PLC0415
+
+    workload = _workload(args)
+    serving = _run_serving(args)
+    slos = opt.parse_slo(args.slo)
+    over = opt.parse_over(args.over)
+    prices = opt.parse_prices(args.price)
+    if args.plot:
+        from simllm.plots import _matplotlib  # noqa: PLC0415
+
+        _matplotlib()  # fail before simulating when matplotlib is missing
+    with Progress(opt.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
+        result = opt.optimize(args.model, args.hardware, serving, workload, slos, over=over,
+                              objective=args.objective, top=args.top, prices=prices,
+                              progress=lambda done, _total: bar.advance(done - bar.done))
+    as_json = report.to_json(opt.optimize_to_dict(result)) + "\n"
+    if args.output:
+        _write_text(args.output, as_json, "--output")
+    if args.plot:
+        from simllm.plots import plot_frontier  # noqa: PLC0415
+
+        rows, chosen = result.rows(), result.answer.index if result.answer else None
+        plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
+        plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")
+    out.write(as_json if args.format == "json" else opt.format_optimize(result) + "\n")
+    return 0 if result.answer else 1  # 1: no configuration meets the SLOs
+
+
 def _cmd_presets(args, out):
     for kind in [args.kind] if args.kind else presets.KINDS:
         names = presets.preset_names(kind)
@@ -608,7 +697,7 @@ def main(argv=None):
     try:
         commands = {"estimate": _cmd_estimate, "run": _cmd_run, "validate": _cmd_validate,
                     "calibrate": _cmd_calibrate, "profile": _cmd_profile, "loadtest": _cmd_loadtest, "diagnose": _cmd_diagnose,
-                    "compare": _cmd_compare,
+                    "compare": _cmd_compare, "frontier": _cmd_frontier, "optimize": _cmd_optimize,
                     "presets": _cmd_presets}
         return commands[args.command](args, sys.stdout)
     except ConfigError as exc:
