@@ -1,0 +1,96 @@
+"""asv benchmarks of ``simllm.sweep``: configurations per second of a sweep of mixed loads on one
+and two threads, and the speed-up from one to two. ``setup`` compiles (or loads the numba cache)
+and validates the spec, so the timings are the simulations, chunking and table assembly.
+
+The mixed loads: bench-1m's lengths (prompts uniform in [100, 1000), outputs in [20, 400)),
+10,000 requests per configuration, 200 Monte Carlo configurations drawn with a fixed seed:
+request rate log-uniform in 5..100 req/s, open loop or capped at 16, 64 or 256 in flight,
+``max_num_seqs`` 128 or 256."""
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from simllm import sweep as sw
+
+SWEEP_CONFIGS = 200
+SWEEP_REQUESTS = 10_000
+MIXED_LOADS = {
+    "workload.request_rate": {"loguniform": [5, 100]},
+    "workload.max_concurrency": {"choice": [0, 0, 16, 64, 256]},
+    "serving.max_num_seqs": {"choice": [128, 256]},
+}
+
+
+def mixed_spec(configs=SWEEP_CONFIGS, requests=SWEEP_REQUESTS, seed=0):
+    """The benchmark's sweep: ``configs`` mixed-load configurations of ``requests`` requests."""
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm",
+            "workload": {"num_prompts": requests, "request_rate": 20,
+                         "input_len": {"distribution": "uniform", "low": 100, "high": 1000},
+                         "output_len": {"distribution": "uniform", "low": 20, "high": 400}}}
+    return sw.make_spec(base, samples=MIXED_LOADS, num_samples=configs, sample_seed=seed)
+
+
+def _run(spec, executor):
+    start = time.perf_counter()
+    res = sw.run_spec(spec, executor=executor)
+    elapsed = time.perf_counter() - start
+    assert not res.table["error"].any()
+    return elapsed
+
+
+class SweepThreads:
+    """200 configurations x 10,000 requests on a thread pool of 1 or 2 threads."""
+
+    params = [[1, 2]]
+    param_names = ["threads"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, threads):
+        sw.warm_up()
+        self.spec = mixed_spec()
+        sw.plan(self.spec)  # validation and layout, kept on the spec
+        self.executor = ThreadPoolExecutor(threads)
+        sw.run_spec(mixed_spec(configs=2 * threads, requests=100), executor=self.executor)  # threads started
+
+    def teardown(self, threads):
+        self.executor.shutdown()
+
+    def time_sweep_200x10k(self, threads):
+        sw.run_spec(self.spec, executor=self.executor)
+
+    def track_configs_per_second(self, threads):
+        return SWEEP_CONFIGS / _run(self.spec, self.executor)
+
+    track_configs_per_second.unit = "configs/s"
+
+    def track_requests_per_second(self, threads):
+        return SWEEP_CONFIGS * SWEEP_REQUESTS / _run(self.spec, self.executor)
+
+    track_requests_per_second.unit = "requests/s"
+
+
+class SweepSpeedup:
+    """Wall time on 1 thread over wall time on 2 threads for the same sweep (target >= 1.8)."""
+
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self):
+        sw.warm_up()
+        self.spec = mixed_spec()
+        sw.plan(self.spec)
+        self.one = ThreadPoolExecutor(1)
+        self.two = ThreadPoolExecutor(2)
+        for ex, n in ((self.one, 1), (self.two, 2)):
+            sw.run_spec(mixed_spec(configs=2 * n, requests=100), executor=ex)
+
+    def teardown(self):
+        self.one.shutdown()
+        self.two.shutdown()
+
+    def track_speedup_1_to_2_threads(self):
+        return _run(self.spec, self.one) / _run(self.spec, self.two)
+
+    track_speedup_1_to_2_threads.unit = "x"
