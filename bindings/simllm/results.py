@@ -2,6 +2,7 @@
 utilisation and memory), the ITL and batch-size distributions, and the time series."""
 import csv
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,11 +41,15 @@ def _hist_quantile(hist, q):
     return int(np.searchsorted(np.cumsum(hist), q / 100.0 * total, side="left"))
 
 
+@lru_cache(maxsize=8)
 def itl_bin_edges(n_bins, min_exp, sub_bits):
-    """Lower edges (seconds) of the ITL histogram bins (see ``simcore.metrics.itl_bin_nb``)."""
+    """Lower edges (seconds) of the ITL histogram bins (see ``simcore.metrics.itl_bin_nb``); one
+    read-only array per layout, shared by every result (a sweep builds thousands)."""
     b = np.arange(n_bins + 1)
     sub = 1 << sub_bits
-    return (1.0 + (b % sub) / sub) * np.exp2(b // sub + min_exp - 1)
+    edges = (1.0 + (b % sub) / sub) * np.exp2(b // sub + min_exp - 1)
+    edges.flags.writeable = False
+    return edges
 
 
 def hist_percentiles(hist, edges, percentiles):
