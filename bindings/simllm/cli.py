@@ -119,6 +119,13 @@ def _add_workload_args(p, load=True):
     g.add_argument("--timeout", type=_positive_float, help="client timeout in seconds (unfinished = error)")
 
 
+def _add_run_args(p, load=True):
+    """The workload, engine and scheduler flags of run (loadtest, diagnose, compare, optimize)."""
+    _add_workload_args(p, load)
+    _add_engine_args(p)
+    _add_scheduler_args(p)
+
+
 def _add_scheduler_args(p):
     eng = p.add_argument_group("engine")
     eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
@@ -147,9 +154,7 @@ def build_parser():
 
     run = sub.add_parser("run", help="simulate serving a workload: TTFT, TPOT, ITL, latency, throughput, utilisation")
     _add_target(run)
-    _add_workload_args(run)
-    _add_engine_args(run)
-    _add_scheduler_args(run)
+    _add_run_args(run)
     out = run.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json"), default="table")
     out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
@@ -201,9 +206,7 @@ def build_parser():
     lt = sub.add_parser("loadtest", help="EvalScope-style load test: one simulation per concurrency or request rate, "
                                          "a table, and the concurrency past which throughput stops rising")
     _add_target(lt)
-    _add_workload_args(lt, load=False)
-    _add_engine_args(lt)
-    _add_scheduler_args(lt)
+    _add_run_args(lt, load=False)
     pts = lt.add_argument_group("load points (exactly one of --parallel, --concurrency-range, --request-rate)")
     pts.add_argument("--parallel", nargs="+", type=_positive_int, metavar="N",
                      help="closed-loop concurrencies, e.g. 1 10 50 100 200 (evalscope perf --parallel)")
@@ -228,9 +231,7 @@ def build_parser():
     dia = sub.add_parser("diagnose", help="what limits a simulated run (prefill, decode bandwidth, KV cache, "
                                           "concurrency), with the numbers, and what one change would do")
     _add_target(dia)
-    _add_workload_args(dia)
-    _add_engine_args(dia)
-    _add_scheduler_args(dia)
+    _add_run_args(dia)
     dia.add_argument("--what-if", nargs="+", metavar="CHANGE", choices=list(CHANGES),
                      help=f"changes to re-simulate one at a time (default all: {', '.join(CHANGES)})")
     dia.add_argument("--no-what-if", action="store_true", help="only the diagnosis")
@@ -243,9 +244,7 @@ def build_parser():
     cmpp.add_argument("--hardware", nargs="+", default=[DEFAULT_HARDWARE], metavar="HARDWARE",
                       help=f"hardware presets or YAML files (default {DEFAULT_HARDWARE}); the columns are every "
                            "model on the first hardware, then on the next")
-    _add_workload_args(cmpp)
-    _add_engine_args(cmpp)
-    _add_scheduler_args(cmpp)
+    _add_run_args(cmpp)
     cout = cmpp.add_argument_group("output")
     cout.add_argument("--metrics", nargs="+", metavar="KEY",
                       help="rows: summary keys (default: TTFT/TPOT/E2E mean and P99, request/s, output tok/s, "
@@ -277,9 +276,7 @@ def build_parser():
     opt.add_argument("--hardware", nargs="+", default=[DEFAULT_HARDWARE], metavar="HARDWARE",
                      help=f"hardware presets or YAML files (default {DEFAULT_HARDWARE}); several make a hardware axis "
                           "unless --over has hardware=...")
-    _add_workload_args(opt)
-    _add_engine_args(opt)
-    _add_scheduler_args(opt)
+    _add_run_args(opt)
     srch = opt.add_argument_group("search")
     srch.add_argument("--slo", nargs="+", required=True, metavar="SLO",
                       help='constraints, e.g. "ttft_p99<=2000,tpot_p99<=50": METRIC<=|<|>=|>NUMBER, METRIC one of '
