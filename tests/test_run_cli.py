@@ -400,3 +400,14 @@ def test_api_requests_given(api_result):
     res = simllm.simulate(model, hardware, workload=w, requests=simllm.generate(w))
     assert strip_wall(res.summary) == strip_wall(api_result.summary)
     assert not math.isnan(res.summary["mean_tpot_ms"])
+
+
+def test_summary_percentiles_equal_numpys():
+    """The summary's percentile shortcut gives np.percentile's numbers to the last bit."""
+    from simllm.results import _percentiles_inplace
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 10, 101, 4096):
+        x = rng.lognormal(size=n)
+        ps = (50.0, 0.0, 25.0, 90.0, 99.0, 99.9, 100.0)
+        assert np.array_equal(_percentiles_inplace(x.copy(), ps), np.percentile(x, ps))
