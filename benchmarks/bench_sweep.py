@@ -1,6 +1,7 @@
-"""asv benchmarks of ``simllm.sweep``: configurations per second of a sweep of mixed loads on one
-and two threads, and the speed-up from one to two. ``setup`` compiles (or loads the numba cache)
-and validates the spec, so the timings are the simulations, chunking and table assembly.
+"""asv benchmarks of ``simllm.sweep`` (:mod:`simllm.sweeps`): configurations per second of a sweep
+of mixed loads on one and two threads, and the speed-up from one to two. ``setup`` compiles (or
+loads the numba cache) and validates the spec, so the timings are the simulations, chunking and
+table assembly.
 
 The mixed loads: bench-1m's lengths (prompts uniform in [100, 1000), outputs in [20, 400)),
 10,000 requests per configuration, 200 Monte Carlo configurations drawn with a fixed seed:
@@ -9,7 +10,8 @@ request rate log-uniform in 5..100 req/s, open loop or capped at 16, 64 or 256 i
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from simllm import sweep as sw
+from simllm import sweeps as sw
+from simllm.sweep_spec import make_spec
 
 SWEEP_CONFIGS = 200
 SWEEP_REQUESTS = 10_000
@@ -26,7 +28,7 @@ def mixed_spec(configs=SWEEP_CONFIGS, requests=SWEEP_REQUESTS, seed=0):
             "workload": {"num_prompts": requests, "request_rate": 20,
                          "input_len": {"distribution": "uniform", "low": 100, "high": 1000},
                          "output_len": {"distribution": "uniform", "low": 20, "high": 400}}}
-    return sw.make_spec(base, samples=MIXED_LOADS, num_samples=configs, sample_seed=seed)
+    return make_spec(base, samples=MIXED_LOADS, num_samples=configs, sample_seed=seed)
 
 
 def _run(spec, executor):

@@ -1,7 +1,7 @@
-"""``simllm.optimize``: Pareto frontiers (hand-made points, ties, three objectives, a brute-force
-check on random points), SLO parsing, the SLO-constrained search (its answer re-simulated
-directly meets the SLOs; every configuration with more goodput per GPU fails them), the cost
-objective, and the frontier figure."""
+"""``simllm.frontier`` and ``simllm.sla``: Pareto frontiers (hand-made points, ties, three
+objectives, a brute-force check on random points), SLO parsing, the SLO-constrained search (its
+answer re-simulated directly meets the SLOs; every configuration with more goodput per GPU fails
+them), the cost objective, and the frontier figure."""
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +11,8 @@ import pytest
 import simllm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simllm import optimize as opt
+from simllm import frontier as fr
+from simllm import sla
 from simllm.errors import ConfigError
 from simllm.workload import Workload
 
@@ -39,7 +40,7 @@ def brute_force(values):
 
 def test_pareto_known_frontier_with_ties_and_duplicates():
     pts = [(1, 5), (2, 4), (3, 3), (2, 2), (1, 1), (3, 3), (0, 5), (3, 1), (2, 4)]
-    idx = opt.pareto(rows_of(pts), maximize=("a", "b"))
+    idx = fr.pareto(rows_of(pts), maximize=("a", "b"))
     # (0, 5) loses to (1, 5) and (3, 1) to (3, 3) on one objective, tied on the other;
     # duplicates (2, 4) and (3, 3) are all kept; sorted by the first objective, then index.
     assert idx.tolist() == [0, 1, 8, 2, 5]
@@ -47,57 +48,57 @@ def test_pareto_known_frontier_with_ties_and_duplicates():
 
 def test_pareto_minimize_and_one_objective():
     rows = rows_of([(10, 100), (20, 300), (15, 300), (20, 250), (5, 50)], names=("thr", "ttft"))
-    assert opt.pareto(rows, maximize=("thr",), minimize=("ttft",)).tolist() == [4, 0, 3]
-    assert opt.pareto(rows, maximize=("thr",)).tolist() == [1, 3]  # both maxima
-    assert opt.pareto(rows, maximize=(), minimize=("ttft",)).tolist() == [4]
+    assert fr.pareto(rows, maximize=("thr",), minimize=("ttft",)).tolist() == [4, 0, 3]
+    assert fr.pareto(rows, maximize=("thr",)).tolist() == [1, 3]  # both maxima
+    assert fr.pareto(rows, maximize=(), minimize=("ttft",)).tolist() == [4]
 
 
 def test_pareto_three_objectives():
     pts = [(1, 1, 1), (2, 1, 1), (1, 2, 0), (0, 0, 3), (2, 1, 1), (1, 1, 0)]
-    assert opt.pareto(rows_of(pts), maximize=("a", "b", "c")).tolist() == [3, 2, 1, 4]
+    assert fr.pareto(rows_of(pts), maximize=("a", "b", "c")).tolist() == [3, 2, 1, 4]
 
 
 def test_pareto_skips_nan_missing_and_errors():
     rows = [{"a": 5, "b": 5, "error": "simulated OOM"}, {"a": math.nan, "b": 9}, {"b": 10},
             {"a": 1, "b": 1, "error": ""}, {"a": 2, "b": 0}]
-    assert opt.pareto(rows, maximize=("a", "b")).tolist() == [3, 4]
-    assert opt.pareto([], maximize=("a", "b")).tolist() == []
+    assert fr.pareto(rows, maximize=("a", "b")).tolist() == [3, 4]
+    assert fr.pareto([], maximize=("a", "b")).tolist() == []
     with pytest.raises(ConfigError):
-        opt.pareto(rows, maximize=(), minimize=())
+        fr.pareto(rows, maximize=(), minimize=())
 
 
 def test_derived_columns_and_structured_arrays():
     row = {"output_throughput": 3000.0, "mean_tpot_ms": 20.0, "tensor_parallel_size": 2, "data_parallel_size": 3}
-    assert opt.per_user_speed(row) == 50.0
-    assert opt.per_gpu(row) == 500.0
-    assert math.isnan(opt.per_user_speed({"mean_tpot_ms": 0.0}))
+    assert fr.per_user_speed(row) == 50.0
+    assert fr.per_gpu(row) == 500.0
+    assert math.isnan(fr.per_user_speed({"mean_tpot_ms": 0.0}))
     # A sweep-like table: swept paths as columns, gpus, an error column for the failed row.
     dtype = [("serving.max_num_seqs", "i8"), ("hardware", "U16"), ("gpus", "i8"), ("output_throughput", "f8"),
              ("mean_tpot_ms", "f8"), ("error", "U64")]
     table = np.array([(16, "h100-sxm", 1, 1000.0, 10.0, ""), (64, "h100-sxm", 1, 3000.0, 20.0, ""),
                       (256, "h100-sxm", 1, 4000.0, 40.0, ""), (64, "h100-sxm", 2, 3000.0, 10.0, ""),
                       (512, "h100-sxm", 1, 9000.0, 5.0, "simulated OOM")], dtype=dtype)
-    assert opt.column(table, "output_throughput_per_gpu").tolist()[:4] == [1000.0, 3000.0, 4000.0, 1500.0]
-    idx = opt.pareto(table)  # default: output tok/s per GPU vs per user
+    assert fr.column(table, "output_throughput_per_gpu").tolist()[:4] == [1000.0, 3000.0, 4000.0, 1500.0]
+    idx = fr.pareto(table)  # default: output tok/s per GPU vs per user
     assert idx.tolist() == [3, 1, 2]  # (1000, 100) loses to (1500, 100); the OOM row is never on it
-    assert opt.config_label(table[1]) == "max_num_seqs=64 hardware=h100-sxm"
-    assert opt.config_labels(table)[:2] == ["max_num_seqs=16", "max_num_seqs=64"]  # only what varies
+    assert fr.config_label(table[1]) == "max_num_seqs=64 hardware=h100-sxm"
+    assert fr.config_labels(table)[:2] == ["max_num_seqs=16", "max_num_seqs=64"]  # only what varies
     ttft_rows = [{"output_throughput": 100.0, "p99_ttft_ms": 50.0}, {"output_throughput": 200.0, "p99_ttft_ms": 80.0},
                  {"output_throughput": 150.0, "p99_ttft_ms": 90.0}]
-    assert opt.frontier(ttft_rows, "ttft").tolist() == [0, 1]
+    assert fr.frontier(ttft_rows, "ttft").tolist() == [0, 1]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=0, max_size=40))
 def test_pareto_2d_matches_brute_force(points):
-    got = opt.pareto(rows_of(points, ("a", "b")), maximize=("a", "b"))
+    got = fr.pareto(rows_of(points, ("a", "b")), maximize=("a", "b"))
     assert sorted(got.tolist()) == brute_force(points)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)), min_size=0, max_size=30))
 def test_pareto_3d_matches_brute_force(points):
-    got = opt.pareto(rows_of(points), maximize=("a", "b", "c"))
+    got = fr.pareto(rows_of(points), maximize=("a", "b", "c"))
     assert sorted(got.tolist()) == brute_force(points)
 
 
@@ -109,7 +110,7 @@ def test_pareto_random_floats_and_minimize_against_brute_force(seed):
     b = np.round(rng.normal(size=n), 1)  # ties on b
     rows = [{"a": x, "b": y} for x, y in zip(a, b)]
     want = brute_force([(x, -y) for x, y in zip(a, b)])
-    got = opt.pareto(rows, maximize=("a",), minimize=("b",))
+    got = fr.pareto(rows, maximize=("a",), minimize=("b",))
     assert sorted(got.tolist()) == want
     assert np.all(np.diff(a[got]) >= 0)  # sorted along the first objective
 
@@ -117,21 +118,21 @@ def test_pareto_random_floats_and_minimize_against_brute_force(seed):
 # ----------------------------------------------------------------------------- SLOs
 
 def test_parse_slo_good():
-    slos = opt.parse_slo(SLO_TEXT)
+    slos = sla.parse_slo(SLO_TEXT)
     assert [(s.key, s.op, s.value) for s in slos] == [("p99_ttft_ms", "<=", 2000.0), ("p99_tpot_ms", "<=", 50.0)]
-    more = opt.parse_slo(" e2el_p90 < 10s , ttft_mean<=500ms,itl_p99<=40, p95_ttft<300, latency_p99.9<=9000,"
+    more = sla.parse_slo(" e2el_p90 < 10s , ttft_mean<=500ms,itl_p99<=40, p95_ttft<300, latency_p99.9<=9000,"
                          "error_rate<=1%,request_throughput>=10, tpot_median>2")
     assert [(s.key, s.op, s.value) for s in more] == [
         ("p90_e2el_ms", "<", 10000.0), ("mean_ttft_ms", "<=", 500.0), ("p99_itl_ms", "<=", 40.0),
         ("p95_ttft_ms", "<", 300.0), ("p99.9_e2el_ms", "<=", 9000.0), ("error_rate", "<=", 0.01),
         ("request_throughput", ">=", 10.0), ("median_tpot_ms", ">", 2.0)]
-    assert opt.parse_slo(["ttft_p99<=1", "tpot_p99<=2"])[1].key == "p99_tpot_ms"
-    assert opt.goodput_from_slos(slos) == {"ttft": 2000.0, "tpot": 50.0}
+    assert sla.parse_slo(["ttft_p99<=1", "tpot_p99<=2"])[1].key == "p99_tpot_ms"
+    assert sla.goodput_from_slos(slos) == {"ttft": 2000.0, "tpot": 50.0}
     # Mean bounds are summary-only; the tightest percentile bound wins.
-    assert opt.goodput_from_slos(opt.parse_slo("ttft_mean<=10,ttft_p99<=300,ttft_p90<=200,e2el_p99<=5000")) == \
+    assert sla.goodput_from_slos(sla.parse_slo("ttft_mean<=10,ttft_p99<=300,ttft_p90<=200,e2el_p99<=5000")) == \
         {"ttft": 200.0, "e2el": 5000.0}
     summary = {"p99_ttft_ms": 2500.0, "p99_tpot_ms": 20.0}
-    assert opt.check_slos(summary, slos) == ["ttft_p99 2,500 ms > 2000 ms"]
+    assert sla.check_slos(summary, slos) == ["ttft_p99 2,500 ms > 2000 ms"]
     assert not slos[0].met({})  # missing counts as broken
 
 
@@ -147,13 +148,13 @@ def test_parse_slo_good():
 ])
 def test_parse_slo_bad(text, piece):
     with pytest.raises(ConfigError) as info:
-        opt.parse_slo(text)
+        sla.parse_slo(text)
     msg = str(info.value)
     assert "\n" not in msg and "--slo" in msg and repr(piece) in msg and "expected" in msg
 
 
 def test_parse_over_and_prices():
-    over = opt.parse_over(["tp=1,2,4", "replicas=1,2", "max_num_seqs=64,128", "dtype=bf16,fp8",
+    over = sla.parse_over(["tp=1,2,4", "replicas=1,2", "max_num_seqs=64,128", "dtype=bf16,fp8",
                            "hardware=h100-sxm,h200-sxm", "gpu_memory_utilization=0.9,0.95",
                            "enable_chunked_prefill=true,false"])
     assert over == {"tp": [1, 2, 4], "replicas": [1, 2], "max_num_seqs": [64, 128], "dtype": ["bf16", "fp8"],
@@ -161,11 +162,11 @@ def test_parse_over_and_prices():
                     "enable_chunked_prefill": [True, False]}
     for bad in (["tp"], ["tp=1,,2"], ["tp=1.5"], ["colour=red"], ["tp=1", "tp=2"], ["enable_prefix_caching=maybe"]):
         with pytest.raises(ConfigError, match="--over"):
-            opt.parse_over(bad)
-    assert opt.parse_prices(["h100-sxm=2.5", "h200-sxm=3.1"]) == {"h100-sxm": 2.5, "h200-sxm": 3.1}
+            sla.parse_over(bad)
+    assert sla.parse_prices(["h100-sxm=2.5", "h200-sxm=3.1"]) == {"h100-sxm": 2.5, "h200-sxm": 3.1}
     for bad in (["h100-sxm"], ["h100-sxm=-1"], ["=2"], ["h100-sxm=abc"]):
         with pytest.raises(ConfigError, match="--price"):
-            opt.parse_prices(bad)
+            sla.parse_prices(bad)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -185,7 +186,7 @@ SEARCH_SLOS = (SLO_TEXT, SLO_TEXT + ",ttft_mean<=80")
 
 @pytest.fixture(scope="module", params=SEARCH_SLOS)
 def search(request):
-    return opt.optimize(MODEL, "h100-sxm", simllm.ServingConfig(), small_workload(), request.param, over=GRID,
+    return sla.optimize(MODEL, "h100-sxm", simllm.ServingConfig(), small_workload(), request.param, over=GRID,
                         prices={"h100-sxm": 2.5})
 
 
@@ -206,22 +207,22 @@ def test_answer_meets_the_slos_when_rerun_and_better_ones_do_not(search):
     rerun = direct(a, res)
     for key in ("request_goodput", "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "mean_tpot_ms"):
         assert rerun[key] == pytest.approx(a.summary[key], rel=1e-12)
-    assert not opt.check_slos(rerun, res.slos)
+    assert not sla.check_slos(rerun, res.slos)
     assert rerun["request_goodput"] / a.gpus == pytest.approx(a.goodput_per_gpu)
     # Every configuration with more goodput per GPU fails some SLO when simulated directly.
     better = [c for c in res.candidates if c.simulated and c.goodput_per_gpu > a.goodput_per_gpu]
     for c in better:
         assert c.status == "slo"
-        assert opt.check_slos(direct(c, res), res.slos)
+        assert sla.check_slos(direct(c, res), res.slos)
     assert better == res.better_rejected()
     if "ttft_mean" in ",".join(s.name for s in res.slos):
         assert a.serving.tensor_parallel_size == 2 and len(better) == 2
-        assert "2 configurations with better goodput per GPU fail the SLOs" in opt.format_optimize(res)
+        assert "2 configurations with better goodput per GPU fail the SLOs" in sla.format_optimize(res)
     else:
         assert a.label == "tp=1 max_num_seqs=64" and not better
     # The rejected for SLOs fail them directly too; the feasible ones are ranked best first.
     for c in res.rejected:
-        assert c.status == "slo" and c.violations and opt.check_slos(direct(c, res), res.slos)
+        assert c.status == "slo" and c.violations and sla.check_slos(direct(c, res), res.slos)
     values = [c.goodput_per_gpu for c in res.ranked]
     assert values == sorted(values, reverse=True) and res.ranked[0] is a
     assert len(res.runner_ups) == min(len(res.ranked), res.top) - 1
@@ -230,10 +231,10 @@ def test_answer_meets_the_slos_when_rerun_and_better_ones_do_not(search):
 @pytest.mark.slow
 def test_reports_rows_and_frontier(search):
     res = search
-    text = opt.format_optimize(res)
+    text = sla.format_optimize(res)
     assert "answer: " + res.answer.label in text and "why: highest goodput per GPU" in text
     assert f"simllm run --model {MODEL} --hardware h100-sxm" in text
-    data = opt.optimize_to_dict(res)
+    data = sla.optimize_to_dict(res)
     json.dumps(data, allow_nan=False)
     assert data["answer"]["label"] == res.answer.label and len(data["candidates"]) == 6
     assert data["slos"][0]["key"] == "p99_ttft_ms"
@@ -248,7 +249,7 @@ def test_reports_rows_and_frontier(search):
 @pytest.mark.slow
 def test_cost_objective(search):
     prices = {"h100-sxm": 2.5}
-    res = opt.optimize(MODEL, "h100-sxm", None, small_workload(), SLO_TEXT, over=GRID, objective="cost_per_token",
+    res = sla.optimize(MODEL, "h100-sxm", None, small_workload(), SLO_TEXT, over=GRID, objective="cost_per_token",
                        prices=prices, top=3)
     for c in res.candidates:
         if c.simulated:
@@ -257,9 +258,9 @@ def test_cost_objective(search):
     costs = [c.cost_per_million_tokens for c in res.ranked]
     assert costs == sorted(costs) and res.answer.cost_per_million_tokens == min(costs)
     assert len(res.runner_ups) == 2
-    assert "$/M tok" in opt.format_optimize(res)
+    assert "$/M tok" in sla.format_optimize(res)
     with pytest.raises(ConfigError) as info:
-        opt.optimize(MODEL, ["h100-sxm", "h200-sxm"], None, small_workload(), SLO_TEXT, over={"tp": [1]},
+        sla.optimize(MODEL, ["h100-sxm", "h200-sxm"], None, small_workload(), SLO_TEXT, over={"tp": [1]},
                      objective="cost_per_token", prices=prices)
     msg = str(info.value)
     assert "h200-sxm" in msg and "price_per_hour" in msg and "\n" not in msg
@@ -269,8 +270,8 @@ def test_cost_objective(search):
 def test_rejections_executor_and_no_answer():
     over = {"tp": [1, 3], "gpu_memory_utilization": [0.9, 0.15]}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        res = opt.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000", over=over, executor=pool)
-    serial = opt.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000", over=over, max_workers=1)
+        res = sla.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000", over=over, executor=pool)
+    serial = sla.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000", over=over, max_workers=1)
     status = {c.label: c.status for c in res.candidates}
     assert status == {"tp=1 gpu_memory_utilization=0.9": "ok", "tp=1 gpu_memory_utilization=0.15": "oom",
                       "tp=3 gpu_memory_utilization=0.9": "invalid", "tp=3 gpu_memory_utilization=0.15": "invalid"}
@@ -281,30 +282,30 @@ def test_rejections_executor_and_no_answer():
     assert "num_attention_heads" in res.candidates[2].reason
     by_status, _ = res.rejected_counts()
     assert by_status == {"oom": 1, "invalid": 2}
-    none = opt.optimize(MODEL, "h100-sxm", None, small_workload(), "tpot_p99<=0.001", over={"tp": [1, 2]})
+    none = sla.optimize(MODEL, "h100-sxm", None, small_workload(), "tpot_p99<=0.001", over={"tp": [1, 2]})
     assert none.answer is None and len(none.better_rejected()) == 2
-    assert "no configuration meets the SLOs" in opt.format_optimize(none)
-    assert opt.optimize_to_dict(none)["answer"] is None
+    assert "no configuration meets the SLOs" in sla.format_optimize(none)
+    assert sla.optimize_to_dict(none)["answer"] is None
 
 
 def test_bad_search_inputs():
     w = small_workload()
     with pytest.raises(ConfigError, match="--over"):
-        opt.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"colour": ["red"]})
+        sla.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"colour": ["red"]})
     with pytest.raises(ConfigError, match="--over"):
-        opt.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": []})
+        sla.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": []})
     with pytest.raises(ConfigError, match="--over"):
-        opt.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": [0]})
+        sla.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": [0]})
     with pytest.raises(ConfigError, match="--objective"):
-        opt.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": [1]}, objective="speed")
+        sla.optimize(MODEL, "h100-sxm", None, w, SLO_TEXT, over={"tp": [1]}, objective="speed")
     with pytest.raises(ConfigError, match="--slo"):
-        opt.optimize(MODEL, "h100-sxm", None, w, "ttft_p99<=2000,tpot_p99", over={"tp": [1]})
+        sla.optimize(MODEL, "h100-sxm", None, w, "ttft_p99<=2000,tpot_p99", over={"tp": [1]})
 
 
 @pytest.mark.slow
 def test_unknown_slo_key_fails_after_the_first_summary():
     with pytest.raises(ConfigError) as info:
-        opt.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000,request_goodputt>=1",
+        sla.optimize(MODEL, "h100-sxm", None, small_workload(), "ttft_p99<=2000,request_goodputt>=1",
                      over={"tp": [1, 2]})
     msg = str(info.value)
     assert "--slo" in msg and "request_goodputt" in msg and "request_goodput" in msg.split("did you mean")[1]
@@ -319,17 +320,17 @@ def test_read_rows_csv_and_format_frontier(tmp_path):
                     "h100-sxm,64,1,3000,20,80,\n"
                     "h100-sxm,256,1,4000,40,300,\n"
                     "h100-sxm,1024,1,,,,simulated OOM\n")
-    rows = opt.read_rows(path)
+    rows = fr.read_rows(path)
     assert rows[0]["serving.max_num_seqs"] == 16 and rows[3]["error"] == "simulated OOM"
-    idx = opt.frontier_rows(rows)
+    idx = fr.frontier_rows(rows)
     assert idx.tolist() == [2, 1, 0]  # along x: tokens/s per user ascending
-    text = opt.format_frontier(rows, idx)
+    text = fr.format_frontier(rows, idx)
     assert "3 of 3 configurations" in text and "max_num_seqs=64" in text
-    ttft = opt.frontier_rows(rows, x="p99_ttft_ms", y="output_throughput_per_gpu")
+    ttft = fr.frontier_rows(rows, x="p99_ttft_ms", y="output_throughput_per_gpu")
     assert ttft.tolist() == [0, 1, 2]
-    json.dumps(opt.frontier_to_dict(rows, idx), allow_nan=False)
+    json.dumps(fr.frontier_to_dict(rows, idx), allow_nan=False)
     with pytest.raises(ConfigError):
-        opt.read_rows(tmp_path / "missing.csv")
+        fr.read_rows(tmp_path / "missing.csv")
 
 
 def check_png(path):
@@ -350,7 +351,7 @@ def test_plot_frontier_writes_png(tmp_path):
             for i, (t, p, g, f) in enumerate(zip(rng.uniform(500, 5000, 30), rng.uniform(5, 60, 30),
                                                  rng.integers(1, 4, 30), rng.uniform(50, 3000, 30)))]
     rows.append({"config": "oom", "error": "simulated OOM"})
-    idx = opt.pareto(rows)
+    idx = fr.pareto(rows)
     chosen = int(idx[0])
     path = plot_frontier(rows, idx, tmp_path / "plots", chosen=chosen)
     assert path.name == "frontier.png"

@@ -1,5 +1,6 @@
-"""simllm.sweep: grids, Monte Carlo samples and seeds, validated before any work, run on threads,
-processes or dask with identical results, and resumable from a journal."""
+"""simllm.sweep (simllm.sweeps, simllm.sweep_spec, simllm.sweep_store): grids, Monte Carlo samples
+and seeds, validated before any work, run on threads, processes or dask with identical results,
+and resumable from a journal."""
 import math
 import textwrap
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -7,9 +8,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import numpy as np
 import pytest
 import simllm
-from simllm import sweep as sw
+from simllm import sweeps as sw
 from simllm.errors import ConfigError
 from simllm.progress import Progress
+from simllm.sweep_spec import load_sweep_spec, make_spec
 
 MODEL = "llama-3.1-8b"
 HARDWARE = "h100-sxm"
@@ -143,7 +145,7 @@ def test_samples_within_bounds_reproducible_and_rounded():
                "serving.max_num_seqs": {"loguniform": [8, 512]},
                "serving.gpu_memory_utilization": {"normal": [0.85, 0.01]},
                "serving.dtype": {"choice": ["bf16", "fp8"]}}
-    spec = sw.make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=7)
+    spec = make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=7)
     cols = list(zip(*sw.plan(spec).displays))
     bw, rate, seqs, util, dtype = (np.array(c) for c in cols)
     assert len(bw) == 400 and 0.6 <= bw.min() and bw.max() <= 0.9
@@ -152,13 +154,13 @@ def test_samples_within_bounds_reproducible_and_rounded():
     assert seqs.dtype.kind == "i" and 8 <= seqs.min() and seqs.max() <= 512  # an integer field: rounded
     assert abs(util.mean() - 0.85) < 4 * 0.01 / math.sqrt(400) and 0.005 < util.std() < 0.02
     assert set(dtype) == {"bf16", "fp8"}
-    again = sw.plan(sw.make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=7))
+    again = sw.plan(make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=7))
     assert list(zip(*again.displays)) == cols
-    other = sw.plan(sw.make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=8))
+    other = sw.plan(make_spec(_base(n=10), samples=samples, num_samples=400, sample_seed=8))
     assert list(zip(*other.displays))[0] != cols[0]
     # each path has its own stream: dropping one leaves the others' draws unchanged
     fewer = {k: v for k, v in samples.items() if k != "workload.request_rate"}
-    kept = list(zip(*sw.plan(sw.make_spec(_base(n=10), samples=fewer, num_samples=400, sample_seed=7)).displays))
+    kept = list(zip(*sw.plan(make_spec(_base(n=10), samples=fewer, num_samples=400, sample_seed=7)).displays))
     assert kept[0] == cols[0]
 
 
@@ -236,7 +238,7 @@ def test_bad_spec_file_names_file_and_line(tmp_path):
           serving.max_num_seq: [8, 16]
         """))
     with pytest.raises(ConfigError) as info:
-        sw.load_sweep_spec(spec)
+        load_sweep_spec(spec)
     text = str(info.value)
     assert text.startswith(f"{spec}:7: grid.serving.max_num_seq") and "did you mean serving.max_num_seqs" in text
     spec.write_text(textwrap.dedent("""\
@@ -248,13 +250,13 @@ def test_bad_spec_file_names_file_and_line(tmp_path):
         """))
     with pytest.raises(ConfigError,
                        match=r"sweep\.yaml:4: samples\.workload\.request_rate = \[0, 10\]: expected loguniform: .*0 < lo"):
-        sw.load_sweep_spec(spec)
+        load_sweep_spec(spec)
     spec.write_text("base:\n  serving: {max_num_seqs: 0}\n")
     with pytest.raises(ConfigError, match=r"sweep\.yaml:2: base\.serving\.max_num_seqs = 0"):
-        sw.load_sweep_spec(spec)
+        load_sweep_spec(spec)
     spec.write_text("base: {}\ngird: {}\n")
     with pytest.raises(ConfigError, match=r"sweep\.yaml:2: gird: unknown key \(did you mean grid\?\)"):
-        sw.load_sweep_spec(spec)
+        load_sweep_spec(spec)
 
 
 def test_spec_file_runs(tmp_path):
@@ -273,7 +275,7 @@ def test_spec_file_runs(tmp_path):
         slo: {ttft: 200, tpot: 20}
         output: out/results.csv
         """))
-    spec = sw.load_sweep_spec(spec_path)
+    spec = load_sweep_spec(spec_path)
     assert spec.output == str(tmp_path / "out" / "results.csv") and len(spec) == 8
     res = sw.run_spec(spec, executor=RecordingExecutor())
     t = res.table
@@ -321,8 +323,8 @@ def test_make_executor_refuses_unknown_kinds():
 
 
 def test_chunk_size_aims_at_tens_of_milliseconds():
-    small = sw.plan(sw.make_spec(_base(n=100), grid={"serving.max_num_seqs": list(range(1, 2001))}))
-    big = sw.plan(sw.make_spec(_base(n=10_000), grid={"serving.max_num_seqs": list(range(1, 2001))}))
+    small = sw.plan(make_spec(_base(n=100), grid={"serving.max_num_seqs": list(range(1, 2001))}))
+    big = sw.plan(make_spec(_base(n=10_000), grid={"serving.max_num_seqs": list(range(1, 2001))}))
     def expected(n):
         return round(sw.TARGET_TASK_S / (sw.COST_FIXED_S + n * sw.COST_PER_REQUEST_S))
 
@@ -448,3 +450,19 @@ def test_sweep_cli_runs_the_shipped_example_and_resumes(tmp_path, capsys):
     assert simllm.cli.main(["sweep", str(spec), "-q", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
+
+
+def test_top_level_functions_survive_importing_their_modules():
+    """``simllm.sweep``, ``simllm.pareto`` and ``simllm.optimize`` are the functions, also after
+    the modules holding them are imported (a submodule import sets the package's attribute of
+    its name, so no module may be named like a top-level function)."""
+    import importlib
+    import types
+
+    mods = {n: importlib.import_module(f"simllm.{n}") for n in ("sweeps", "sweep_spec", "sweep_store", "sla",
+                                                                 "frontier")}
+    assert all(isinstance(getattr(simllm, n), types.ModuleType) for n in mods)
+    for name, mod in (("sweep", "sweeps"), ("pareto", "frontier"), ("optimize", "sla"),
+                      ("load_sweep_spec", "sweep_spec"), ("SweepResult", "sweeps")):
+        assert getattr(simllm, name) is getattr(mods[mod], name) and callable(getattr(simllm, name)), name
+        assert name in simllm.__all__

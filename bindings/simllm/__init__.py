@@ -9,9 +9,21 @@ The public API::
     est.to_dict()["summary"]["decode_lower_bound_ms"]
     res = simllm.simulate(model, gpu, workload=simllm.load_workload("bench-1m"))
     res.summary["mean_ttft_ms"], res.requests["ttft_s"]
+    sw = simllm.sweep({"model": "llama-3.1-8b", "hardware": "h100-sxm", "workload": "random-1k"},
+                      grid={"workload.max_concurrency": [1, 32, 256]}, seeds=3)  # a SweepResult
+    sw.table, sw.aggregate()                            # rows; mean and P5/P50/P95 per configuration
+    spec = simllm.load_sweep_spec("configs/sweeps/concurrency.yaml")  # a checked SweepSpec
+    simllm.pareto(sw.table)                             # row indices of the Pareto frontier
+    opt = simllm.optimize("llama-3.1-8b", "h100-sxm", workload=simllm.Workload(request_rate=10.0),
+                          slo="ttft_p99<=2000", over={"tp": [1, 2]})
+    opt.answer                                          # the best configuration meeting the SLOs
+
+The modules behind them: simllm.sweeps (running sweeps; the spec in simllm.sweep_spec, the files
+in simllm.sweep_store), simllm.frontier (Pareto frontiers), simllm.sla (SLOs and the search).
 """
 from simllm.errors import ConfigError, SimulatedOOM
 from simllm.estimate import Estimate, estimate
+from simllm.frontier import pareto
 from simllm.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.memory import MemoryPlan, plan_memory
 from simllm.model import ModelConfig, load_model, model_from_dict, model_from_hf_config
@@ -20,6 +32,9 @@ from simllm.presets import preset_names
 from simllm.results import SimResult
 from simllm.serving import ServingConfig
 from simllm.simulate import simulate
+from simllm.sla import optimize
+from simllm.sweep_spec import load_sweep_spec
+from simllm.sweeps import SweepResult, sweep
 from simllm.workload import LengthDist, Workload, generate, load_workload, read_trace, workload_from_dict
 
 __version__ = "0.1.0"
@@ -34,12 +49,17 @@ __all__ = [
     "LengthDist",
     "SimResult",
     "SimulatedOOM",
+    "SweepResult",
     "Workload",
     "estimate",
     "generate",
+    "load_sweep_spec",
     "load_workload",
     "read_trace",
+    "optimize",
+    "pareto",
     "simulate",
+    "sweep",
     "workload_from_dict",
     "hardware_from_dict",
     "load_hardware",

@@ -654,38 +654,38 @@ def _write_text(path, text, flag):
 
 
 def _cmd_frontier(args, out):
-    from simllm import optimize as opt  # noqa: PLC0415
+    from simllm import frontier as fr  # noqa: PLC0415
 
-    rows = opt.read_rows(args.results)
-    idx = opt.frontier_rows(rows, args.x, args.y)
+    rows = fr.read_rows(args.results)
+    idx = fr.frontier_rows(rows, args.x, args.y)
     if args.plot:
         from simllm.plots import plot_frontier  # noqa: PLC0415
 
         plot_frontier(rows, idx, args.plot, x=args.x, y=args.y)
     if args.format == "json":
-        out.write(report.to_json(opt.frontier_to_dict(rows, idx, args.x, args.y)) + "\n")
+        out.write(report.to_json(fr.frontier_to_dict(rows, idx, args.x, args.y)) + "\n")
     else:
-        out.write(opt.format_frontier(rows, idx, args.x, args.y) + "\n")
+        out.write(fr.format_frontier(rows, idx, args.x, args.y) + "\n")
     return 0
 
 
 def _cmd_optimize(args, out):
-    from simllm import optimize as opt  # noqa: PLC0415
+    from simllm import sla  # noqa: PLC0415
 
     workload = _workload(args)
     serving = _run_serving(args)
-    slos = opt.parse_slo(args.slo)
-    over = opt.parse_over(args.over)
-    prices = opt.parse_prices(args.price)
+    slos = sla.parse_slo(args.slo)
+    over = sla.parse_over(args.over)
+    prices = sla.parse_prices(args.price)
     if args.plot:
         from simllm.plots import _matplotlib  # noqa: PLC0415
 
         _matplotlib()  # fail before simulating when matplotlib is missing
-    with Progress(opt.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
-        result = opt.optimize(args.model, args.hardware, serving, workload, slos, over=over,
+    with Progress(sla.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
+        result = sla.optimize(args.model, args.hardware, serving, workload, slos, over=over,
                               objective=args.objective, top=args.top, prices=prices,
                               progress=lambda done, _total: bar.advance(done - bar.done))
-    as_json = report.to_json(opt.optimize_to_dict(result)) + "\n"
+    as_json = report.to_json(sla.optimize_to_dict(result)) + "\n"
     if args.output:
         _write_text(args.output, as_json, "--output")
     if args.plot:
@@ -694,19 +694,20 @@ def _cmd_optimize(args, out):
         rows, chosen = result.rows(), result.answer.index if result.answer else None
         plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
         plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")
-    out.write(as_json if args.format == "json" else opt.format_optimize(result) + "\n")
+    out.write(as_json if args.format == "json" else sla.format_optimize(result) + "\n")
     return 0 if result.answer else 1  # 1: no configuration meets the SLOs
 
 
 def _cmd_sweep(args, out):
-    from simllm import sweep as sw  # noqa: PLC0415
+    from simllm import sweeps as sw  # noqa: PLC0415
+    from simllm.sweep_spec import load_sweep_spec  # noqa: PLC0415
 
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     if args.scheduler and args.executor not in (None, "dask"):
         raise ConfigError("dask (--scheduler is a dask scheduler's address)", source="command line",
                           key="--executor", value=args.executor)
     executor = args.executor or ("dask" if args.scheduler else "threads")
-    spec = sw.load_sweep_spec(args.spec)
+    spec = load_sweep_spec(args.spec)
     bar = Progress(0, "simllm sweep", enabled=not args.quiet)  # run_spec sets its total
     try:
         result = sw.run_spec(spec, executor, workers=args.workers, scheduler=args.scheduler,
@@ -714,7 +715,9 @@ def _cmd_sweep(args, out):
     finally:
         bar.close()
     if args.plot:
-        sw.plot_sweep(result, args.plot)
+        from simllm.plots import plot_sweep  # noqa: PLC0415
+
+        plot_sweep(result, args.plot)
     if args.format == "json":
         out.write(exports.to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null
     elif args.format == "csv":

@@ -484,7 +484,7 @@ def plot_compare(comparison, directory):
 
 
 # ----------------------------------------------------------------------------- Pareto frontier
-# (simllm frontier / simllm optimize; the columns and the frontier come from simllm.optimize)
+# (simllm frontier / simllm optimize; the columns and the frontier come from simllm.frontier)
 
 #: Configurations labelled on the frontier figure at most (beyond that only the chosen one).
 FRONTIER_LABELS = 12
@@ -503,16 +503,16 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     ----------
     rows : numpy structured array or sequence of dict
         Configurations with metric columns (a sweep's table, :meth:`OptimizeResult.rows`, a
-        CSV read by :func:`simllm.optimize.read_rows`); derived columns such as
+        CSV read by :func:`simllm.frontier.read_rows`); derived columns such as
         ``output_throughput_per_user`` (1000 / mean TPOT ms) and ``output_throughput_per_gpu``
-        are computed when absent (:func:`simllm.optimize.column`).
+        are computed when absent (:func:`simllm.frontier.column`).
     frontier_idx : sequence of int or None
-        Indices of the frontier rows (:func:`simllm.optimize.pareto`); None computes the
+        Indices of the frontier rows (:func:`simllm.frontier.pareto`); None computes the
         frontier of ``y`` vs ``x`` (each maximised unless lower is better, e.g. ``*_ms``).
     directory : str or Path
         Created when missing.
     chosen : int, optional
-        Index of the configuration picked (:func:`simllm.optimize.optimize`'s answer).
+        Index of the configuration picked (:func:`simllm.sla.optimize`'s answer).
     x, y : str
         Columns on the axes (default output tokens/s per user and output tokens/s per GPU; the
         TTFT variant is ``x="p99_ttft_ms"``).
@@ -530,23 +530,23 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     ConfigError
         When matplotlib is not installed.
     """
-    from simllm import optimize as opt  # noqa: PLC0415 - plots stays importable alone
+    from simllm import frontier as fr  # noqa: PLC0415 - plots stays importable alone
 
     _matplotlib()
-    xs, ys = opt.column(rows, x), opt.column(rows, y)
+    xs, ys = fr.column(rows, x), fr.column(rows, y)
     if frontier_idx is None:
-        frontier_idx = opt.frontier_rows(rows, x, y)
+        frontier_idx = fr.frontier_rows(rows, x, y)
     idx = np.asarray(frontier_idx, dtype=np.int64).reshape(-1)
     idx = idx[np.isfinite(xs[idx]) & np.isfinite(ys[idx])] if idx.size else idx
     idx = idx[np.lexsort((idx, xs[idx]))] if idx.size else idx
     finite = np.isfinite(xs) & np.isfinite(ys)
-    has_slo = opt.has_column(rows, "meets_slo")
-    meets = opt.column(rows, "meets_slo") if has_slo else np.ones(len(xs))
+    has_slo = fr.has_column(rows, "meets_slo")
+    meets = fr.column(rows, "meets_slo") if has_slo else np.ones(len(xs))
     ok = finite & (meets > 0)
     bad = finite & ~(meets > 0)
     n = int(finite.sum())
     fig, ax = _figure(title or f"Pareto frontier: {len(idx)} of {n} configuration{'s' if n != 1 else ''}",
-                      opt.axis_label(x), opt.axis_label(y), size=(7.5, 5.6))
+                      fr.axis_label(x), fr.axis_label(y), size=(7.5, 5.6))
     if ok.any():
         ax.scatter(xs[ok], ys[ok], s=30, color="C0", edgecolors="black", linewidths=0.4, alpha=0.8, zorder=3,
                    label="meets the SLOs" if has_slo else "configuration")
@@ -560,7 +560,7 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     chosen_ok = chosen is not None and bool(np.isfinite(xs[chosen]) and np.isfinite(ys[chosen]))
     chosen_at = (float(xs[chosen]), float(ys[chosen])) if chosen_ok else None
 
-    names = opt.config_labels(rows)
+    names = fr.config_labels(rows)
 
     def label(members):
         extra = f" (+{len(members) - 1} identical)" if len(members) > 1 else ""
@@ -588,3 +588,45 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     default = (x, y) == ("output_throughput_per_user", "output_throughput_per_gpu")
     name = filename or ("frontier.png" if default else f"frontier_{y}_vs_{x}.png")
     return _save(fig, Path(directory) / name)
+
+
+# ----------------------------------------------------------------------------- sweeps
+# (simllm sweep --plot; the result and its per-grid-point band come from simllm.sweeps)
+
+def plot_sweep(result, directory, metrics=("output_throughput", "p99_ttft_ms", "p99_tpot_ms", "mean_e2el_ms")):
+    """PNGs of ``metrics`` against the first numeric grid path (one line per combination of the
+    other grid paths, the P5-P95 band over seeds and draws shaded); without a numeric grid path,
+    histograms over all rows. Needs matplotlib."""
+    from simllm.sweeps import _cell  # noqa: PLC0415 - plots stays importable alone
+
+    _matplotlib()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    t = result.table
+    numeric = [p for p in result.grid_paths if t[p].dtype.kind in "if"]
+    written = []
+    agg = result.aggregate(by="grid") if result.grid_paths else None
+    for m in metrics:
+        title = f"simllm sweep: {m}"
+        if numeric and agg is not None and len(agg):
+            x = numeric[0]
+            fig, ax = _figure(title, x, m, size=(6.4, 4.8))
+            others = [p for p in result.grid_paths if p != x]
+            labels = [" ".join(f"{p}={_cell(g[p], 4)}" for p in others) for g in agg]
+            for label in dict.fromkeys(labels):
+                sel = np.array([lab == label for lab in labels])
+                g = agg[sel]
+                order = np.argsort(g[x])
+                xs = g[x][order].astype(float)
+                ax.plot(xs, g[f"{m}_mean"][order], marker="o", label=label or None)
+                ax.fill_between(xs, g[f"{m}_p5"][order], g[f"{m}_p95"][order], alpha=0.2)
+            if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 16:
+                ax.set_xscale("log", base=2)
+            if len(set(labels)) > 1:
+                ax.legend(fontsize="small")
+        else:
+            fig, ax = _figure(title, m, "simulations", size=(6.4, 4.8))
+            vals = t[m][~np.isnan(t[m])]
+            ax.hist(vals, bins=min(50, max(5, int(math.sqrt(max(len(vals), 1))))))
+        written.append(_save(fig, directory / f"sweep_{m}.png"))
+    return written

@@ -4,7 +4,7 @@ each once with benchmarking disabled (slow: skipped in the NUMBA_DISABLE_JIT pas
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from simllm import sweep as sw
+from simllm import sweeps as sw
 
 from benchmarks.bench_sweep import SWEEP_CONFIGS, mixed_spec
 
