@@ -35,3 +35,14 @@ def pytest_configure(config):
     times them. (They live there, not in benchmarks/, because asv imports every module there.)"""
     if config.getoption("benchmark_only", default=False):
         config.option.benchmark_disable = False
+
+
+# Lines tests want shown at the end of the run whatever the capture mode (accuracy figures).
+REPORT = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORT:
+        terminalreporter.section("simllm accuracy (silicon_sample.csv)")
+        for line in REPORT:
+            terminalreporter.write_line(line)

@@ -1,8 +1,8 @@
 """Accuracy of the calibrated h100-sxm and h200-sxm presets on the measured dense, aggregated
 rows of ../shared/data/silicon_sample.csv (Llama-3.1-8B, Llama-3.1-70B, Qwen3-32B; vLLM,
 TensorRT-LLM, SGLang): in sample, and across systems (each GPU predicted with the other GPU's
-fitted factors on its own datasheet figures). The figures are printed (run with -s) and are
-those of the README's Accuracy section. Skipped when the shared data is absent."""
+fitted factors on its own datasheet figures). The figures are printed at the end of the test
+run and are those of the README's Accuracy section. Skipped when the shared data is absent."""
 import dataclasses
 import re
 
@@ -13,7 +13,7 @@ from simllm import accuracy
 from simllm.hardware import FACTOR_KEYS
 from simllm.measurements import load_measurements
 
-from conftest import ROOT
+from conftest import REPORT, ROOT
 
 SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
 DENSE = re.compile(r"Llama-3\.1-(8|70)B|Qwen3-32B")
@@ -50,6 +50,7 @@ def _table(title, points):
         lines.append(f"  {name:<8} TTFT {g['ttft']['median_abs_pct_error']:5.1f}%  TPOT {g['tpot']['median_abs_pct_error']:5.1f}%"
                      f"  ({g['tpot']['points']} points)")
     print("\n".join(lines))
+    REPORT.extend(lines)
     return summary, by
 
 
@@ -75,6 +76,8 @@ def test_same_model_across_systems(results):
     _, cross = results
     pts = [p for p in cross if p.model == "llama-3.1-70b" and p.measurement.backend == "vllm"]
     s = accuracy.error_summary(pts)
-    print(f"Llama-3.1-70B vLLM across systems: TTFT {s['ttft']['median_abs_pct_error']:.1f}%, "
-          f"TPOT {s['tpot']['median_abs_pct_error']:.1f}% ({s['tpot']['points']} points)")
+    line = (f"Llama-3.1-70B vLLM across systems: TTFT {s['ttft']['median_abs_pct_error']:.1f}%, "
+            f"TPOT {s['tpot']['median_abs_pct_error']:.1f}% ({s['tpot']['points']} points)")
+    print(line)
+    REPORT.append(line)
     assert s["tpot"]["median_abs_pct_error"] <= 10.0 and s["ttft"]["median_abs_pct_error"] <= 20.0
