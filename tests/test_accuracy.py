@@ -65,10 +65,10 @@ def test_calibrated_presets_in_sample_and_across_systems(results):
     assert by_cross["vllm"]["tpot"]["median_abs_pct_error"] <= 10.0
     assert by_cross["vllm"]["ttft"]["median_abs_pct_error"] <= 20.0
     # All frameworks together: the published figures must not get worse.
-    assert s_own["tpot"]["median_abs_pct_error"] <= 8.0
-    assert s_own["ttft"]["median_abs_pct_error"] <= 19.0
-    assert s_cross["tpot"]["median_abs_pct_error"] <= 13.0
-    assert s_cross["ttft"]["median_abs_pct_error"] <= 30.0
+    assert s_own["tpot"]["median_abs_pct_error"] <= 7.5
+    assert s_own["ttft"]["median_abs_pct_error"] <= 17.5
+    assert s_cross["tpot"]["median_abs_pct_error"] <= 10.0  # the cross-system TPOT target
+    assert s_cross["ttft"]["median_abs_pct_error"] <= 25.0
 
 
 def test_same_model_across_systems(results):

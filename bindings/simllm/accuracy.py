@@ -43,8 +43,9 @@ class Point:
 
     @property
     def inconsistent(self):
-        """Some metric was measured faster than the datasheet peaks allow: the run differed from
-        its stated configuration, so none of its metrics is a fair test of a prediction."""
+        """Some metric was measured faster than simllm predicts at 100% of the datasheet peaks:
+        no efficiency factor reaches it, because the run differed from its stated configuration
+        or from simllm's schedule for it; none of its metrics is a fair test of the factors."""
         return any(self.below_bound(metric) for metric in METRICS)
 
     def error(self, metric):
@@ -167,6 +168,9 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
         max_num_seqs=max(256, m.concurrency),
         framework=m.backend if m.backend in FRAMEWORKS else "vllm",
         kv_cache_dtype=_kv_cache_dtype(m),
+        # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
+        # which is vLLM's v0 schedule, not v1's chunked prefill.
+        enable_chunked_prefill=m.backend != "sglang",
     )
     s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,)).summary
     return {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
@@ -246,7 +250,7 @@ def error_summary(points):
     """Per metric: points compared, median and mean absolute percentage error, the share within
     10% and 20%; and ``below_bound``, the points with a metric measured faster than the
     hardware's datasheet peaks allow for their stated configuration, which the statistics leave
-    out (no efficiency can reach them: the run differed from what the measurement states)."""
+    out (no efficiency factor can reach them)."""
     out = {}
     below = sum(1 for p in points if p.predicted is not None and p.inconsistent)
     for metric in METRICS:

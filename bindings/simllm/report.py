@@ -216,9 +216,10 @@ def format_validation(points, summary, by=None):
         out += ["", "By backend (median |error|, points):", table(["backend", "TTFT", "TPOT"], rows, "lrr")]
     below = max((v.get("below_bound", 0) for v in summary.values()), default=0)
     if below:
-        out += ["", f"{below} point(s) left out of the statistics: a metric was measured faster than the hardware's "
-                "datasheet peaks allow for the stated configuration (the run must have differed: lengths, "
-                "parallelism, speculative decoding...)."]
+        out += ["", f"{below} point(s) left out of the statistics: a metric was measured faster than simllm "
+                "predicts even at 100% of the datasheet peaks, so no efficiency factor reaches it (the run differed "
+                "from its stated configuration -- lengths, parallelism, speculative decoding -- or from simllm's "
+                "schedule for it, such as queueing under KV-cache pressure)."]
     if skipped:
         out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
         if len(skipped) > 20:
