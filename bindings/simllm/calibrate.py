@@ -28,6 +28,7 @@ import yaml
 
 from simllm import accuracy, hwyaml
 from simllm.errors import ConfigError
+from simllm.fileio import write_text_atomic
 
 HUBER = 0.25  # log-error beyond which a residual counts linearly (about 28%)
 FIT_METRICS = ("ttft", "tpot")
@@ -317,7 +318,7 @@ def write_calibration(fit, output, framework="vllm", date=None):
     data = yaml.safe_load(text)
     hardware_from_dict(data, str(output))  # refuse to write what would not load
     out = Path(output)
-    hwyaml.write_atomic(out, text)
+    write_text_atomic(out, text)
     return out
 
 

@@ -12,6 +12,7 @@ from simllm.errors import ConfigError
 from simllm.diagnose import (CHANGES, DEFAULT_CHANGES, diagnose, diagnosis_to_dict, format_diagnosis,
                              format_run_section, what_if)
 from simllm.estimate import estimate
+from simllm.fileio import write_output
 from simllm.calibrate import DEFAULT_FACTORS
 from simllm.hardware import FACTOR_KEYS, load_hardware
 from simllm.model import load_model
@@ -584,7 +585,7 @@ def _cmd_loadtest(args, out):
     as_csv = loadtest.loadtest_to_csv(result)
     as_json = report.to_json(loadtest.loadtest_to_json(result)) + "\n"
     if args.output:
-        _write_text(args.output, as_csv if args.output.lower().endswith(".csv") else as_json, "--output")
+        write_output(args.output, as_csv if args.output.lower().endswith(".csv") else as_json)
     if args.plot:
         from simllm.plots import plot_loadtest  # noqa: PLC0415
 
@@ -641,18 +642,6 @@ def _cmd_compare(args, out):
     return 0
 
 
-def _write_text(path, text, flag):
-    """Write ``text`` to ``path`` through a temporary file and a rename, so a failed write leaves
-    nothing half-written."""
-    from simllm.hwyaml import write_atomic  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    try:
-        write_atomic(Path(path), text)
-    except OSError as exc:
-        raise ConfigError(f"a writable file ({exc.strerror})", source="command line", key=flag, value=path) from None
-
-
 def _cmd_frontier(args, out):
     from simllm import frontier as fr  # noqa: PLC0415
 
@@ -687,7 +676,7 @@ def _cmd_optimize(args, out):
                               progress=lambda done, _total: bar.advance(done - bar.done))
     as_json = report.to_json(sla.optimize_to_dict(result)) + "\n"
     if args.output:
-        _write_text(args.output, as_json, "--output")
+        write_output(args.output, as_json)
     if args.plot:
         from simllm.plots import plot_frontier  # noqa: PLC0415
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simllm.errors import ConfigError, SimulatedOOM
-from simllm.exports import jsonable, write_text_atomic
+from simllm.exports import jsonable
+from simllm.fileio import write_output
 from simllm.hardware import HardwareConfig, load_hardware
 from simllm.model import ModelConfig, load_model
 from simllm.report import table
@@ -370,4 +371,4 @@ def save_comparison(comparison, path):
         text = comparison_to_csv(comparison)
     else:
         text = format_comparison(comparison) + "\n"
-    return write_text_atomic(path, text)
+    return write_output(path, text)

@@ -68,14 +68,10 @@ GuideLLM ``benchmarks.json``
     seconds from the first request. Needs per-request data (``keep_requests=True``).
     :func:`simllm.measurements.read_guidellm_result` reads the file back.
 """
-import contextlib
 import csv
 import io
 import json
 import math
-import os
-import stat
-import tempfile
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -84,6 +80,7 @@ import numpy as np
 
 from simcore import codes
 from simllm.errors import ConfigError
+from simllm.fileio import output_path, write_output
 
 #: Formats of :func:`export`.
 FORMATS = ("vllm", "guidellm", "summary", "requests")
@@ -112,7 +109,6 @@ GUIDELLM_METRICS = ("requests_per_second", "request_concurrency", "request_laten
 #: GuideLLM's ``Percentiles`` fields and their levels.
 GUIDELLM_PERCENTILES = (("p001", 0.001), ("p01", 0.01), ("p05", 0.05), ("p10", 0.1), ("p25", 0.25), ("p50", 0.5),
                         ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
-_NEW_FILE_MODE = 0o644
 _EVENT_EPSILON_S = 1e-6  # GuideLLM merges events closer than this
 TOKEN_RATE_BINS = 1000
 
@@ -121,45 +117,6 @@ _ERRORS = {codes.STATUS_REJECTED: "rejected: longer than max_model_len or the KV
 
 
 # ----------------------------------------------------------------------------- writing
-
-@contextlib.contextmanager
-def atomic_path(path):
-    """A temporary path next to ``path`` (same suffix) to write; moved onto ``path`` when the
-    block ends without an exception (with the old file's permissions, else 0644), removed
-    otherwise. The folder is created when missing.
-
-    Raises
-    ------
-    ConfigError
-        When the folder cannot be written (one line naming the file).
-    """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else _NEW_FILE_MODE
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
-        yield tmp
-        os.chmod(tmp, mode)  # mkstemp creates it private
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path, text):
-    """Write ``text`` (UTF-8) to ``path`` atomically; returns ``Path(path)``."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8", newline="")
-    return Path(path)
-
 
 def jsonable(obj):
     """``obj`` with numpy scalars and arrays as Python numbers and lists, and NaN or infinite
@@ -245,7 +202,7 @@ def _write_parquet(rows_or_columns, path):
         table = pa.table({k: pa.array(v.tolist() if v.dtype == object else v) for k, v in rows_or_columns.items()})
     else:
         table = pa.Table.from_pylist(rows_or_columns)
-    with atomic_path(path) as tmp:
+    with output_path(path) as tmp:
         pa.parquet.write_table(table, tmp)
     return Path(path)
 
@@ -605,16 +562,16 @@ def export(result, path, fmt=None, *, detailed=None):
     path = Path(path)
     suffix, fmt = resolve_format(path, fmt)
     if fmt == "vllm":
-        return write_text_atomic(path, to_json(vllm_result(result, detailed=detailed)))
+        return write_output(path, to_json(vllm_result(result, detailed=detailed)))
     if fmt == "guidellm":
-        return write_text_atomic(path, to_json(guidellm_report(result)))
+        return write_output(path, to_json(guidellm_report(result)))
     if fmt == "summary":
         if suffix == ".csv":
-            return write_text_atomic(path, summary_csv(result))
+            return write_output(path, summary_csv(result))
         return _write_parquet([summary_row(result)], path)
     _require_requests(result, "a per-request export")
     if suffix == ".csv":
-        with atomic_path(path) as tmp:
+        with output_path(path) as tmp:
             result.save_detailed(tmp)
         return path
     return _write_parquet(_request_columns(result), path)

@@ -1,12 +1,9 @@
 """Editing hardware-profile YAML files in place: fitted factors replace or join the datasheet
 keys, every other line (and its source comment) stays as it is; files are written atomically.
-Used by ``simllm calibrate`` and ``simllm profile``."""
-import contextlib
+Used by ``simllm calibrate`` and ``simllm profile``; files are written with
+:func:`simllm.fileio.write_text_atomic`."""
 import math
-import os
 import re
-import stat
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -116,25 +113,6 @@ def generate_hardware_yaml(data, updates):
             dumped = yaml.safe_dump({key: mapping[key]}, default_flow_style=True, width=10**6).strip()[1:-1]
             lines.append(f"  {dumped}")
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``,
-    so a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def base_path_of(base):

@@ -64,12 +64,12 @@ import yaml
 
 from simllm import dtypes
 from simllm.errors import ConfigError
+from simllm.fileio import write_text_atomic
 from simllm.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.hwyaml import (
     base_path_of,
     edit_hardware_yaml,
     generate_hardware_yaml,
-    write_atomic,
 )
 
 DTYPES = ("bf16", "fp16", "fp8")
@@ -938,8 +938,8 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
         raw_text = json.dumps({"format": "simllm-profile", "version": 1, "base": str(base_path),
                                "hardware_yaml": str(output_yaml), **result.to_dict()},
                               indent=1, allow_nan=False) + "\n"
-    write_atomic(raw_path, raw_text)
-    write_atomic(output_yaml, text)
+    write_text_atomic(raw_path, raw_text)
+    write_text_atomic(output_yaml, text)
     return output_yaml, raw_path
 
 

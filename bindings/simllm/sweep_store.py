@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.errors import ConfigError
+from simllm.fileio import output_path, write_output
 
 JOURNAL_SUFFIX = ".partial.csv"
 RECORD_SUFFIX = ".sweep.json"
@@ -95,18 +96,16 @@ def _check_output_path(path):
 
 
 def _save_table(table, path, meta):
-    from simllm.exports import atomic_path  # noqa: PLC0415
-
     _check_output_path(path)
     if Path(path).suffix.lower() == ".csv":
-        with atomic_path(path) as tmp:
+        with output_path(path) as tmp:
             with open(tmp, "w", newline="", encoding="utf-8") as f:
                 _table_csv(table, f)
         return
     pa = _pyarrow()
     cols = {n: pa.array(table[n].tolist() if table[n].dtype.kind == "U" else table[n]) for n in table.dtype.names}
     tab = pa.table(cols).replace_schema_metadata({"simllm.sweep": json.dumps(meta)})
-    with atomic_path(path) as tmp:
+    with output_path(path) as tmp:
         pa.parquet.write_table(tab, str(tmp))
 
 
@@ -151,9 +150,8 @@ def _journal_path(output):
 def _write_record(output, record):
     """Write ``record`` (the spec hash, rows, paths, metrics, ...) to ``<output>.sweep.json``,
     atomically."""
-    from simllm.exports import write_text_atomic  # noqa: PLC0415
 
-    write_text_atomic(_record_path(output), json.dumps(record, indent=2) + "\n")
+    write_output(_record_path(output), json.dumps(record, indent=2) + "\n")
 
 
 def _read_record(output):
