@@ -183,32 +183,30 @@ class LoadTestResult:
 # ----------------------------------------------------------------------------- planning
 
 
-def _positive_ints(values, flag):
-    """``values`` as a list of positive ints, or a ConfigError naming ``flag``."""
-    values = list(values)
-    if not values:
-        raise ConfigError("at least one value", source=SOURCE, key=flag)
-    out = []
-    for v in values:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 1 and v == int(v)
-        if not ok:
-            raise ConfigError("positive integers", source=SOURCE, key=flag, value=v)
-        out.append(int(v))
-    return out
-
-
-def _positive_rates(values, flag):
-    """``values`` as a list of rates > 0 (``inf`` allowed: everything at t=0)."""
+def _positive_values(values, flag, integer):
+    """``values`` as a list of positive ints (``integer``) or of rates > 0 (``inf`` allowed:
+    everything at t=0), or a ConfigError naming ``flag``."""
     values = list(values)
     if not values:
         raise ConfigError("at least one value", source=SOURCE, key=flag)
     out = []
     for v in values:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0  # NaN fails too
+        if integer:
+            ok = ok and math.isfinite(v) and v >= 1 and v == int(v)
         if not ok:
-            raise ConfigError("request rates > 0 (requests per second, or inf)", source=SOURCE, key=flag, value=v)
-        out.append(float(v))
+            expected = "positive integers" if integer else "request rates > 0 (requests per second, or inf)"
+            raise ConfigError(expected, source=SOURCE, key=flag, value=v)
+        out.append(int(v) if integer else float(v))
     return out
+
+
+def _positive_ints(values, flag):
+    return _positive_values(values, flag, integer=True)
+
+
+def _positive_rates(values, flag):
+    return _positive_values(values, flag, integer=False)
 
 
 def parse_concurrency_range(spec):

@@ -641,6 +641,16 @@ def _parse_values(spec, path, values, where, rounding):
     return target, out, objects
 
 
+def _register_swaps(swaps, target, parsed, objects):
+    """Append the whole-section objects (a swapped hardware preset, say) of one swept path to
+    ``swaps[section]`` and point its parsed values at their index there."""
+    if not objects:
+        return parsed
+    swaps[target.section] = tuple(swaps.get(target.section, ())) + tuple(objects)
+    offset = len(swaps[target.section]) - len(objects)
+    return [((s, f, i + offset), d) if f is None else ((s, f, i), d) for (s, f, i), d in parsed]
+
+
 def spec_values(spec):
     """Every value of ``spec`` checked once, and the Monte Carlo draws made (no simulation).
 
@@ -667,22 +677,14 @@ def spec_values(spec):
     grid_axes = []
     for path, values in spec.grid:
         target, parsed, objects = _parse_values(spec, path, values, "grid", rounding=False)
-        if objects:
-            swaps[target.section] = tuple(swaps.get(target.section, ())) + tuple(objects)
-            offset = len(swaps[target.section]) - len(objects)
-            parsed = [((s, f, i + offset), d) if f is None else ((s, f, i), d) for (s, f, i), d in parsed]
-        grid_axes.append(parsed)
+        grid_axes.append(_register_swaps(swaps, target, parsed, objects))
     sample_cols = []
     if spec.samples:
         ss = np.random.SeedSequence(spec.sample_seed)
         for (path, dist), child in zip(spec.samples, ss.spawn(len(spec.samples))):
             draws = dist.draw(np.random.default_rng(child), spec.num_samples)
             target, parsed, objects = _parse_values(spec, path, draws, "samples", rounding=True)
-            if objects:
-                swaps[target.section] = tuple(swaps.get(target.section, ())) + tuple(objects)
-                offset = len(swaps[target.section]) - len(objects)
-                parsed = [((s, f, i + offset), d) if f is None else ((s, f, i), d) for (s, f, i), d in parsed]
-            sample_cols.append(parsed)
+            sample_cols.append(_register_swaps(swaps, target, parsed, objects))
     out = (swaps, grid_axes, sample_cols)
     object.__setattr__(spec, "_values", out)  # a frozen dataclass: cached outside its fields
     return out
