@@ -388,10 +388,9 @@ def _num_workers(executor):
     return int(getattr(executor, "_max_workers", 0) or os.cpu_count() or 1)
 
 
-def estimated_cost_s(workload):
-    """Rough seconds one simulation of ``workload`` takes (for chunking only)."""
-    n = workload.num_prompts or 1000
-    return COST_FIXED_S + COST_PER_REQUEST_S * n
+def estimated_cost_s(num_prompts):
+    """Rough seconds one simulation of ``num_prompts`` requests takes (for chunking only)."""
+    return COST_FIXED_S + COST_PER_REQUEST_S * (num_prompts or 1000)
 
 
 def choose_chunk_size(plan_, n_items, n_workers):
@@ -407,7 +406,7 @@ def choose_chunk_size(plan_, n_items, n_workers):
                 n = plan_.context.swaps["workload"][value].num_prompts
             elif section == "workload" and field == "num_prompts":
                 n = value
-        costs.append(COST_FIXED_S + COST_PER_REQUEST_S * (n or 1000))
+        costs.append(estimated_cost_s(n))
     per = float(np.mean(costs))
     size = max(1, int(round(TARGET_TASK_S / per)))
     balance = max(1, math.ceil(n_items / (MIN_TASKS_PER_WORKER * n_workers)))
