@@ -1,4 +1,4 @@
-"""asv benchmarks of ``simllm.sweep`` (:mod:`simllm.sweeps`): configurations per second of a sweep
+"""asv benchmarks of ``simllm.sweep`` (:mod:`simllm.search.sweep`): configurations per second of a sweep
 of mixed loads on one and two threads, and the speed-up from one to two. ``setup`` compiles (or
 loads the numba cache) and validates the spec, so the timings are the simulations, chunking and
 table assembly.
@@ -10,8 +10,8 @@ request rate log-uniform in 5..100 req/s, open loop or capped at 16, 64 or 256 i
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from simllm import sweeps as sw
-from simllm.sweep_spec import make_spec
+from simllm.search import sweep as sw
+from simllm.search.spec import make_spec
 
 SWEEP_CONFIGS = 200
 SWEEP_REQUESTS = 10_000

@@ -8,7 +8,7 @@ import numpy as np
 
 import simllm
 from simcore import iteration_time_nb
-from simllm.pack import pack_cost_params
+from simllm.sim.pack import pack_cost_params
 
 BENCH_MODEL = "llama-3.1-8b"
 BENCH_HARDWARE = "h100-sxm"

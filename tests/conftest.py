@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 import simllm
-from simllm import serving as serving_mod
-from simllm.pack import pack_cost_params
+from simllm.config import serving as serving_mod
+from simllm.sim.pack import pack_cost_params
 
 ROOT = Path(__file__).resolve().parents[1]
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"

@@ -3,7 +3,7 @@ validated configs (not from the packed kernel inputs). The numba kernels must ag
 
 Batch: a list of (new_tokens, prior_context, emits) per sequence.
 """
-from simllm import dtypes
+from simllm.config import dtypes
 
 GEMM, ATTN, VECTOR, LINK = "gemm", "attn", "vector", "link"
 

@@ -7,13 +7,12 @@ import dataclasses
 import re
 
 import pytest
+from conftest import REPORT, ROOT
 
 import simllm
-from simllm import accuracy
-from simllm.hardware import FACTOR_KEYS
-from simllm.measurements import load_measurements
-
-from conftest import REPORT, ROOT
+from simllm.calibration import validate as accuracy
+from simllm.config.hardware import FACTOR_KEYS
+from simllm.formats.measurements import load_measurements
 
 SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
 DENSE = re.compile(r"Llama-3\.1-(8|70)B|Qwen3-32B")

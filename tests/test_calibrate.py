@@ -10,8 +10,9 @@ import yaml
 
 import simllm
 import simllm.cli
-from simllm import accuracy, calibrate
-from simllm.measurements import Measurement
+from simllm.calibration import fit as calibrate
+from simllm.calibration import validate as accuracy
+from simllm.formats.measurements import Measurement
 
 pytestmark = pytest.mark.slow  # dozens of simulation passes: not for the NUMBA_DISABLE_JIT run
 
@@ -78,8 +79,8 @@ def test_framework_fit_goes_under_frameworks_and_is_applied_by_framework(fit, tm
     assert trt.compute_utilization == pytest.approx(TRUE["compute_utilization"], rel=0.03)
     assert hw.for_framework("sglang") == hw
     model = simllm.load_model("llama-3.1-8b")
-    w = simllm.Workload(num_prompts=8, max_concurrency=2, input_len=simllm.workload.fixed(300),
-                        output_len=simllm.workload.fixed(20))
+    w = simllm.Workload(num_prompts=8, max_concurrency=2, input_len=simllm.config.workload.fixed(300),
+                        output_len=simllm.config.workload.fixed(20))
     direct = simllm.simulate(model, trt, simllm.ServingConfig(), w).summary
     via = simllm.simulate(model, hw, simllm.ServingConfig(framework="trtllm"), w).summary
     assert via["mean_ttft_ms"] == direct["mean_ttft_ms"] and via["mean_tpot_ms"] == direct["mean_tpot_ms"]

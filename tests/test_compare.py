@@ -5,8 +5,9 @@ import io
 import json
 
 import pytest
+
 import simllm
-from simllm import compare as cmp
+from simllm.analysis import compare as cmp
 from simllm.errors import ConfigError
 
 WORKLOAD = simllm.Workload(num_prompts=200, max_concurrency=32)

@@ -4,8 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import ROOT, build
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import reference_time
 
 import simllm
 from simcore import (
@@ -20,9 +22,6 @@ from simcore import (
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
 )
-
-from conftest import ROOT, build
-from reference import reference_time
 
 
 def costs(p, batch):

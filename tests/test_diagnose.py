@@ -4,9 +4,10 @@ import json
 from dataclasses import replace
 
 import pytest
+
 import simllm
-from simllm import diagnose as dg
-from simllm.workload import Workload, fixed
+from simllm.analysis import diagnose as dg
+from simllm.config.workload import Workload, fixed
 
 MODEL = simllm.load_model("llama-3.1-8b")
 GPU = simllm.load_hardware("h100-sxm")

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from conftest import build
+from engine_reference import reference_simulate
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -13,9 +15,6 @@ from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
 from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
 from simcore.params import EngineParams
-
-from conftest import build
-from engine_reference import reference_simulate
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
 
@@ -155,8 +154,8 @@ def test_chunked_prompt_takes_ceil_prompt_over_budget_iterations():
 
 def test_throughput_never_exceeds_the_decode_roofline():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    res = simllm.simulate(model, hw, s, simllm.Workload(num_prompts=600, input_len=simllm.workload.fixed(200),
-                                                        output_len=simllm.workload.fixed(300)))
+    res = simllm.simulate(model, hw, s, simllm.Workload(num_prompts=600, input_len=simllm.config.workload.fixed(200),
+                                                        output_len=simllm.config.workload.fixed(300)))
     from simcore import streamed_weight_bytes_nb
 
     # Every iteration streams the weights at least once at peak bandwidth; it emits at most
@@ -168,8 +167,8 @@ def test_throughput_never_exceeds_the_decode_roofline():
 
 def test_same_seed_same_result_bit_for_bit():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=500, request_rate=15.0, input_len=simllm.workload.random_range(600, 0.5),
-                        output_len=simllm.workload.random_range(150, 0.5), seed=7)
+    w = simllm.Workload(num_prompts=500, request_rate=15.0, input_len=simllm.config.workload.random_range(600, 0.5),
+                        output_len=simllm.config.workload.random_range(150, 0.5), seed=7)
     a = simllm.simulate(model, hw, s, w)
     b = simllm.simulate(model, hw, s, w)
     for k, v in a.requests.items():
@@ -262,7 +261,7 @@ def test_too_long_requests_are_rejected_and_counted():
 
 def test_client_timeout_counts_as_error():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=100, input_len=simllm.workload.fixed(2000), output_len=simllm.workload.fixed(200))
+    w = simllm.Workload(num_prompts=100, input_len=simllm.config.workload.fixed(2000), output_len=simllm.config.workload.fixed(200))
     timeout = float(np.median(simllm.simulate(model, hw, s, w, keep_requests=True).requests["e2el_s"]))
     res = simllm.simulate(model, hw, s, dataclasses.replace(w, timeout_s=timeout))
     assert 0 < res.summary["num_timed_out"] < 100
@@ -272,7 +271,7 @@ def test_client_timeout_counts_as_error():
 
 def test_data_parallel_replicas_share_the_load():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=2000, input_len=simllm.workload.fixed(500), output_len=simllm.workload.fixed(200))
+    w = simllm.Workload(num_prompts=2000, input_len=simllm.config.workload.fixed(500), output_len=simllm.config.workload.fixed(200))
     one = simllm.simulate(model, hw, s, w)
     two = simllm.simulate(model, hw, dataclasses.replace(s, data_parallel_size=2), w)
     assert two.summary["completed"] == 2000
@@ -282,7 +281,7 @@ def test_data_parallel_replicas_share_the_load():
 
 def test_static_batching_waits_for_the_longest_and_continuous_does_not():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm", max_model_len=4096)
-    w = simllm.Workload(num_prompts=64, input_len=simllm.workload.fixed(200),
+    w = simllm.Workload(num_prompts=64, input_len=simllm.config.workload.fixed(200),
                         output_len=simllm.LengthDist("uniform", low=10, high=1000), seed=1)
     cont = simllm.simulate(model, hw, s, w)
     static = simllm.simulate(model, hw, simllm.ServingConfig(max_model_len=4096, batching="static", max_num_seqs=16), w)
@@ -293,8 +292,8 @@ def test_static_batching_waits_for_the_longest_and_continuous_does_not():
 
 def test_prefix_caching_skips_cached_prefill():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=300, request_rate=10.0, input_len=simllm.workload.fixed(2000),
-                        output_len=simllm.workload.fixed(50), prefix_len=1600, prefix_hit_ratio=1.0)
+    w = simllm.Workload(num_prompts=300, request_rate=10.0, input_len=simllm.config.workload.fixed(2000),
+                        output_len=simllm.config.workload.fixed(50), prefix_len=1600, prefix_hit_ratio=1.0)
     off = simllm.simulate(model, hw, s, w)
     on = simllm.simulate(model, hw, simllm.ServingConfig(enable_prefix_caching=True), w)
     assert on.summary["prefill_tokens_computed"] == 300 * (2000 - 1600)
@@ -308,7 +307,7 @@ def test_least_outstanding_router_balances_in_flight_requests():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
     n = 400
     out = np.where(np.arange(n) % 2 == 0, 2000, 20)
-    req = simllm.workload.Requests(np.arange(n) * 0.05, np.full(n, 300, dtype=np.int64), out.astype(np.int64),
+    req = simllm.config.workload.Requests(np.arange(n) * 0.05, np.full(n, 300, dtype=np.int64), out.astype(np.int64),
                                    np.zeros(n, dtype=bool))
     w = simllm.Workload(num_prompts=n, request_rate=20.0)
     rr = simllm.simulate(model, hw, simllm.ServingConfig(data_parallel_size=2), w, requests=req)
@@ -323,8 +322,8 @@ def test_least_outstanding_router_balances_in_flight_requests():
 
 def test_summary_only_run_gives_the_same_summary():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=800, request_rate=12.0, input_len=simllm.workload.random_range(700, 0.6),
-                        output_len=simllm.workload.random_range(200, 0.9), seed=4, timeout_s=30.0)
+    w = simllm.Workload(num_prompts=800, request_rate=12.0, input_len=simllm.config.workload.random_range(700, 0.6),
+                        output_len=simllm.config.workload.random_range(200, 0.9), seed=4, timeout_s=30.0)
     full = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20})
     lean = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20}, keep_requests=False)
     skip = {"simulation_wall_s", "simulated_requests_per_s"}
@@ -343,8 +342,8 @@ def test_frontend_latency_adds_to_ttft_and_spaces_a_closed_loop():
     alone sees TTFT and E2E latency grow by exactly that, TPOT unchanged, and its requests (each
     sent when the last ends) take that much longer per request."""
     model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=5, max_concurrency=1, input_len=simllm.workload.fixed(500),
-                        output_len=simllm.workload.fixed(40))
+    w = simllm.Workload(num_prompts=5, max_concurrency=1, input_len=simllm.config.workload.fixed(500),
+                        output_len=simllm.config.workload.fixed(40))
     hw = dataclasses.replace(hw, frontend_latency_ms=0.0, frameworks=())
     base = simllm.simulate(model, hw, s, w, keep_requests=True)
     slow = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=25.0), s, w, keep_requests=True)
@@ -369,8 +368,8 @@ def test_progress_reports_ended_requests_and_changes_nothing():
 
 def test_queue_time_is_the_engines_not_the_frontends():
     model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
-    w = simllm.Workload(num_prompts=3, max_concurrency=1, input_len=simllm.workload.fixed(100),
-                        output_len=simllm.workload.fixed(10))
+    w = simllm.Workload(num_prompts=3, max_concurrency=1, input_len=simllm.config.workload.fixed(100),
+                        output_len=simllm.config.workload.fixed(10))
     res = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=40.0), s, w)
     assert res.summary["mean_queue_ms"] == pytest.approx(0.0, abs=1e-9)  # alone: scheduled as it arrives
     assert res.summary["mean_ttft_ms"] > 40.0

@@ -1,4 +1,4 @@
-"""``simllm.exports``: vLLM-compatible JSON (exact keys, the summary's values), GuideLLM
+"""``simllm.formats.exports``: vLLM-compatible JSON (exact keys, the summary's values), GuideLLM
 benchmarks.json (read back by ``load_measurements``), CSV and Parquet, and atomic writes."""
 import csv
 import json
@@ -9,13 +9,13 @@ import sys
 
 import numpy as np
 import pytest
-import simllm
-from simllm import exports
-from simllm.errors import ConfigError
-from simllm.measurements import load_measurements
-from simllm.results import SimResult
 
+import simllm
 from simcore import codes
+from simllm.errors import ConfigError
+from simllm.formats import exports
+from simllm.formats.measurements import load_measurements
+from simllm.sim.results import SimResult
 
 MODEL, HARDWARE = "llama-3.1-8b", "h100-sxm"
 N = 300

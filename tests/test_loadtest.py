@@ -8,9 +8,9 @@ from dataclasses import replace
 from itertools import pairwise
 
 import pytest
+
 import simllm
-from simllm.errors import ConfigError
-from simllm.loadtest import (
+from simllm.analysis.loadtest import (
     LoadPoint,
     LoadTestRow,
     format_loadtest,
@@ -22,6 +22,7 @@ from simllm.loadtest import (
     recommend,
     run_loadtest,
 )
+from simllm.errors import ConfigError
 
 PARALLEL = [1, 10, 50, 100, 200]
 NUMBER = [10, 20, 100, 200, 400]

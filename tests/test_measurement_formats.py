@@ -9,7 +9,7 @@ import pytest
 
 import simllm.cli
 from simllm.errors import ConfigError
-from simllm.measurements import (
+from simllm.formats.measurements import (
     JSON_FORMATS,
     Measurement,
     detect_json_format,

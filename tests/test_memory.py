@@ -1,12 +1,11 @@
 """The memory plan: KV pool sizing, simulated OOM with its breakdown, dtype and TP effects."""
 import pytest
+from conftest import ROOT, build
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simllm
-from simllm.memory import plan_memory
-
-from conftest import ROOT, build
+from simllm.sim.memory import plan_memory
 
 
 def plan(model, hardware, **serving):

@@ -1,4 +1,4 @@
-"""``simllm.frontier`` and ``simllm.sla``: Pareto frontiers (hand-made points, ties, three
+"""``simllm.search.pareto`` and ``simllm.search.optimize``: Pareto frontiers (hand-made points, ties, three
 objectives, a brute-force check on random points), SLO parsing, the SLO-constrained search (its
 answer re-simulated directly meets the SLOs; every configuration with more goodput per GPU fails
 them), the cost objective, and the frontier figure."""
@@ -8,13 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import simllm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from simllm import frontier as fr
-from simllm import sla
+
+import simllm
+from simllm.config.workload import Workload
 from simllm.errors import ConfigError
-from simllm.workload import Workload
+from simllm.search import optimize as sla
+from simllm.search import pareto as fr
 
 SLO_TEXT = "ttft_p99<=2000,tpot_p99<=50"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -343,7 +344,7 @@ def check_png(path):
 
 def test_plot_frontier_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from simllm.plots import plot_frontier
+    from simllm.report.plots import plot_frontier
 
     rng = np.random.default_rng(0)
     rows = [{"config": f"c{i}", "output_throughput": float(t), "mean_tpot_ms": float(p), "gpus": int(g),
@@ -365,7 +366,7 @@ def test_plot_frontier_writes_png(tmp_path):
 @pytest.mark.slow
 def test_plot_frontier_of_a_search(search, tmp_path):
     pytest.importorskip("matplotlib")
-    from simllm.plots import plot_frontier
+    from simllm.report.plots import plot_frontier
 
     rows = search.rows()
     check_png(plot_frontier(rows, search.frontier(), tmp_path, chosen=search.answer.index))

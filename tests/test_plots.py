@@ -1,4 +1,4 @@
-"""``simllm.plots``: the validation scatter PNGs (one per metric with data), skipped and missing
+"""``simllm.report.plots``: the validation scatter PNGs (one per metric with data), skipped and missing
 values, and the one-line error when matplotlib is not installed. Tests that draw skip when
 matplotlib is absent; the missing-matplotlib test always runs."""
 import math
@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from simllm import plots
-from simllm.accuracy import Point
+from simllm.calibration.validate import Point
 from simllm.errors import ConfigError
-from simllm.measurements import Measurement
+from simllm.formats.measurements import Measurement
+from simllm.report import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NAN = math.nan

@@ -14,10 +14,11 @@ import re
 import sys
 
 import pytest
-import simllm
 import yaml
+
+import simllm
+from simllm.config.hardware import load_hardware
 from simllm.errors import ConfigError
-from simllm.hardware import load_hardware
 
 # Keys of a hardware profile that are datasheet figures, not measured ones.
 DATASHEET = ("gpu", "name", "fp16_tflops", "bf16_tflops", "fp8_tflops", "int8_tops", "fp32_tflops",
@@ -32,7 +33,7 @@ def torch():
 
 @pytest.fixture(scope="module")
 def profile_mod(torch):
-    from simllm import profile
+    from simllm.calibration import profile
 
     return profile
 
@@ -48,9 +49,9 @@ def tiny(profile_mod):
 
 def test_missing_torch_is_a_one_line_config_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    monkeypatch.delitem(sys.modules, "simllm.profile", raising=False)
+    monkeypatch.delitem(sys.modules, "simllm.calibration.profile", raising=False)
     monkeypatch.delattr(simllm, "profile", raising=False)
-    profile = importlib.import_module("simllm.profile")  # the module itself imports without torch
+    profile = importlib.import_module("simllm.calibration.profile")  # the module itself imports without torch
     with pytest.raises(ConfigError) as info:
         profile.profile_hardware(load_hardware("h100-sxm"), device="cpu", size="tiny")
     message = str(info.value)
@@ -120,7 +121,7 @@ def test_write_profile_loads_and_keeps_the_datasheet(tiny, profile_mod, tmp_path
     assert calibrated.interconnect_utilization == base.interconnect_utilization
     assert calibrated.interconnect_latency_us == base.interconnect_latency_us
     text = out.read_text()
-    base_lines = (simllm.presets.configs_dir() / "hardware" / "h100-sxm.yaml").read_text().splitlines()
+    base_lines = (simllm.config.presets.configs_dir() / "hardware" / "h100-sxm.yaml").read_text().splitlines()
     kept = [line for line in base_lines if not line.lstrip().startswith(tuple(tiny.fitted))]
     assert all(line in text.splitlines() for line in kept)  # datasheet keys and source comments as they were
     stamp = f"measured by simllm profile on {tiny.device_name}, {tiny.date}, torch {tiny.torch_version}: "
@@ -223,6 +224,6 @@ def test_block_yaml_edit_keeps_continuation_comments_of_other_keys(tiny, profile
 
 @pytest.mark.parametrize("x", [1e-5, 1.234e-7, 0.5, 1.0, 2.521, 3e16])
 def test_yaml_number_round_trips(x):
-    from simllm.hwyaml import yaml_number  # needs no torch
+    from simllm.calibration.hwyaml import yaml_number  # needs no torch
 
     assert yaml.safe_load(yaml_number(x)) == x

@@ -1,9 +1,10 @@
-"""simllm.progress: a single-line bar on terminals, silent elsewhere."""
+"""simllm.report.progress: a single-line bar on terminals, silent elsewhere."""
 import io
 import sys
 
 import pytest
-from simllm.progress import Progress, format_duration
+
+from simllm.report.progress import Progress, format_duration
 
 
 class FakeTTY(io.StringIO):

@@ -1,14 +1,15 @@
-"""``simllm.plots`` for runs, load tests and comparisons: valid PNG files with labelled axes, the
+"""``simllm.report.plots`` for runs, load tests and comparisons: valid PNG files with labelled axes, the
 accepted row keys, and the one-line error without matplotlib (those tests always run; the
 drawing ones skip when matplotlib is absent)."""
 import math
 import sys
 
 import pytest
+
 import simllm
-from simllm import plots
-from simllm.compare import Column, build_comparison
+from simllm.analysis.compare import Column, build_comparison
 from simllm.errors import ConfigError
+from simllm.report import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""simllm.sweep (simllm.sweeps, simllm.sweep_spec, simllm.sweep_store): grids, Monte Carlo samples
+"""simllm.sweep (simllm.search.sweep, simllm.search.spec, simllm.search.store): grids, Monte Carlo samples
 and seeds, validated before any work, run on threads, processes or dask with identical results,
 and resumable from a journal."""
 import math
@@ -7,11 +7,12 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 import pytest
+
 import simllm
-from simllm import sweeps as sw
 from simllm.errors import ConfigError
-from simllm.progress import Progress
-from simllm.sweep_spec import load_sweep_spec, make_spec
+from simllm.report.progress import Progress
+from simllm.search import sweep as sw
+from simllm.search.spec import load_sweep_spec, make_spec
 
 MODEL = "llama-3.1-8b"
 HARDWARE = "h100-sxm"
@@ -433,8 +434,9 @@ def test_parquet_round_trip(tmp_path):
 def test_sweep_cli_runs_the_shipped_example_and_resumes(tmp_path, capsys):
     import shutil
 
-    import simllm.cli
     from conftest import ROOT
+
+    import simllm.cli
 
     spec = tmp_path / "s.yaml"
     shutil.copy(ROOT / "configs" / "sweeps" / "concurrency.yaml", spec)
@@ -459,10 +461,10 @@ def test_top_level_functions_survive_importing_their_modules():
     import importlib
     import types
 
-    mods = {n: importlib.import_module(f"simllm.{n}") for n in ("sweeps", "sweep_spec", "sweep_store", "sla",
-                                                                 "frontier")}
-    assert all(isinstance(getattr(simllm, n), types.ModuleType) for n in mods)
-    for name, mod in (("sweep", "sweeps"), ("pareto", "frontier"), ("optimize", "sla"),
-                      ("load_sweep_spec", "sweep_spec"), ("SweepResult", "sweeps")):
+    mods = {n: importlib.import_module(f"simllm.search.{n}") for n in ("sweep", "spec", "store", "optimize",
+                                                                        "pareto")}
+    assert all(isinstance(getattr(simllm.search, n), types.ModuleType) for n in mods)
+    for name, mod in (("sweep", "sweep"), ("pareto", "pareto"), ("optimize", "optimize"),
+                      ("load_sweep_spec", "spec"), ("SweepResult", "sweep")):
         assert getattr(simllm, name) is getattr(mods[mod], name) and callable(getattr(simllm, name)), name
         assert name in simllm.__all__

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import simllm
 import simllm.cli
-from simllm import accuracy
-from simllm.measurements import load_measurements
-
-from conftest import ROOT
+from simllm.calibration import validate as accuracy
+from simllm.formats.measurements import load_measurements
 
 SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
@@ -68,8 +67,8 @@ def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
     # The prediction is the simulation of the same closed loop: a CSV row's client drew lengths
     # uniformly from 80-100% of the stated ones (InferenceMAX's), 10 requests per client.
     m = done[0].measurement
-    w = simllm.Workload(num_prompts=40, max_concurrency=4, input_len=simllm.workload.LengthDist("uniform", low=819, high=1025),
-                        output_len=simllm.workload.LengthDist("uniform", low=102, high=129))
+    w = simllm.Workload(num_prompts=40, max_concurrency=4, input_len=simllm.config.workload.LengthDist("uniform", low=819, high=1025),
+                        output_len=simllm.config.workload.LengthDist("uniform", low=102, high=129))
     s = simllm.simulate(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"),
                         simllm.ServingConfig(max_model_len=1152), w).summary
     assert done[0].predicted["ttft"] == pytest.approx(s["mean_ttft_ms"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import simllm
+from simllm.config.workload import LengthDist, Workload, fixed, generate, random_range, read_lengths
 from simllm.errors import ConfigError
-from simllm.workload import LengthDist, Workload, fixed, generate, random_range, read_lengths
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = sorted((ROOT / "configs" / "workloads").glob("*.yaml"))

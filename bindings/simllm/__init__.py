@@ -18,24 +18,26 @@ The public API::
                           slo="ttft_p99<=2000", over={"tp": [1, 2]})
     opt.answer                                          # the best configuration meeting the SLOs
 
-The modules behind them: simllm.sweeps (running sweeps; the spec in simllm.sweep_spec, the files
-in simllm.sweep_store), simllm.frontier (Pareto frontiers), simllm.sla (SLOs and the search).
+Behind them, subpackages by responsibility, layered one way (docs/architecture.md):
+simllm.config (what users write) -> simllm.sim (one simulation) -> simllm.analysis, simllm.search,
+simllm.calibration (many simulations) -> simllm.formats, simllm.report (what other tools and people
+read) -> simllm.cli (the ``simllm`` command).
 """
+from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
+from simllm.config.model import ModelConfig, load_model, model_from_dict, model_from_hf_config
+from simllm.config.presets import preset_names
+from simllm.config.serving import ServingConfig
+from simllm.config.workload import LengthDist, Workload, generate, load_workload, read_trace, workload_from_dict
 from simllm.errors import ConfigError, SimulatedOOM
-from simllm.estimate import Estimate, estimate
-from simllm.frontier import pareto
-from simllm.hardware import HardwareConfig, hardware_from_dict, load_hardware
-from simllm.memory import MemoryPlan, plan_memory
-from simllm.model import ModelConfig, load_model, model_from_dict, model_from_hf_config
-from simllm.pack import pack_cost_params
-from simllm.presets import preset_names
-from simllm.results import SimResult
-from simllm.serving import ServingConfig
-from simllm.simulate import simulate
-from simllm.sla import optimize
-from simllm.sweep_spec import load_sweep_spec
-from simllm.sweeps import SweepResult, sweep
-from simllm.workload import LengthDist, Workload, generate, load_workload, read_trace, workload_from_dict
+from simllm.search.optimize import optimize
+from simllm.search.pareto import pareto
+from simllm.search.spec import load_sweep_spec
+from simllm.search.sweep import SweepResult, sweep
+from simllm.sim.estimate import Estimate, estimate
+from simllm.sim.memory import MemoryPlan, plan_memory
+from simllm.sim.pack import pack_cost_params
+from simllm.sim.results import SimResult
+from simllm.sim.simulate import simulate
 
 __version__ = "0.1.0"
 

@@ -1,3 +1,3 @@
-from simllm.cli import main
+from simllm.cli.main import main
 
 raise SystemExit(main())

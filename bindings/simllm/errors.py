@@ -42,7 +42,7 @@ class ConfigError(ValueError):
 class SimulatedOOM(ConfigError):
     """The configuration does not fit in GPU memory, as the real engine would refuse to start.
 
-    ``plan`` holds the :class:`simllm.memory.MemoryPlan` with the breakdown in bytes.
+    ``plan`` holds the :class:`simllm.sim.memory.MemoryPlan` with the breakdown in bytes.
     """
 
     def __init__(self, message, plan=None):

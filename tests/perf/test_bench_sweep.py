@@ -4,9 +4,9 @@ each once with benchmarking disabled (slow: skipped in the NUMBA_DISABLE_JIT pas
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from simllm import sweeps as sw
 
 from benchmarks.bench_sweep import SWEEP_CONFIGS, mixed_spec
+from simllm.search import sweep as sw
 
 
 @pytest.mark.slow

@@ -1,0 +1,9 @@
+"""simllm.calibration: predictions against measurements, and fitting the factors that close the gap.
+
+Owns ``simllm validate``'s point predictions and error tables (:mod:`.validate`), the fit of a
+hardware profile's efficiency factors (:mod:`.fit`), ``simllm profile`` on a real GPU
+(:mod:`.profile`, PyTorch imported only there) and editing hardware YAML in place
+(:mod:`.hwyaml`). Measurements arrive as rows read by :mod:`simllm.formats.measurements`.
+
+May import: :mod:`simllm.sim`, :mod:`simllm.config` and the foundation modules.
+"""

@@ -1,0 +1,281 @@
+"""``simllm validate``: simulate every measured point under its own conditions and report the
+error of each metric (measured vs predicted), with the median and mean absolute percentage error
+and the share of points within 10% and 20%."""
+import math
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from simllm.config import presets
+from simllm.config.hardware import load_hardware
+from simllm.config.model import load_model
+from simllm.config.serving import FRAMEWORKS, ServingConfig
+from simllm.config.workload import LengthDist, Workload, fixed
+from simllm.errors import ConfigError
+from simllm.sim.simulate import simulate
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+_SUFFIXES = ("-instruct", "-chat", "-hf", "-fp8", "-fp4", "-nvfp4", "-awq", "-gptq")
+_PRECISION = {"": "auto", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "int4"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement and its prediction (``predicted`` None when skipped, with ``reason``)."""
+
+    measurement: object
+    model: str = ""
+    hardware: str = ""
+    predicted: dict = None
+    reason: str = ""
+    bound: dict = None  # metric -> ms at 100% of the datasheet peaks with no overheads
+
+    def below_bound(self, metric):
+        """True when the measured ``metric`` is faster than the hardware's datasheet peaks allow
+        for the point's stated configuration (the measurement then ran something else)."""
+        measured = getattr(self.measurement, f"{metric}_ms")
+        return bool(self.bound) and not math.isnan(measured) and bool(measured < self.bound[metric])
+
+    @property
+    def inconsistent(self):
+        """Some metric was measured faster than simllm predicts at 100% of the datasheet peaks:
+        no efficiency factor reaches it, because the run differed from its stated configuration
+        or from simllm's schedule for it; none of its metrics is a fair test of the factors."""
+        return any(self.below_bound(metric) for metric in METRICS)
+
+    def error(self, metric):
+        """Relative error (predicted / measured - 1) of ``metric``, nan if either is missing."""
+        measured = getattr(self.measurement, f"{metric}_ms")
+        if self.predicted is None or not measured or math.isnan(measured):
+            return math.nan
+        return self.predicted[metric] / measured - 1.0
+
+
+def _key(name):
+    name = name.strip().lower().split("/")[-1].replace("_", "-")
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                changed = True
+    return re.sub(r"-v0\.\d+$", "", name)
+
+
+def parse_map(items, flag):
+    """``FROM=TO`` pairs of a ``--model-map``/``--hardware-map`` flag."""
+    out = {}
+    for item in items or ():
+        src, sep, dst = item.partition("=")
+        if not sep or not src or not dst:
+            raise ConfigError("FROM=PRESET", source="command line", key=flag, value=item)
+        out[src] = dst
+    return out
+
+
+def resolve_name(kind, name, mapping):
+    """The preset a measurement's model or system name stands for, or "" when none matches."""
+    if name in mapping:
+        return mapping[name]
+    if kind == "hardware" and name.endswith((".yaml", ".yml")) and Path(name).is_file():
+        return name  # the caller's own profile
+    wanted = _key(name)
+    for preset in presets.preset_names(kind):
+        if _key(preset) == wanted:
+            return preset
+    return ""
+
+
+# InferenceMAX's published client settings: lengths uniform in [0.8 x, 1 x] of the stated ones
+# (benchmark_serving.py --random-range-ratio 0.8), 10 x concurrency prompts
+# (https://github.com/InferenceMAX/InferenceMAX README, "Benchmark Client Configuration").
+INFERENCEMAX_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class BenchmarkShape:
+    """How the benchmark client drew the requests of a measured point, where the measurement
+    does not record it: lengths uniform in [``min_length_ratio`` x length, length]
+    (``benchmark_serving.py --random-range-ratio``; 1.0 = every request exactly the stated
+    length), and ``prompts_per_client`` requests per client of a closed loop (InferenceMAX's
+    and SGLang's scripts send 10 x concurrency).
+
+    ``min_length_ratio`` None picks per point. silicon_sample.csv does not record its clients'
+    length distribution: its rows get InferenceMAX's 0.8 except SGLang's, which
+    ``sglang.bench_serving`` runs with fixed lengths (``--random-range-ratio 1``); a JSON result
+    states its mean lengths, simulated as fixed. Whether lengths vary matters: with fixed lengths
+    a closed loop's clients stay in step, every prefill of a wave queues behind the others and
+    TTFT is several times that of clients out of step.
+    """
+
+    min_length_ratio: float = None
+    prompts_per_client: int = 10
+    seed: int = 0
+
+    def ratio(self, m):
+        if self.min_length_ratio is not None:
+            return self.min_length_ratio
+        if not m.source.lower().endswith(".csv") or m.backend == "sglang":
+            return 1.0
+        return INFERENCEMAX_RATIO
+
+    def lengths(self, value, m):
+        ratio = self.ratio(m)
+        if ratio >= 1.0:
+            return fixed(value)
+        return LengthDist("uniform", low=max(1, int(value * ratio)), high=int(value) + 1)
+
+
+def _kv_cache_dtype(m):
+    """TensorRT-LLM serves FP8 checkpoints with an FP8 KV cache (the checkpoints' quantization
+    config asks for it: ``kv_cache_quant_algo: FP8``); vLLM and SGLang keep the model's dtype
+    unless told otherwise."""
+    return "fp8" if m.backend == "trtllm" and m.precision == "fp8" else "auto"
+
+
+@lru_cache(maxsize=None)
+def _preset(kind, name):
+    return load_model(name) if kind == "models" else load_hardware(name)
+
+
+def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
+    """Simulate measurement ``m``; returns the predicted metrics in ms.
+
+    ``model`` and ``hardware`` are preset names or loaded configs (calibration passes modified
+    hardware); ``num_prompts`` overrides the requests simulated.
+    """
+    model = _preset("models", model) if isinstance(model, str) else model
+    hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
+    lengths = {"input_len": shape.lengths(m.input_len, m), "output_len": shape.lengths(m.output_len, m),
+               "seed": shape.seed}
+    if m.concurrency:
+        n = m.num_prompts or shape.prompts_per_client * m.concurrency
+        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, **lengths)
+    else:
+        workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate, **lengths)
+    if num_prompts:
+        workload = replace(workload, num_prompts=num_prompts)
+    serving = ServingConfig(
+        tensor_parallel_size=m.tp,
+        dtype=_PRECISION[m.precision],
+        max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
+        max_num_seqs=max(256, m.concurrency),
+        framework=m.backend if m.backend in FRAMEWORKS else "vllm",
+        kv_cache_dtype=_kv_cache_dtype(m),
+        # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
+        # which is vLLM's v0 schedule, not v1's chunked prefill.
+        enable_chunked_prefill=m.backend != "sglang",
+    )
+    s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,)).summary
+    return {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
+
+
+def skip_reason(m, model, hardware):
+    """Why measurement ``m`` cannot be simulated ("" when it can)."""
+    if not model:
+        return f"no model preset for {m.model!r} (use --model-map)"
+    if not hardware:
+        return f"no hardware preset for {m.hardware!r} (use --hardware-map or --hardware)"
+    if m.mode != "agg":
+        return f"mode {m.mode} (disaggregated serving is not simulated)"
+    if m.pp != 1 or m.dp != 1:
+        return "pipeline or attention data parallelism"
+    if m.precision not in _PRECISION:
+        return f"precision {m.precision!r}"
+    return ""
+
+
+def resolve(measurements, model_map=None, hardware_map=None):
+    """Each measurement with its model and hardware presets and, when it cannot be simulated,
+    the reason: a list of :class:`Point` without predictions."""
+    model_map = model_map or {}
+    hardware_map = hardware_map or {}
+    out = []
+    for m in measurements:
+        model = resolve_name("models", m.model, model_map)
+        hardware = resolve_name("hardware", m.hardware, hardware_map) if m.hardware else ""
+        out.append(Point(m, model, hardware, None, skip_reason(m, model, hardware)))
+    return out
+
+
+def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShape(), workers=0):
+    """Predict every point that has no skip reason, on ``workers`` threads (0 = all cores; the
+    kernels release the GIL). ``hardware_for(name)`` maps a point's hardware preset name to
+    the config to simulate (calibration's trial factors); default: the preset itself."""
+    hardware_for = hardware_for or (lambda name: name)
+
+    def one(p):
+        if p.reason:
+            return p
+        try:
+            return replace(p, predicted=predict(p.measurement, p.model, hardware_for(p.hardware), num_prompts, shape))
+        except ConfigError as exc:  # e.g. a simulated OOM: the configuration cannot run
+            return replace(p, predicted=None, reason=str(exc))
+
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(points) < 2:
+        return [one(p) for p in points]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, points))
+
+
+def peak_hardware(hardware):
+    """``hardware`` at 100% of its datasheet peaks with no latencies: the fastest it can be."""
+    return replace(hardware, compute_utilization=1.0, bandwidth_utilization=1.0, interconnect_utilization=1.0,
+                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=())
+
+
+def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0):
+    """``points`` with ``bound`` set: each metric simulated at the hardware's peaks."""
+    peak = {name: peak_hardware(_preset("hardware", name)) for name in {p.hardware for p in points if not p.reason}}
+    done = predict_points(points, peak.get, num_prompts, shape, workers)
+    return [replace(p, bound=d.predicted) for p, d in zip(points, done)]
+
+
+def validate(measurements, model_map=None, hardware_map=None, num_prompts=0, shape=BenchmarkShape(),
+             hardware_for=None, workers=0):
+    """Predict every measurement that maps to presets, and the bound its hardware's peaks set;
+    returns a list of :class:`Point`."""
+    points = with_bounds(resolve(measurements, model_map, hardware_map), num_prompts, shape, workers)
+    return predict_points(points, hardware_for, num_prompts, shape, workers)
+
+
+def error_summary(points):
+    """Per metric: points compared, median and mean absolute percentage error, the share within
+    10% and 20%; and ``below_bound``, the points with a metric measured faster than the
+    hardware's datasheet peaks allow for their stated configuration, which the statistics leave
+    out (no efficiency factor can reach them)."""
+    out = {}
+    below = sum(1 for p in points if p.predicted is not None and p.inconsistent)
+    for metric in METRICS:
+        errs = np.array([abs(p.error(metric)) for p in points if not p.inconsistent])
+        errs = errs[~np.isnan(errs)]
+        if errs.size == 0:
+            if below and any(not math.isnan(getattr(p.measurement, f"{metric}_ms")) for p in points):
+                out[metric] = {"points": 0, "median_abs_pct_error": math.nan, "mean_abs_pct_error": math.nan,
+                               "within_10pct": math.nan, "within_20pct": math.nan, "below_bound": below}
+            continue
+        out[metric] = {
+            "points": int(errs.size),
+            "median_abs_pct_error": float(np.median(errs) * 100),
+            "mean_abs_pct_error": float(np.mean(errs) * 100),
+            "within_10pct": float(np.mean(errs <= 0.10)),
+            "within_20pct": float(np.mean(errs <= 0.20)),
+            "below_bound": below,
+        }
+    return out
+
+
+def error_summary_by(points, key):
+    """:func:`error_summary` per group: ``key(point)`` names a point's group (its backend, say)."""
+    groups = {}
+    for p in points:
+        if p.predicted is not None:
+            groups.setdefault(key(p), []).append(p)
+    return {name: error_summary(group) for name, group in sorted(groups.items())}

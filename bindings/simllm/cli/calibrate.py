@@ -1,0 +1,43 @@
+"""``simllm calibrate``: fit a hardware profile's efficiency factors to measured results."""
+import sys
+
+from simllm.calibration import fit as calibrate
+from simllm.calibration.fit import DEFAULT_FACTORS
+from simllm.cli import common
+from simllm.config.hardware import load_hardware
+from simllm.config.serving import FRAMEWORKS
+from simllm.report import text as report
+
+
+def add_parser(sub):
+    cal = sub.add_parser("calibrate", help="fit a hardware profile's efficiency factors to measured results")
+    common.add_measured(cal)
+    cal.add_argument("--hardware", required=True, metavar="BASE",
+                     help="the profile to calibrate (preset or YAML); measurements of other GPUs are left out")
+    cal.add_argument("--output", "-o", required=True, help="calibrated hardware YAML to write")
+    cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
+                     help="fit this framework's measurements; vllm sets the profile's factors, the others "
+                          "its frameworks: entry (default vllm)")
+    cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=list(DEFAULT_FACTORS),
+                     help=f"factors to fit (default all: {', '.join(DEFAULT_FACTORS)})")
+    cal.add_argument("--max-iterations", type=common.positive_int, default=12, help="Levenberg-Marquardt iterations")
+    cal.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def cmd(args, out):
+    base = load_hardware(args.hardware)
+    points, shape = common.measured_points(args, args.hardware)
+    wanted = {args.hardware, base.gpu}
+    points = [p for p in points if p.hardware in wanted
+              and (p.measurement.backend if p.measurement.backend in FRAMEWORKS else "vllm") == args.framework]
+    progress = None if args.format == "json" else (lambda line: print(f"simllm: {line}", file=sys.stderr))
+    fit = calibrate.calibrate(points, base, args.fit, args.max_iterations, shape, args.num_prompts, progress=progress)
+    path = calibrate.write_calibration(fit, args.output, args.framework)
+    if args.format == "json":
+        out.write(report.to_json({"output": str(path), "framework": args.framework, "factors": fit.factors,
+                                  "initial": fit.initial, "fit_error": fit.fit_error, "loo_error": fit.loo_error,
+                                  "fitted_on": calibrate.describe_points(fit.points),
+                                  "iterations": fit.iterations, "evaluations": fit.evaluations}) + "\n")
+    else:
+        out.write(report.format_calibration(fit, args.framework, path) + "\n")
+    return 0

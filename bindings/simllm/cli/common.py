@@ -1,0 +1,257 @@
+"""What the commands share: argument types that check values as argparse reads them, the
+argument groups (target, engine, workload, scheduler, measured results) and the builders that turn
+parsed arguments into configs."""
+import argparse
+import math
+import re
+from dataclasses import replace
+
+from simllm.calibration import validate as accuracy
+from simllm.config.hardware import load_hardware
+from simllm.config.model import load_model
+from simllm.config.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
+from simllm.config.workload import ARRIVALS, Workload, load_workload, random_range
+from simllm.errors import ConfigError
+from simllm.formats.measurements import load_measurements
+
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_HARDWARE = "h100-sxm"
+PROGRESS_MIN_REQUESTS = 1_000_000  # simllm run shows a progress bar from this many requests
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: command line: {message}\n")
+
+
+def positive_int(text):
+    return int(number(text, lambda v: math.isfinite(v) and v >= 1 and v == int(v), "a positive integer"))
+
+
+def fraction(text):
+    return number(text, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
+
+
+def ratio(text):
+    return number(text, lambda v: v >= 1.0, "a number >= 1")
+
+
+def number(text, ok, expected):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+    return value
+
+
+def rate(text):
+    return number(text, lambda v: v > 0, "a positive number of requests per second, or inf")
+
+
+def positive_float(text):
+    return number(text, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def nonneg_float(text):
+    return number(text, lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
+
+
+def unit(text):
+    return number(text, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+
+
+def nonneg_int(text):
+    return int(number(text, lambda v: math.isfinite(v) and v >= 0 and v == int(v), "an integer >= 0"))
+
+
+def add_target(p):
+    p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model preset or path (same as --model)")
+    p.add_argument("hardware_pos", nargs="?", metavar="HARDWARE", help="hardware preset or path (same as --hardware)")
+    p.add_argument("--model", help=f"model preset name, simllm YAML, or HuggingFace config.json (default {DEFAULT_MODEL})")
+    p.add_argument("--hardware", help=f"hardware preset name or YAML (default {DEFAULT_HARDWARE})")
+
+
+def add_engine_args(p):
+    p.add_argument("--tensor-parallel-size", "-tp", type=positive_int, default=1, help="GPUs sharing each layer (default 1)")
+    p.add_argument("--dtype", default="auto", help="weight dtype: auto, fp16, bf16, fp32, fp8, int8, int4 (default auto)")
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV cache dtype: auto, fp16, bf16, fp8, int8, int4")
+    p.add_argument("--kv-compression-ratio", type=ratio, default=0.0, help="KV bytes stored = raw / ratio (default: the model's, 1)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.9, help="fraction of GPU memory the engine may use (default 0.9)")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV-cache block (default 16)")
+    p.add_argument("--max-model-len", type=positive_int, default=0, help="longest sequence served (default: the model's)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=256, help="sequences per iteration (default 256)")
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=0,
+                   help="tokens per iteration (default 8192; without chunked prefill max(max_model_len, 2048))")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
+                   help="serving framework whose calibrated factors to apply, where the hardware profile has them")
+
+
+def add_workload_args(p, load=True):
+    """The workload flags (vllm bench serve names); ``load`` False leaves out the load itself
+    (--num-prompts, --request-rate, --max-concurrency), which a load test sets per point."""
+    p.add_argument("workload_pos", nargs="?", metavar="WORKLOAD", help="workload preset, YAML or trace (same as --workload)")
+    p.add_argument("--workload", help="workload preset, YAML, or trace CSV/JSONL (flags below override it)")
+    g = p.add_argument_group("workload (vllm bench serve names)")
+    if load:
+        g.add_argument("--num-prompts", type=positive_int, help="requests to send (default 1000)")
+        g.add_argument("--request-rate", type=rate, help="requests per second; inf sends all at t=0 (default inf)")
+        g.add_argument("--max-concurrency", type=positive_int, help="closed loop: concurrent clients")
+    else:
+        p.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None)
+    g.add_argument("--burstiness", type=positive_float, help="gamma shape of inter-arrival times (1 = Poisson)")
+    g.add_argument("--arrival", choices=ARRIVALS, help="inter-arrival distribution (default poisson)")
+    g.add_argument("--input-len", type=positive_int, help="prompt tokens (default 1024)")
+    g.add_argument("--output-len", type=positive_int, help="output tokens (default 128)")
+    g.add_argument("--random-range-ratio", type=unit, help="lengths uniform in len*(1-r)..len*(1+r)")
+    g.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
+    g.add_argument("--prefix-len", type=nonneg_int, help="shared prompt prefix tokens")
+    g.add_argument("--prefix-hit-ratio", type=unit, help="fraction of requests whose prefix is cached")
+    g.add_argument("--timeout", type=positive_float, help="client timeout in seconds (unfinished = error)")
+
+
+def add_run_args(p, load=True):
+    """The workload, engine and scheduler flags of run (loadtest, diagnose, compare, optimize)."""
+    add_workload_args(p, load)
+    add_engine_args(p)
+    add_scheduler_args(p)
+
+
+def add_scheduler_args(p):
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                     help="vLLM v1 chunked prefill (default on); --no-enable-chunked-prefill for v0 scheduling")
+    eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    eng.add_argument("--data-parallel-size", "-dp", type=positive_int, default=1, help="engine replicas")
+    eng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
+    eng.add_argument("--batching", choices=BATCHING, default="continuous", help="batching policy")
+    eng.add_argument("--pad-prompts", action="store_true", help="static/dynamic: pad prompts to the longest")
+    eng.add_argument("--batch-window-ms", type=nonneg_float, default=10.0, help="dynamic: longest wait for a batch")
+    eng.add_argument("--batch-max", type=positive_int, default=0, help="dynamic: batch size that starts a batch")
+
+
+def regex(text):
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"invalid regular expression {text!r}: {exc}") from None
+
+
+def add_measured(p):
+    p.add_argument("measured", nargs="+", metavar="MEASURED",
+                   help="measured results: silicon_sample.csv-style CSV, or vllm bench serve, GuideLLM, EvalScope, "
+                        "genai-perf or AIPerf JSON")
+    p.add_argument("--model-map", nargs="+", metavar="NAME=PRESET", help="map measured model names to presets")
+    p.add_argument("--hardware-map", nargs="+", metavar="NAME=PRESET", help="map measured systems to presets")
+    p.add_argument("--tensor-parallel-size", "-tp", type=positive_int, default=1,
+                   help="TP of measurements that do not record it (JSON results)")
+    p.add_argument("--dtype", default="", help="precision of measurements that do not record it (JSON results)")
+    p.add_argument("--num-prompts", type=positive_int, default=0,
+                   help="requests simulated per point (default: the measured number, else 10 x concurrency)")
+    p.add_argument("--min-length-ratio", type=unit, default=None,
+                   help="the client drew lengths uniformly from RATIO x to 1 x the stated ones (benchmark_serving "
+                        "--random-range-ratio); default: 0.8 for CSV rows (InferenceMAX), 1 for SGLang's and JSON")
+    p.add_argument("--filter", action="append", type=regex, default=[], metavar="REGEX",
+                   help="only measurements whose 'model system backend' matches (repeat: all must match)")
+
+
+def measured_points(args, hardware=""):
+    measured = load_measurements(args.measured, hardware=hardware, tp=args.tensor_parallel_size,
+                                 precision=args.dtype)
+    for pattern in args.filter:
+        measured = [m for m in measured if pattern.search(f"{m.model} {m.hardware} {m.backend}")]
+    points = accuracy.resolve(measured, accuracy.parse_map(args.model_map, "--model-map"),
+                              accuracy.parse_map(args.hardware_map, "--hardware-map"))
+    return points, accuracy.BenchmarkShape(min_length_ratio=args.min_length_ratio)
+
+
+def target(args):
+    for flag, pos in (("model", "model_pos"), ("hardware", "hardware_pos")):
+        a, b = getattr(args, flag), getattr(args, pos)
+        if a and b and a != b:
+            raise ConfigError(f"given twice ({b!r} and --{flag} {a!r}); give one", source="command line", key=f"--{flag}")
+    model = load_model(args.model or args.model_pos or DEFAULT_MODEL)
+    hardware = load_hardware(args.hardware or args.hardware_pos or DEFAULT_HARDWARE)
+    return model, hardware
+
+
+def serving(args):
+    return ServingConfig(
+        tensor_parallel_size=args.tensor_parallel_size,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        kv_compression_ratio=args.kv_compression_ratio,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        framework=args.framework,
+    )
+
+
+def run_serving(args):
+    """The engine settings of run, loadtest and diagnose."""
+    return replace(
+        serving(args),
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
+        data_parallel_size=args.data_parallel_size,
+        router=args.router,
+        batching=args.batching,
+        pad_prompts=args.pad_prompts,
+        batch_window_ms=args.batch_window_ms,
+        batch_max=args.batch_max,
+    )
+
+
+def workload(args):
+    w = load_workload(args.workload or args.workload_pos) if (args.workload or args.workload_pos) else Workload()
+    changes = {}
+    for flag in ("num_prompts", "request_rate", "burstiness", "arrival", "max_concurrency", "seed", "prefix_len",
+                 "prefix_hit_ratio"):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[flag] = value
+    if args.burstiness is not None and args.arrival is None and w.arrival != "constant":
+        changes["arrival"] = "gamma" if args.burstiness != 1.0 else "poisson"
+    if args.timeout is not None:
+        changes["timeout_s"] = args.timeout
+    ratio = args.random_range_ratio or 0.0
+    lengths = args.input_len is not None or args.output_len is not None or ratio > 0
+    if lengths and w.trace:
+        raise ConfigError("no --input-len/--output-len/--random-range-ratio with a trace (its lengths are replayed)",
+                          source="command line", key="--workload", value=w.trace)
+    if args.input_len is not None or ratio > 0:
+        changes["input_len"] = random_range(int(args.input_len or w.input_len.mean_value), ratio)
+    if args.output_len is not None or ratio > 0:
+        changes["output_len"] = random_range(int(args.output_len or w.output_len.mean_value), ratio)
+    return replace(w, **changes) if changes else w
+
+
+def goodput(items):
+    if not items:
+        return None
+    slos = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el"):
+            raise ConfigError("ttft:MS, tpot:MS or e2el:MS", source="command line", key="--goodput", value=item)
+        try:
+            slos[key] = float(value)
+        except ValueError:
+            raise ConfigError("KEY:MS with a number of milliseconds", source="command line", key="--goodput",
+                              value=item) from None
+    return slos
+
+
+def percentiles(text):
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(0 <= v <= 100 for v in values):
+        raise ConfigError("comma-separated numbers in [0, 100]", source="command line", key="--metric-percentiles",
+                          value=text)
+    return values

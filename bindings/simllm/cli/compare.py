@@ -1,0 +1,48 @@
+"""``simllm compare``: one workload on several GPUs and/or models side by side."""
+from simllm.analysis import compare as cmp
+from simllm.cli import common
+from simllm.report import text as report
+from simllm.report.plots import plot_compare
+
+
+def add_parser(sub):
+    cmpp = sub.add_parser("compare", help="one workload on several hardware presets and/or models side by side, "
+                                          "with each metric's ratio to the first column")
+    cmpp.add_argument("--model", nargs="+", default=[common.DEFAULT_MODEL], metavar="MODEL",
+                      help=f"model presets, simllm YAML or config.json files (default {common.DEFAULT_MODEL})")
+    cmpp.add_argument("--hardware", nargs="+", default=[common.DEFAULT_HARDWARE], metavar="HARDWARE",
+                      help=f"hardware presets or YAML files (default {common.DEFAULT_HARDWARE}); the columns are every "
+                           "model on the first hardware, then on the next")
+    common.add_run_args(cmpp)
+    cout = cmpp.add_argument_group("output")
+    cout.add_argument("--metrics", nargs="+", metavar="KEY",
+                      help="rows: summary keys (default: TTFT/TPOT/E2E mean and P99, request/s, output tok/s, "
+                           "output tok/s per GPU, MFU, MBU, KV usage, error rate)")
+    cout.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    cout.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
+    cout.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    cout.add_argument("--output", "-o", metavar="FILE", help="also write the comparison to FILE.json, .csv or .txt")
+    cout.add_argument("--plot", metavar="DIR",
+                      help="write bar charts of output tok/s per GPU, mean TTFT and mean TPOT here (needs simllm[plot])")
+
+
+def cmd(args, out):
+    workload = common.workload(args)
+    serving = common.run_serving(args)
+    percentiles = common.percentiles(args.metric_percentiles)
+    if args.output:
+        cmp.check_save_path(args.output)  # a bad name fails before simulating
+    comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
+                             percentiles=percentiles, goodput=common.goodput(args.goodput))
+    if args.output:
+        cmp.save_comparison(comparison, args.output)
+    if args.plot:
+
+        plot_compare(comparison, args.plot)
+    if args.format == "json":
+        out.write(report.to_json(cmp.comparison_to_dict(comparison)) + "\n")
+    elif args.format == "csv":
+        out.write(cmp.comparison_to_csv(comparison))
+    else:
+        out.write(cmp.format_comparison(comparison, title=f"simllm compare: {workload.describe()}") + "\n")
+    return 0

@@ -1,0 +1,32 @@
+"""``simllm frontier``: the Pareto frontier of a results table."""
+from simllm.report import text as report
+from simllm.report.plots import plot_frontier
+from simllm.search import pareto as fr
+
+
+def add_parser(sub):
+    fr = sub.add_parser("frontier", help="the Pareto frontier of a results table: output tok/s per GPU vs "
+                                         "per-user speed (or vs P99 TTFT)")
+    fr.add_argument("results", metavar="RESULTS", help="a CSV with a header (a sweep's table) or a JSON list of rows "
+                                                      "with metric columns")
+    fr.add_argument("--x", default="output_throughput_per_user",
+                    help="column on the x axis (default output_throughput_per_user = 1000 / mean_tpot_ms; "
+                         "p99_ttft_ms for the TTFT frontier); *_ms columns, error_rate and cost are minimised, "
+                         "others maximised")
+    fr.add_argument("--y", default="output_throughput_per_gpu",
+                    help="column on the y axis (default output_throughput_per_gpu = output_throughput / GPUs)")
+    fr.add_argument("--format", choices=("table", "json"), default="table")
+    fr.add_argument("--plot", metavar="DIR", help="write the frontier PNG here (needs simllm[plot])")
+
+
+def cmd(args, out):
+    rows = fr.read_rows(args.results)
+    idx = fr.frontier_rows(rows, args.x, args.y)
+    if args.plot:
+
+        plot_frontier(rows, idx, args.plot, x=args.x, y=args.y)
+    if args.format == "json":
+        out.write(report.to_json(fr.frontier_to_dict(rows, idx, args.x, args.y)) + "\n")
+    else:
+        out.write(fr.format_frontier(rows, idx, args.x, args.y) + "\n")
+    return 0

@@ -1,0 +1,63 @@
+"""``simllm optimize``: the configuration that meets SLOs with the most goodput per GPU."""
+from simllm.cli import common
+from simllm.fileio import write_output
+from simllm.report import text as report
+from simllm.report.plots import plot_frontier, require_matplotlib
+from simllm.report.progress import Progress
+from simllm.search import optimize as sla
+
+
+def add_parser(sub):
+    opt = sub.add_parser("optimize", help="search a grid of engine settings and hardware for the configuration that "
+                                          "meets SLOs with the most goodput per GPU (or the lowest cost per token)")
+    opt.add_argument("--model", default=common.DEFAULT_MODEL,
+                     help=f"model preset name, simllm YAML, or HuggingFace config.json (default {common.DEFAULT_MODEL})")
+    opt.add_argument("--hardware", nargs="+", default=[common.DEFAULT_HARDWARE], metavar="HARDWARE",
+                     help=f"hardware presets or YAML files (default {common.DEFAULT_HARDWARE}); several make a hardware axis "
+                          "unless --over has hardware=...")
+    common.add_run_args(opt)
+    srch = opt.add_argument_group("search")
+    srch.add_argument("--slo", nargs="+", required=True, metavar="SLO",
+                      help='constraints, e.g. "ttft_p99<=2000,tpot_p99<=50": METRIC<=|<|>=|>NUMBER, METRIC one of '
+                           "ttft|tpot|itl|e2el_mean|median|pNN or a summary key (error_rate<=1%%)")
+    srch.add_argument("--over", nargs="+", metavar="NAME=V1,V2",
+                      help="the grid (cartesian product): tp=1,2,4 replicas=1,2 max_num_seqs=64,128,256 "
+                           "max_num_batched_tokens=... dtype=bf16,fp8 hardware=h100-sxm,h200-sxm, or any engine "
+                           "setting by its ServingConfig name")
+    srch.add_argument("--objective", choices=("goodput_per_gpu", "cost_per_token"), default="goodput_per_gpu",
+                      help="highest request goodput per GPU (default) or lowest USD per million output tokens")
+    srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",
+                      help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
+                           "e.g. h100-sxm=2.5")
+    srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
+    oout = opt.add_argument_group("output")
+    oout.add_argument("--format", choices=("table", "json"), default="table")
+    oout.add_argument("--output", "-o", metavar="FILE", help="also write the result as JSON to FILE")
+    oout.add_argument("--plot", metavar="DIR", help="write the frontier PNGs (per-user speed and P99 TTFT) here, the "
+                                                    "answer marked (needs simllm[plot])")
+    oout.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def cmd(args, out):
+    workload = common.workload(args)
+    serving = common.run_serving(args)
+    slos = sla.parse_slo(args.slo)
+    over = sla.parse_over(args.over)
+    prices = sla.parse_prices(args.price)
+    if args.plot:
+
+        require_matplotlib()  # fail before simulating when matplotlib is missing
+    with Progress(sla.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
+        result = sla.optimize(args.model, args.hardware, serving, workload, slos, over=over,
+                              objective=args.objective, top=args.top, prices=prices,
+                              progress=lambda done, _total: bar.advance(done - bar.done))
+    as_json = report.to_json(sla.optimize_to_dict(result)) + "\n"
+    if args.output:
+        write_output(args.output, as_json)
+    if args.plot:
+
+        rows, chosen = result.rows(), result.answer.index if result.answer else None
+        plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
+        plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")
+    out.write(as_json if args.format == "json" else sla.format_optimize(result) + "\n")
+    return 0 if result.answer else 1  # 1: no configuration meets the SLOs

@@ -1,0 +1,55 @@
+"""``simllm sweep``: a grid or Monte Carlo sweep of configurations in parallel."""
+import logging
+
+from simllm.cli import common
+from simllm.errors import ConfigError
+from simllm.formats import exports
+from simllm.report.plots import plot_sweep
+from simllm.report.progress import Progress
+from simllm.search import sweep as sw
+from simllm.search.spec import load_sweep_spec
+
+
+def add_parser(sub):
+    swp = sub.add_parser("sweep", help="simulate a grid or Monte Carlo sweep of configurations in parallel: one "
+                                       "table, P5-P95 bands over seeds, resumable output")
+    swp.add_argument("spec", metavar="SPEC.yaml",
+                     help="sweep spec: base (model, hardware, serving, workload), grid, samples, num_samples, "
+                          "seeds, slo, output")
+    swp.add_argument("--executor", choices=("threads", "processes", "dask"), default=None,
+                     help="where simulations run (default threads, or dask with --scheduler)")
+    swp.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address (default: a local cluster)")
+    swp.add_argument("--workers", type=common.positive_int, help="threads, processes or local dask workers (default: all cores)")
+    swp.add_argument("--chunk-size", type=common.positive_int, help="configurations per task (default: ~50 ms of work)")
+    swp.add_argument("--output", "-o", metavar="FILE",
+                     help="results .csv or .parquet (default: the spec's output:); journaled as chunks finish, "
+                          "so rerunning the same command resumes an interrupted sweep")
+    swp.add_argument("--plot", metavar="DIR", help="PNGs of key metrics vs the first numeric grid path (simllm[plot])")
+    swp.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    swp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    swp.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def cmd(args, out):
+    logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
+    if args.scheduler and args.executor not in (None, "dask"):
+        raise ConfigError("dask (--scheduler is a dask scheduler's address)", source="command line",
+                          key="--executor", value=args.executor)
+    executor = args.executor or ("dask" if args.scheduler else "threads")
+    spec = load_sweep_spec(args.spec)
+    bar = Progress(0, "simllm sweep", enabled=not args.quiet)  # run_spec sets its total
+    try:
+        result = sw.run_spec(spec, executor, workers=args.workers, scheduler=args.scheduler,
+                             chunk_size=args.chunk_size, progress=bar, output=args.output)
+    finally:
+        bar.close()
+    if args.plot:
+
+        plot_sweep(result, args.plot)
+    if args.format == "json":
+        out.write(exports.to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null
+    elif args.format == "csv":
+        out.write(sw.table_to_csv(result.table))
+    else:
+        out.write(sw.format_sweep(result) + "\n")
+    return 0

@@ -1,0 +1,47 @@
+"""``simllm validate``: simulate measured serving results and report the prediction error."""
+from dataclasses import replace
+
+from simllm.calibration import validate as accuracy
+from simllm.cli import common
+from simllm.config.hardware import FACTOR_KEYS, load_hardware
+from simllm.report import text as report
+from simllm.report.plots import plot_validation
+
+
+def add_parser(sub):
+    val = sub.add_parser("validate", help="simulate measured serving results and report the prediction error")
+    common.add_measured(val)
+    val.add_argument("--hardware", default="", help="hardware of measurements that do not name one (JSON results)")
+    val.add_argument("--factors-from", metavar="PROFILE",
+                     help="apply this calibrated profile's factors to every point's hardware (cross-system test)")
+    val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
+    val.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def cmd(args, out):
+    points, shape = common.measured_points(args, args.hardware)
+    hardware_for = None
+    if args.factors_from:
+        source = load_hardware(args.factors_from)
+        factors = {k: getattr(source, k) for k in FACTOR_KEYS}
+
+        def hardware_for(name):
+            return replace(load_hardware(name), frameworks=source.frameworks, **factors)
+
+    points = accuracy.predict_points(accuracy.with_bounds(points, args.num_prompts, shape), hardware_for,
+                                     args.num_prompts, shape)
+    summary = accuracy.error_summary(points)
+    by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
+    if args.plot:
+
+        plot_validation(points, args.plot)
+    if args.format == "json":
+        rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware,
+                 "backend": p.measurement.backend, "skipped": p.reason or None,
+                 **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
+                 **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS},
+                 **{f"peak_bound_{k}_ms": (p.bound or {}).get(k) for k in accuracy.METRICS}} for p in points]
+        out.write(report.to_json({"points": rows, "summary": summary, "by_backend": by}) + "\n")
+    else:
+        out.write(report.format_validation(points, summary, by) + "\n")
+    return 0

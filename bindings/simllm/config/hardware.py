@@ -1,0 +1,177 @@
+"""Hardware profiles: the seed's YAML form plus datasheet and calibration fields.
+:func:`load_hardware` validates and returns a frozen :class:`HardwareConfig`."""
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simllm.config import presets
+from simllm.config.sections import Section
+from simllm.config.serving import FRAMEWORKS
+from simllm.config.yamlio import load_file
+from simllm.errors import ConfigError
+
+GIB = 2.0**30
+
+_KEYS = {
+    "gpu", "name", "fp16_tflops", "bf16_tflops", "fp8_tflops", "int8_tops", "fp32_tflops",
+    "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
+    "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
+    "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
+    "frontend_latency_ms", "frameworks",
+}
+# The efficiency factors calibration fits; a ``frameworks`` entry may override any of them.
+FACTOR_KEYS = ("compute_utilization", "bandwidth_utilization", "launch_overhead_us", "interconnect_latency_us",
+               "interconnect_utilization", "frontend_latency_ms")
+
+_INTERCONNECTS = ("nvlink", "pcie", "infinity-fabric", "none")
+
+# Used when a profile (the seed's, say) gives no interconnect: PCIe Gen4 x16, 32 GB/s each way.
+DEFAULT_INTERCONNECT = ("pcie", 32.0, 15.0)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """One GPU (all GPUs of a tensor-parallel group are alike).
+
+    Throughputs are dense datasheet peaks; the ``*_utilization`` factors are the achieved fractions
+    the roofline applies. Units are in the field names.
+    """
+
+    gpu: str
+    name: str
+    fp16_tflops: float
+    bf16_tflops: float
+    memory_bandwidth_gbps: float  # GB/s (decimal), as the seed writes it
+    memory_size_bytes: float
+    fp8_tflops: float = 0.0  # 0 = no FP8 tensor cores (FP8 weights then run weight-only)
+    int8_tops: float = 0.0
+    fp32_tflops: float = 0.0
+    bandwidth_utilization: float = 0.8
+    compute_utilization: float = 0.7
+    interconnect: str = DEFAULT_INTERCONNECT[0]
+    interconnect_bandwidth_gbps: float = DEFAULT_INTERCONNECT[1]  # per direction per GPU
+    interconnect_latency_us: float = DEFAULT_INTERCONNECT[2]
+    interconnect_utilization: float = 0.8
+    gpus_per_node: int = 8
+    launch_overhead_us: float = 2.0
+    runtime_overhead_gib: float = 1.0  # CUDA context, NCCL buffers, CUDA graphs
+    # Time from a client sending a request to the engine scheduling it, outside the GPU: HTTP,
+    # tokenization, the API server's hand-off. TTFT and end-to-end latency include it.
+    frontend_latency_ms: float = 0.0
+    # Per serving framework, factors that replace the ones above when simulating it (calibrated
+    # presets: what TensorRT-LLM or SGLang achieve where it differs from vLLM), as
+    # ((framework, ((key, value), ...)), ...).
+    frameworks: tuple = ()
+    interconnect_given: bool = True
+    source: str = "<dict>"
+
+    @property
+    def memory_size_gb(self):
+        return self.memory_size_bytes / 1e9
+
+    @property
+    def memory_bandwidth_bytes_per_s(self):
+        return self.memory_bandwidth_gbps * 1e9
+
+    def peak_flops(self, dtype):
+        """Dense peak FLOP/s of the tensor cores for GEMMs in ``dtype`` (0 if the GPU lacks it)."""
+        tflops = {
+            "fp16": self.fp16_tflops,
+            "bf16": self.bf16_tflops,
+            "fp32": self.fp32_tflops,
+            "fp8": self.fp8_tflops,
+            "int8": self.int8_tops,
+        }.get(dtype, 0.0)
+        return tflops * 1e12
+
+    def with_overrides(self, **changes):
+        return replace(self, **changes)
+
+    def for_framework(self, framework):
+        """This profile with ``framework``'s calibrated factors, if it has any (else itself)."""
+        for name, factors in self.frameworks:
+            if name == framework:
+                return replace(self, **dict(factors))
+        return self
+
+
+def _factor(sec, key):
+    if key.endswith("_utilization"):
+        return sec.number(key, exclusive_minimum=0, maximum=1)
+    return sec.number(key, minimum=0)
+
+
+def _frameworks(sec):
+    if not sec.has("frameworks"):
+        return ()
+    top = sec.section("frameworks")
+    top.reject_unknown(set(FRAMEWORKS))
+    out = []
+    for name in FRAMEWORKS:
+        if top.has(name):
+            fw = top.section(name)
+            fw.reject_unknown(set(FACTOR_KEYS))
+            out.append((name, tuple((k, _factor(fw, k)) for k in FACTOR_KEYS if fw.has(k))))
+    return tuple(out)
+
+
+def hardware_from_dict(data, source="<dict>"):
+    """Validate a hardware mapping (``{"hardware": {...}}`` or the inner mapping).
+
+    Raises
+    ------
+    ConfigError
+        For a missing key, wrong type or out-of-range value.
+    """
+    top = Section(data, source)
+    sec = top.section("hardware") if "hardware" in data else top
+    sec.reject_unknown(_KEYS)
+    positive = {"exclusive_minimum": 0}
+    fp16 = sec.number("fp16_tflops", **positive)
+    if sec.has("memory_size_gb") and sec.has("memory_size_gib"):
+        raise sec.error("memory_size_gib", sec.raw("memory_size_gib"), "only one of memory_size_gb and memory_size_gib")
+    if sec.has("memory_size_gib"):
+        memory = sec.number("memory_size_gib", **positive) * GIB
+    else:
+        memory = sec.number("memory_size_gb", **positive) * 1e9
+    given = sec.has("interconnect") or sec.has("interconnect_bandwidth_gbps")
+    util = {"exclusive_minimum": 0, "maximum": 1}
+    gpu = sec.string("gpu", Path(source).stem)
+    return HardwareConfig(
+        gpu=gpu,
+        name=sec.string("name", gpu),
+        fp16_tflops=fp16,
+        bf16_tflops=sec.number("bf16_tflops", fp16, **positive),
+        fp8_tflops=sec.number("fp8_tflops", 0.0, minimum=0),
+        int8_tops=sec.number("int8_tops", 0.0, minimum=0),
+        fp32_tflops=sec.number("fp32_tflops", 0.0, minimum=0),
+        memory_bandwidth_gbps=sec.number("memory_bandwidth_gbps", **positive),
+        memory_size_bytes=memory,
+        bandwidth_utilization=sec.number("bandwidth_utilization", 0.8, **util),
+        compute_utilization=sec.number("compute_utilization", 0.7, **util),
+        interconnect=sec.choice("interconnect", _INTERCONNECTS, DEFAULT_INTERCONNECT[0], {"nvl": "nvlink", "xgmi": "infinity-fabric"}),
+        interconnect_bandwidth_gbps=sec.number("interconnect_bandwidth_gbps", DEFAULT_INTERCONNECT[1], **positive),
+        interconnect_latency_us=sec.number("interconnect_latency_us", DEFAULT_INTERCONNECT[2], minimum=0),
+        interconnect_utilization=sec.number("interconnect_utilization", 0.8, **util),
+        gpus_per_node=sec.positive_int("gpus_per_node", 8),
+        launch_overhead_us=sec.number("launch_overhead_us", 2.0, minimum=0),
+        runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
+        frontend_latency_ms=sec.number("frontend_latency_ms", 0.0, minimum=0),
+        frameworks=_frameworks(sec),
+        interconnect_given=given,
+        source=source,
+    )
+
+def load_hardware(name_or_path):
+    """Load and validate a hardware profile: a preset name (``"h100-sxm"``) or a YAML file.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown preset (with the nearest names), a missing file, a YAML syntax error
+        (with its line), or an invalid value.
+    """
+    path = presets.resolve("hardware", name_or_path, flag="--hardware")
+    data = load_file(path)
+    if data is None:
+        raise ConfigError("a hardware profile, got an empty file", source=str(path))
+    return hardware_from_dict(data, str(path))

@@ -1,0 +1,394 @@
+"""Model configurations: the seed's YAML form, the richer simllm form, and HuggingFace
+``config.json`` read directly. :func:`load_model` validates and returns a frozen
+:class:`ModelConfig`; derived numbers (parameter counts) are methods of it."""
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from simllm.config import dtypes, presets
+from simllm.config.sections import Section
+from simllm.config.yamlio import line_of, load_file
+from simllm.errors import ConfigError
+
+# Published parameter counts may differ from what the dimensions give by rounding and
+# bookkeeping (buffers, padding); a larger gap means the declared number or the dimensions are wrong.
+DECLARED_PARAMS_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A transformer's architecture, as the cost model needs it.
+
+    All sizes are element counts; ``head_dim`` is per attention head. ``intermediate_size`` is the
+    dense FFN width; for MoE models ``moe_intermediate_size`` is one routed expert's width and
+    ``shared_expert_intermediate_size`` the total width of the always-on shared experts.
+    """
+
+    name: str
+    dtype: str
+    layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_sequence_length: int
+    ffn: str = "gated"  # "gated" (SwiGLU/GeGLU: 3 matrices) or "plain" (2 matrices)
+    activation: str = "silu"
+    norm: str = "rmsnorm"  # "rmsnorm" (weight) or "layernorm" (weight + bias)
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # biases on q, k, v (Qwen2)
+    mlp_bias: bool = False
+    lm_head_bias: bool = False
+    qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
+    parallel_attention: bool = False  # attention and FFN share one norm (GPT-J)
+    rotary_dim: int = 0  # 0 means head_dim
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    moe_layers: int = 0  # layers whose FFN is MoE (the first layers - moe_layers are dense)
+    kv_cache_enabled: bool = True
+    kv_cache_max_tokens: int = 0  # 0 = sized by memory; else a preallocated pool of this many tokens
+    kv_cache_dtype: str = "auto"
+    kv_compression_ratio: float = 1.0  # stored KV bytes = raw bytes / ratio
+    declared_parameters: float = 0.0  # a published count to cross-check (0 = none)
+    source: str = "<dict>"
+    warnings: tuple = field(default=(), compare=False)
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def is_moe(self):
+        return self.num_experts > 0
+
+    @property
+    def dense_layers(self):
+        return self.layers - self.moe_layers
+
+    @property
+    def rope_dim(self):
+        return self.rotary_dim or self.head_dim
+
+    def matrix_params(self):
+        """Parameters of each weight matrix group, unsharded (biases included).
+
+        Returns
+        -------
+        dict
+            ``qkv``, ``o``, ``ffn_up``, ``ffn_down`` (one dense layer); ``router``,
+            ``expert_up``, ``expert_down`` (one routed expert), ``shared_up``, ``shared_down``
+            (all shared experts of one MoE layer); ``norm`` (one norm), ``qk_norm`` (per layer);
+            ``embed``, ``lm_head``.
+        """
+        h, d = self.hidden_size, self.head_dim
+        nh, nkv, inter = self.num_attention_heads, self.num_key_value_heads, self.intermediate_size
+        up_mult = 2 if self.ffn == "gated" else 1
+        qkv_out = (nh + 2 * nkv) * d
+        shared = self.shared_expert_intermediate_size
+        return {
+            "qkv": h * qkv_out + (qkv_out if self.attention_bias else 0),
+            "o": nh * d * h,
+            "ffn_up": h * up_mult * inter + (up_mult * inter if self.mlp_bias else 0),
+            "ffn_down": inter * h + (h if self.mlp_bias else 0),
+            "router": h * self.num_experts,
+            "expert_up": 2 * h * self.moe_intermediate_size,
+            "expert_down": self.moe_intermediate_size * h,
+            "shared_up": 2 * h * shared,
+            "shared_down": shared * h,
+            "norm": h * (2 if self.norm == "layernorm" else 1),
+            "qk_norm": 2 * d if self.qk_norm else 0,
+            "embed": self.vocab_size * h,
+            "lm_head": self.vocab_size * h + (self.vocab_size if self.lm_head_bias else 0),
+        }
+
+    def parameter_breakdown(self):
+        """Parameter count by component (total over layers), in parameters."""
+        m = self.matrix_params()
+        norms_per_layer = 1 if self.parallel_attention else 2
+        moe = m["router"] + self.num_experts * (m["expert_up"] + m["expert_down"]) + m["shared_up"] + m["shared_down"]
+        return {
+            "embedding": m["embed"],
+            "attention": self.layers * (m["qkv"] + m["o"] + m["qk_norm"]),
+            "ffn": self.dense_layers * (m["ffn_up"] + m["ffn_down"]) + self.moe_layers * moe,
+            "norms": (self.layers * norms_per_layer + 1) * m["norm"],
+            "lm_head": 0 if self.tie_word_embeddings else m["lm_head"],
+        }
+
+    def parameter_count(self):
+        """Total parameters the dimensions give (a tied LM head counted once)."""
+        return sum(self.parameter_breakdown().values())
+
+    def active_parameter_count(self):
+        """Parameters one token passes through (MoE: only its ``experts_per_token`` experts)."""
+        if not self.is_moe:
+            return self.parameter_count()
+        m = self.matrix_params()
+        idle = self.num_experts - self.experts_per_token
+        return self.parameter_count() - self.moe_layers * idle * (m["expert_up"] + m["expert_down"])
+
+    def kv_elements_per_token(self):
+        """K and V elements one token stores: 2 x layers x KV heads x head_dim."""
+        return 2 * self.layers * self.num_key_value_heads * self.head_dim
+
+    def with_overrides(self, **changes):
+        """A copy with fields replaced (no re-validation of dimensions)."""
+        return replace(self, **changes)
+
+
+_SEED_KEYS = {
+    "name", "dtype", "layers", "hidden_size", "num_attention_heads", "head_dim", "vocab_size",
+    "max_sequence_length", "kv_cache",
+}
+_EXTRA_KEYS = {
+    "num_key_value_heads", "intermediate_size", "ffn", "activation", "norm", "tie_word_embeddings",
+    "attention_bias", "mlp_bias", "lm_head_bias", "qk_norm", "parallel_attention", "rotary_dim",
+    "moe", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
+    "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
+    # HF-style spellings accepted in YAML too
+    "num_hidden_layers", "max_position_embeddings",
+}
+_MOE_KEYS = {"num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
+             "shared_expert_intermediate_size", "moe_layers"}
+_KV_KEYS = {"enabled", "max_cache_size", "dtype", "compression_ratio"}
+_FFN_ALIASES = {"swiglu": "gated", "geglu": "gated", "glu": "gated", "mlp": "plain", "gelu": "plain", "dense": "plain"}
+_NORM_ALIASES = {"rms": "rmsnorm", "rms_norm": "rmsnorm", "layer_norm": "layernorm", "ln": "layernorm"}
+
+
+def model_from_dict(data, source="<dict>"):
+    """Validate a simllm/seed-form model mapping (``{"model": {...}}`` or the inner mapping).
+
+    Raises
+    ------
+    ConfigError
+        For a missing key, wrong type, out-of-range or inconsistent value.
+    """
+    top = Section(data, source)
+    sec = top.section("model") if "model" in data else top
+    sec.reject_unknown(_SEED_KEYS | _EXTRA_KEYS)
+
+    def first(*keys):
+        return next((k for k in keys if sec.has(k)), keys[0])
+
+    layers = sec.positive_int(first("layers", "num_hidden_layers"))
+    hidden = sec.positive_int("hidden_size")
+    heads = sec.positive_int("num_attention_heads")
+    kv_heads = sec.positive_int("num_key_value_heads", heads)
+    head_dim_given = sec.has("head_dim")
+    if not head_dim_given and hidden % heads:
+        raise sec.error("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (or set head_dim)")
+    head_dim = sec.positive_int("head_dim", hidden // heads)
+    if heads % kv_heads:
+        raise sec.error("num_key_value_heads", kv_heads, f"a divisor of num_attention_heads {heads}")
+    notes = []
+    ffn_given = sec.has("ffn")
+    ffn = sec.choice("ffn", ("gated", "plain"), "gated", _FFN_ALIASES)
+    if sec.has("intermediate_size"):
+        inter = sec.positive_int("intermediate_size")
+    else:
+        if not ffn_given:
+            ffn = "plain"
+        inter = 4 * hidden
+        notes.append(
+            f"intermediate_size is not given: assuming a {ffn} FFN of 4 x hidden_size = {inter}"
+        )
+    moe = sec.section("moe") if sec.has("moe") else sec
+    if sec.has("moe"):
+        moe.reject_unknown(_MOE_KEYS)
+    n_experts = moe.number("num_experts", 0, integer=True, minimum=0)
+    k = moe.number("experts_per_token", 2 if n_experts else 0, integer=True, minimum=0)
+    if n_experts and not 1 <= k <= n_experts:
+        raise moe.error("experts_per_token", k, f"an integer from 1 to num_experts ({n_experts})")
+    moe_inter = moe.number("moe_intermediate_size", inter if n_experts else 0, integer=True, minimum=0)
+    n_shared = moe.number("num_shared_experts", 0, integer=True, minimum=0)
+    shared_inter = moe.number("shared_expert_intermediate_size", n_shared * moe_inter, integer=True, minimum=0)
+    moe_layers = moe.number("moe_layers", layers if n_experts else 0, integer=True, minimum=0, maximum=layers)
+
+    kv = sec.section("kv_cache")
+    kv.reject_unknown(_KV_KEYS)
+    dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.NATIVE_DTYPES + ("fp8", "int8", "int4"),
+                             source=source, key=sec.path("dtype"), line=line_of(sec.data, "dtype"))
+    kv_dtype = kv.raw("dtype", "auto")
+    if kv_dtype != "auto":
+        kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"),
+                                    line=line_of(kv.data, "dtype"))
+
+    cfg = ModelConfig(
+        name=sec.string("name", Path(source).stem),
+        dtype=dtype,
+        layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=sec.positive_int("vocab_size"),
+        max_sequence_length=sec.positive_int(first("max_sequence_length", "max_position_embeddings")),
+        ffn=ffn,
+        activation=sec.string("activation", "silu" if ffn == "gated" else "gelu"),
+        norm=sec.choice("norm", ("rmsnorm", "layernorm"), "rmsnorm", _NORM_ALIASES),
+        tie_word_embeddings=sec.boolean("tie_word_embeddings", False),
+        attention_bias=sec.boolean("attention_bias", False),
+        mlp_bias=sec.boolean("mlp_bias", False),
+        lm_head_bias=sec.boolean("lm_head_bias", False),
+        qk_norm=sec.boolean("qk_norm", False),
+        parallel_attention=sec.boolean("parallel_attention", False),
+        rotary_dim=sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
+        num_experts=n_experts,
+        experts_per_token=k,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=n_shared,
+        shared_expert_intermediate_size=shared_inter,
+        moe_layers=moe_layers,
+        kv_cache_enabled=kv.boolean("enabled", True),
+        kv_cache_max_tokens=kv.number("max_cache_size", 0, integer=True, minimum=1),
+        kv_cache_dtype=kv_dtype,
+        kv_compression_ratio=kv.number("compression_ratio", 1.0, minimum=1.0),
+        declared_parameters=sec.number("declared_parameters", 0.0, exclusive_minimum=0),
+        source=source,
+    )
+    return _with_warnings(cfg, notes)
+
+
+# HuggingFace config.json: the keys transformers uses, with the per-architecture aliases.
+_HF_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "max_sequence_length": ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),  # Mixtral, Qwen2-MoE, DeepSeek
+    "experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "top_k"),
+}
+_PLAIN_FFN_TYPES = {"gptj", "gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2"}
+_PARALLEL_ATTN_TYPES = {"gptj", "phi", "falcon"}
+_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+
+
+def model_from_hf_config(data, source="config.json"):
+    """Build a :class:`ModelConfig` from a HuggingFace ``config.json`` mapping.
+
+    Follows transformers' defaults: a missing ``head_dim`` is ``hidden_size //
+    num_attention_heads``, a missing ``num_key_value_heads`` is ``num_attention_heads``; Mixtral's
+    ``num_local_experts``/``num_experts_per_tok``, Qwen2-MoE's ``num_experts``/
+    ``moe_intermediate_size``/``shared_expert_intermediate_size`` and GPT-J's ``n_embd``/``n_layer``/
+    ``n_head``/``n_inner`` are understood.
+    """
+    sec = Section(data, source)
+    if isinstance(data.get("text_config"), dict):  # multimodal wrappers keep the LM here
+        inner = dict(data["text_config"])
+        inner.setdefault("torch_dtype", data.get("torch_dtype"))
+        return model_from_hf_config(inner, source)
+    mtype = str(data.get("model_type", "")).lower()
+
+    def pick(name):
+        for key in _HF_ALIASES.get(name, (name,)):
+            if sec.has(key):
+                return key
+        return _HF_ALIASES.get(name, (name,))[0]
+
+    out = {}
+    out["name"] = data.get("_name_or_path") or (data.get("architectures") or [mtype or Path(source).parent.name])[0]
+    torch_dtype = data.get("torch_dtype") or data.get("dtype") or "bfloat16"
+    out["dtype"] = torch_dtype
+    for name in ("hidden_size", "layers", "num_attention_heads", "max_sequence_length"):
+        out[name] = sec.positive_int(pick(name))
+    out["vocab_size"] = sec.positive_int("vocab_size")
+    for name in ("num_key_value_heads", "head_dim"):
+        if sec.has(name):
+            out[name] = sec.positive_int(name)
+    inter_key = pick("intermediate_size")
+    if sec.has(inter_key):
+        out["intermediate_size"] = sec.positive_int(inter_key)
+    elif mtype in _PLAIN_FFN_TYPES:
+        out["intermediate_size"] = 4 * out["hidden_size"]  # GPT-J/GPT-2: n_inner None = 4 * n_embd
+    out["ffn"] = "plain" if mtype in _PLAIN_FFN_TYPES else "gated"
+    act = data.get("hidden_act") or data.get("activation_function") or ("gelu" if out["ffn"] == "plain" else "silu")
+    out["activation"] = str(act)
+    out["norm"] = "layernorm" if mtype in _PLAIN_FFN_TYPES else "rmsnorm"
+    # transformers' PretrainedConfig ties by default; these architectures' configs default to untied
+    out["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", mtype not in _UNTIED_BY_DEFAULT))
+    out["attention_bias"] = bool(data.get("attention_bias", mtype in {"qwen2", "qwen2_moe"} or data.get("qkv_bias", False)))
+    out["mlp_bias"] = bool(data.get("mlp_bias", mtype in _PLAIN_FFN_TYPES))
+    out["lm_head_bias"] = mtype == "gptj"
+    out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2"}
+    out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
+    if sec.has("rotary_dim"):
+        out["rotary_dim"] = sec.positive_int("rotary_dim")
+    experts_key = pick("num_experts")
+    if sec.has(experts_key) and sec.number(experts_key, integer=True, minimum=0) > 0:
+        moe = {"num_experts": sec.number(experts_key, integer=True, minimum=1)}
+        moe["experts_per_token"] = sec.positive_int(pick("experts_per_token"), 2)
+        if sec.has("moe_intermediate_size"):
+            moe["moe_intermediate_size"] = sec.positive_int("moe_intermediate_size")
+        n_shared = data.get("n_shared_experts") or data.get("num_shared_experts") or 0
+        if sec.has("shared_expert_intermediate_size"):
+            moe["shared_expert_intermediate_size"] = sec.number("shared_expert_intermediate_size", integer=True, minimum=0)
+            n_shared = n_shared or (1 if moe["shared_expert_intermediate_size"] else 0)
+        moe["num_shared_experts"] = int(n_shared)
+        dense_first = int(data.get("first_k_dense_replace") or 0)
+        if data.get("mlp_only_layers"):
+            dense_first = len(data["mlp_only_layers"])
+        moe["moe_layers"] = out["layers"] - dense_first
+        out["moe"] = moe
+    return model_from_dict(out, source)  # no "model." prefix: errors name config.json's own keys
+
+
+def _with_warnings(cfg, notes):
+    """Attach warnings about the configuration's internal consistency."""
+    warnings = list(notes)
+    attn_width = cfg.num_attention_heads * cfg.head_dim
+    if attn_width < cfg.hidden_size:
+        warnings.append(
+            f"num_attention_heads x head_dim = {cfg.num_attention_heads} x {cfg.head_dim} = {attn_width} "
+            f"is smaller than hidden_size {cfg.hidden_size}: attention projects {cfg.hidden_size} -> "
+            f"{attn_width} -> {cfg.hidden_size}; published models use heads x head_dim >= hidden_size, "
+            f"so one of these numbers is probably wrong (simulating the dimensions as given)"
+        )
+    derived = cfg.parameter_count()
+    if cfg.declared_parameters and abs(derived - cfg.declared_parameters) > DECLARED_PARAMS_TOLERANCE * cfg.declared_parameters:
+        b = dtypes.BYTES[cfg.dtype]
+        warnings.append(
+            f"declared_parameters {cfg.declared_parameters / 1e9:.2f}B ({cfg.declared_parameters * b / 1e9:.1f} GB in "
+            f"{cfg.dtype}) does not match the dimensions, which give {derived / 1e9:.2f}B "
+            f"({derived * b / 1e9:.1f} GB); simulating what the dimensions imply"
+        )
+    if cfg.kv_cache_max_tokens and cfg.kv_cache_max_tokens < cfg.max_sequence_length:
+        warnings.append(
+            f"kv_cache.max_cache_size {cfg.kv_cache_max_tokens} tokens is less than max_sequence_length "
+            f"{cfg.max_sequence_length}: one full-length sequence cannot be cached"
+        )
+    if not cfg.kv_cache_enabled:
+        warnings.append("kv_cache.enabled is false: every decode step recomputes the whole context")
+    return replace(cfg, warnings=tuple(warnings))
+
+
+def _looks_like_hf(data):
+    return isinstance(data, dict) and "model" not in data and (
+        "num_hidden_layers" in data or "model_type" in data or "n_layer" in data or "architectures" in data
+    )
+
+
+def load_model(name_or_path):
+    """Load and validate a model: a preset name (``"llama-3.1-8b"``), a simllm/seed YAML file,
+    a HuggingFace ``config.json`` or a directory holding one.
+
+    Returns
+    -------
+    ModelConfig
+        With ``warnings`` listing inconsistencies found (the model still loads).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown preset (with the nearest names), a missing file, a YAML syntax error
+        (with its line), or an invalid value (naming file, key, value and expectation).
+    """
+    path = presets.resolve("models", name_or_path, flag="--model")
+    data = load_file(path)
+    source = str(path)
+    if data is None:
+        raise ConfigError("a model configuration, got an empty file", source=source)
+    if _looks_like_hf(data):
+        return model_from_hf_config(data, source)
+    return model_from_dict(data, source)

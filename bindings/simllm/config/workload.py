@@ -1,0 +1,438 @@
+"""Workloads: who sends what, when. Open loop (a request rate with Poisson, gamma-bursty or
+constant spacing, or everything at t=0), closed loop (N concurrent clients), trace replay; prompt
+and output lengths fixed, uniform, normal, lognormal or drawn from a file.
+
+Sampling uses ``np.random.Generator`` seeded from ``seed`` only: same seed, same requests.
+"""
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simllm.config import presets
+from simllm.config.sections import Section
+from simllm.config.yamlio import load_file
+from simllm.errors import ConfigError
+
+ARRIVALS = ("poisson", "gamma", "constant")
+LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+TRACE_FORMATS = ("auto", "azure", "burstgpt", "mooncake", "simple")
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution. ``fixed``: ``value``; ``uniform``: integers in
+    [``low``, ``high``) (vLLM's ``--random-range-ratio`` gives ``value*(1-r)`` to ``value*(1+r)``
+    inclusive); ``normal``: ``mean``, ``std``; ``lognormal``: ``mean``, ``sigma`` of the
+    underlying normal in log space is derived so the distribution's mean is ``mean``;
+    ``empirical``: sampled with replacement from ``values``. Samples are clipped to
+    [``minimum``, ``maximum``]."""
+
+    kind: str = "fixed"
+    value: int = 0
+    low: int = 0
+    high: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+    sigma: float = 0.0
+    values: tuple = ()
+    minimum: int = 1
+    maximum: int = 0  # 0 = no cap
+
+    def sample(self, rng, n):
+        if self.kind == "fixed":
+            out = np.full(n, self.value, dtype=np.int64)
+        elif self.kind == "uniform":
+            out = rng.integers(self.low, self.high, n, dtype=np.int64)
+        elif self.kind == "normal":
+            out = np.rint(rng.normal(self.mean, self.std, n)).astype(np.int64)
+        elif self.kind == "lognormal":
+            mu = math.log(self.mean) - self.sigma**2 / 2.0
+            out = np.rint(rng.lognormal(mu, self.sigma, n)).astype(np.int64)
+        else:
+            values = np.asarray(self.values, dtype=np.int64)
+            out = values[rng.integers(0, len(values), n)]
+        out = np.maximum(out, self.minimum)
+        if self.maximum:
+            out = np.minimum(out, self.maximum)
+        return out
+
+    @property
+    def mean_value(self):
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            return (self.low + self.high - 1) / 2.0
+        if self.kind in ("normal", "lognormal"):
+            return self.mean
+        return float(np.mean(self.values))
+
+    @property
+    def upper(self):
+        """Largest length this distribution can produce (inf when unbounded)."""
+        if self.maximum:
+            return self.maximum
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "uniform":
+            return self.high - 1
+        if self.kind == "empirical":
+            return max(self.values)
+        return math.inf
+
+    def describe(self):
+        if self.kind == "fixed":
+            return str(self.value)
+        if self.kind == "uniform":
+            return f"uniform [{self.low}, {self.high})"
+        if self.kind == "normal":
+            return f"normal(mean {self.mean:g}, std {self.std:g})"
+        if self.kind == "lognormal":
+            return f"lognormal(mean {self.mean:g}, sigma {self.sigma:g})"
+        return f"empirical ({len(self.values)} values)"
+
+
+def fixed(value):
+    return LengthDist("fixed", value=int(value))
+
+
+def random_range(value, ratio):
+    """vLLM's random dataset: uniform integers in [value*(1-ratio), value*(1+ratio)]."""
+    if not ratio:
+        return fixed(value)
+    low = max(1, int(value * (1.0 - ratio)))
+    return LengthDist("uniform", low=low, high=int(value * (1.0 + ratio)) + 1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What clients send. ``request_rate`` inf sends everything at t=0; ``max_concurrency`` N
+    makes it a closed loop of N clients (each sends its next request when the last one ends);
+    both together cap in-flight requests of an open-loop stream, as ``vllm bench serve`` does."""
+
+    num_prompts: int = 1000
+    request_rate: float = math.inf
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int = 0
+    input_len: LengthDist = field(default_factory=lambda: fixed(1024))
+    output_len: LengthDist = field(default_factory=lambda: fixed(128))
+    seed: int = 0
+    timeout_s: float = 0.0  # client timeout; 0 = none
+    prefix_len: int = 0  # shared prompt prefix (system prompt) tokens
+    prefix_hit_ratio: float = 0.0  # fraction of requests whose prefix is in the prefix cache
+    trace: str = ""  # path of a replayed trace (its lengths and times replace the sampled ones)
+    trace_format: str = "auto"
+    time_scale: float = 1.0  # trace replay: multiply inter-arrival times by this
+    name: str = "workload"
+    source: str = "<dict>"
+
+    def describe(self):
+        if self.trace:
+            return f"trace {Path(self.trace).name} ({self.num_prompts} requests)"
+        if self.max_concurrency and not math.isfinite(self.request_rate):
+            load = f"closed loop, {self.max_concurrency} clients"
+        else:
+            rate = "all at t=0" if not math.isfinite(self.request_rate) else f"{self.request_rate:g} req/s {self.arrival}"
+            if self.arrival == "gamma":
+                rate += f" (burstiness {self.burstiness:g})"
+            load = rate + (f", at most {self.max_concurrency} in flight" if self.max_concurrency else "")
+        return (f"{self.num_prompts} requests, {load}, input {self.input_len.describe()}, "
+                f"output {self.output_len.describe()}, seed {self.seed}")
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Sampled requests, in the order they are sent. ``arrival_s`` is the open-loop send time
+    (all 0 for a pure closed loop)."""
+
+    arrival_s: np.ndarray  # float64 (n,)
+    input_len: np.ndarray  # int64 (n,)
+    output_len: np.ndarray  # int64 (n,)
+    prefix_hit: np.ndarray  # bool (n,)
+    trace_lines: np.ndarray = None  # int64 (n,): line of each request in a replayed trace
+
+    def __len__(self):
+        return len(self.input_len)
+
+
+def generate(workload):
+    """Draw the requests of ``workload`` (or read its trace).
+
+    Returns
+    -------
+    Requests
+    """
+    rng = np.random.default_rng(workload.seed)
+    if workload.trace:
+        arrival, inp, out, lines = read_trace(workload.trace, workload.trace_format, with_lines=True)
+        n = min(workload.num_prompts, len(inp)) if workload.num_prompts else len(inp)
+        arrival, inp, out, lines = arrival[:n], inp[:n], out[:n], lines[:n]
+        arrival = (arrival - arrival[0]) * workload.time_scale
+    else:
+        n = workload.num_prompts
+        inp = workload.input_len.sample(rng, n)
+        out = workload.output_len.sample(rng, n)
+        arrival = _arrivals(workload, rng, n)
+        lines = None
+    hit = rng.random(n) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(n, dtype=bool)
+    return Requests(np.ascontiguousarray(arrival, dtype=np.float64), np.ascontiguousarray(inp, dtype=np.int64),
+                    np.ascontiguousarray(out, dtype=np.int64), hit, lines)
+
+
+def _arrivals(w, rng, n):
+    """Send times: vLLM's semantics (the first request at 0, then gaps of 1/rate on average;
+    gamma gaps have shape ``burstiness`` and scale ``1 / (rate * burstiness)``)."""
+    if not math.isfinite(w.request_rate) or n == 0:
+        return np.zeros(n)
+    if w.arrival == "constant":
+        gaps = np.full(n - 1, 1.0 / w.request_rate)
+    elif w.arrival == "gamma":
+        gaps = rng.gamma(w.burstiness, 1.0 / (w.request_rate * w.burstiness), n - 1)
+    else:
+        gaps = rng.exponential(1.0 / w.request_rate, n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+# ----------------------------------------------------------------------------- traces
+_TRACE_COLUMNS = {
+    # format: (time column, input column, output column, time unit in seconds or "datetime")
+    "azure": (("TIMESTAMP",), ("ContextTokens",), ("GeneratedTokens",), "datetime"),
+    "burstgpt": (("Timestamp",), ("Request tokens",), ("Response tokens",), 1.0),
+    "mooncake": (("timestamp",), ("input_length",), ("output_length",), 1e-3),
+    "simple": (("arrival_s", "timestamp_s", "time_s"), ("input_len", "input_tokens", "prompt_len"),
+               ("output_len", "output_tokens"), 1.0),
+}
+
+
+def _detect(columns, path):
+    for name, (tcol, icol, ocol, _) in _TRACE_COLUMNS.items():
+        if any(c in columns for c in tcol) and any(c in columns for c in icol) and any(c in columns for c in ocol):
+            return name
+    raise ConfigError(
+        "a trace with the columns of the Azure LLM trace (TIMESTAMP, ContextTokens, GeneratedTokens), "
+        "BurstGPT (Timestamp, Request tokens, Response tokens), Mooncake (timestamp, input_length, "
+        f"output_length) or arrival_s, input_len, output_len; found {', '.join(map(str, columns)) or 'none'}",
+        source=str(path), line=1,
+    )
+
+
+def _rows(path):
+    """(line number, dict) rows of a CSV or JSONL trace."""
+    text = Path(path)
+    if text.suffix.lower() in (".jsonl", ".json"):
+        with open(text, encoding="utf-8-sig") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"invalid JSON line: {exc.msg}", source=str(path), line=i) from None
+                if not isinstance(row, dict):
+                    raise ConfigError("a JSON object per line", source=str(path), line=i)
+                yield i, row
+    else:
+        with open(text, encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames:
+                reader.fieldnames = [c.strip() for c in reader.fieldnames]
+            for row in reader:
+                yield reader.line_num, row
+
+
+def read_trace(path, fmt="auto", with_lines=False):
+    """Read a request trace. Rows with 0 output tokens (requests that failed in the traced
+    service) are skipped.
+
+    Returns
+    -------
+    arrival_s : ndarray of float64
+        Seconds, sorted, as in the file (the caller shifts them to start at 0).
+    input_len, output_len : ndarray of int64
+    lines : ndarray of int64
+        Only with ``with_lines``: each request's line in the file.
+
+    Raises
+    ------
+    ConfigError
+        An empty trace, missing columns, or a bad value (naming the file, line and column).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such trace file", source=str(path))
+    times, inputs, outputs, lines = [], [], [], []
+    cols = None
+    for line, row in _rows(path):
+        if cols is None:
+            name = fmt if fmt != "auto" else _detect(list(row), path)
+            tcol, icol, ocol, unit = _TRACE_COLUMNS[name]
+            cols = []
+            for options in (tcol, icol, ocol):
+                found = next((c for c in options if c in row), None)
+                if found is None:
+                    header = 1 if path.suffix.lower() not in (".jsonl", ".json") else line
+                    raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path),
+                                      line=header)
+                cols.append(found)
+        tk, ik, ok = cols
+        t = _trace_time(row.get(tk), unit, path, line, tk)
+        i_len = _trace_int(row.get(ik), path, line, ik, minimum=1)
+        o_len = _trace_int(row.get(ok), path, line, ok, minimum=0)
+        if o_len == 0:
+            continue  # a request that failed in the traced service (BurstGPT logs them with 0 tokens)
+        times.append(t)
+        inputs.append(i_len)
+        outputs.append(o_len)
+        lines.append(line)
+    if not times:
+        raise ConfigError("a trace with at least one request, got none", source=str(path))
+    t = np.asarray(times, dtype=np.float64)
+    order = np.argsort(t, kind="stable")
+    arrays = (t[order], np.asarray(inputs, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order])
+    return arrays + (np.asarray(lines, dtype=np.int64)[order],) if with_lines else arrays
+
+
+def _trace_int(value, path, line, key, minimum):
+    try:
+        f = float(value)
+        if f != int(f) or f < minimum:
+            raise ValueError
+        return int(f)
+    except (TypeError, ValueError):
+        raise ConfigError(f"an integer >= {minimum}", source=str(path), line=line, key=key, value=value) from None
+
+
+def _trace_time(value, unit, path, line, key):
+    if unit == "datetime":
+        try:
+            return float(value)  # already seconds
+        except (TypeError, ValueError):
+            pass
+        try:
+            text = str(value).strip().replace(" ", "T")
+            return np.datetime64(text, "us").astype(np.int64) / 1e6
+        except (TypeError, ValueError):
+            raise ConfigError("a timestamp (YYYY-MM-DD HH:MM:SS.ffffff or seconds)", source=str(path), line=line,
+                              key=key, value=value) from None
+    try:
+        t = float(value)
+        if not math.isfinite(t):
+            raise ValueError
+        return t * unit
+    except (TypeError, ValueError):
+        raise ConfigError("a number (time)", source=str(path), line=line, key=key, value=value) from None
+
+
+# ----------------------------------------------------------------------------- config files
+_KEYS = {
+    "name", "num_prompts", "request_rate", "arrival", "burstiness", "max_concurrency", "input_len",
+    "output_len", "random_range_ratio", "seed", "timeout_s", "prefix_len", "prefix_hit_ratio", "trace",
+    "trace_format", "time_scale",
+}
+_DIST_KEYS = {"distribution", "value", "low", "high", "mean", "std", "sigma", "file", "column", "min", "max"}
+
+
+def _length(sec, key, ratio):
+    if not sec.has(key):
+        return None
+    raw = sec.raw(key)
+    if not isinstance(raw, dict):
+        value = sec.positive_int(key)
+        return random_range(value, ratio)
+    d = sec.section(key)
+    d.reject_unknown(_DIST_KEYS)
+    kind = d.choice("distribution", LENGTH_KINDS, "fixed")
+    bounds = dict(minimum=d.positive_int("min", 1), maximum=d.number("max", 0, integer=True, minimum=0))
+    if bounds["maximum"] and bounds["maximum"] < bounds["minimum"]:
+        raise d.error("max", bounds["maximum"], f"an integer >= min ({bounds['minimum']})")
+    if kind == "fixed":
+        return LengthDist("fixed", value=d.positive_int("value"), **bounds)
+    if kind == "uniform":
+        low = d.positive_int("low")
+        high = d.number("high", integer=True, minimum=low + 1)
+        return LengthDist("uniform", low=low, high=high, **bounds)
+    if kind == "normal":
+        return LengthDist("normal", mean=d.number("mean", exclusive_minimum=0), std=d.number("std", minimum=0), **bounds)
+    if kind == "lognormal":
+        return LengthDist("lognormal", mean=d.number("mean", exclusive_minimum=0),
+                          sigma=d.number("sigma", minimum=0), **bounds)
+    file = Path(d.string("file"))
+    if not file.is_absolute():
+        file = Path(sec.source).parent / file
+    return LengthDist("empirical", values=tuple(read_lengths(file, d.string("column", ""))), **bounds)
+
+
+def read_lengths(path, column=""):
+    """Token lengths from a text file (one integer per line) or a CSV ``column``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such lengths file", source=str(path))
+    values = []
+    if column:
+        for line, row in _rows(path):
+            if column not in row:
+                raise ConfigError(f"a column {column}", source=str(path), line=line)
+            values.append(_trace_int(row[column], path, line, column, minimum=1))
+    else:
+        for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if text.strip():
+                values.append(_trace_int(text.strip(), path, line, "length", minimum=1))
+    if not values:
+        raise ConfigError("at least one length, got none", source=str(path))
+    return values
+
+
+def workload_from_dict(data, source="<dict>"):
+    """Validate a workload mapping (``{"workload": {...}}`` or the inner mapping)."""
+    top = Section(data, source)
+    sec = top.section("workload") if "workload" in data else top
+    sec.reject_unknown(_KEYS)
+    rate_raw = sec.raw("request_rate", "inf")
+    if (isinstance(rate_raw, str) and rate_raw.strip().lower() in ("inf", "infinity", ".inf")) or (
+        isinstance(rate_raw, float) and rate_raw == math.inf
+    ):
+        rate = math.inf
+    else:
+        rate = sec.number("request_rate", exclusive_minimum=0)
+    ratio = sec.number("random_range_ratio", 0.0, minimum=0, maximum=1)
+    trace = ""
+    if sec.has("trace"):
+        trace_path = Path(sec.string("trace"))
+        trace = str(trace_path if trace_path.is_absolute() else Path(source).parent / trace_path)
+    burst = sec.number("burstiness", 1.0, exclusive_minimum=0)
+    arrival = sec.choice("arrival", ARRIVALS, "gamma" if burst != 1.0 else "poisson")
+    return Workload(
+        num_prompts=sec.number("num_prompts", 0 if trace else 1000, integer=True, minimum=0 if trace else 1),
+        request_rate=rate,
+        arrival=arrival,
+        burstiness=burst,
+        max_concurrency=sec.number("max_concurrency", 0, integer=True, minimum=1),
+        input_len=_length(sec, "input_len", ratio) or fixed(1024),
+        output_len=_length(sec, "output_len", ratio) or fixed(128),
+        seed=sec.number("seed", 0, integer=True, minimum=0),
+        timeout_s=sec.number("timeout_s", 0.0, minimum=0),
+        prefix_len=sec.number("prefix_len", 0, integer=True, minimum=0),
+        prefix_hit_ratio=sec.number("prefix_hit_ratio", 0.0, minimum=0, maximum=1),
+        trace=trace,
+        trace_format=sec.choice("trace_format", TRACE_FORMATS, "auto"),
+        time_scale=sec.number("time_scale", 1.0, exclusive_minimum=0),
+        name=sec.string("name", Path(source).stem),
+        source=source,
+    )
+
+
+def load_workload(name_or_path):
+    """Load a workload: a preset name (``"bench-1m"``), a YAML file, or a trace file
+    (``.csv``/``.jsonl``) replayed as is."""
+    path = presets.resolve("workloads", name_or_path, flag="--workload")
+    if path.suffix.lower() in (".csv", ".jsonl"):
+        read_trace(path)  # validate now: errors name the file and line
+        return Workload(num_prompts=0, trace=str(path), name=path.stem, source=str(path))
+    data = load_file(path)
+    if data is None:
+        raise ConfigError("a workload, got an empty file", source=str(path))
+    return workload_from_dict(data, str(path))

@@ -1,0 +1,209 @@
+"""Rendering results for people (aligned text tables) and machines (JSON)."""
+import json
+import math
+
+from simllm.calibration.fit import describe_points
+from simllm.sim.results import percentile_key
+from simllm.text import fixed as _num
+from simllm.text import table
+
+
+def _step_table(step):
+    rows = []
+    for op in step.ops:
+        share = op.seconds / step.seconds if step.seconds else 0.0
+        rows.append([op.name, op.count, _num(op.flops / 1e9, 3), _num(op.bytes / 1e6, 2), _num(op.seconds * 1e3, 4),
+                     f"{share:6.1%}", op.bound])
+    rows.append(["total", "", _num(step.flops / 1e9, 3), _num(step.memory_bytes / 1e6, 2), _num(step.seconds * 1e3, 4),
+                 "100.0%", ""])
+    return table(["operator", "count", "GFLOP", "MB", "time ms", "share", "bound"], rows, "lrrrrrl")
+
+
+def format_estimate(est):
+    """The human-readable report of :func:`simllm.estimate`."""
+    m, hw, r, mem, s = est.model, est.hardware, est.resolved, est.memory, est.serving
+    declared = f"; declared {m.declared_parameters / 1e9:.2f} B" if m.declared_parameters else ""
+    active = f", {m.active_parameter_count() / 1e9:.2f} B active per token" if m.is_moe else ""
+    out = [
+        f"simllm estimate: {m.name} on {hw.name}",
+        f"  model    {m.parameter_count() / 1e9:.2f} B parameters (derived from the dimensions{declared}){active}; "
+        f"{m.layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads / {m.num_key_value_heads} KV heads "
+        f"x {m.head_dim}",
+        f"  serving  TP={s.tensor_parallel_size}, weights {r.weight_dtype}, activations {r.activation_dtype}, "
+        f"KV cache {r.kv_dtype}, max_model_len {r.max_model_len}",
+        "",
+        f"Prefill step: {est.batch_size} x {est.input_len} prompt tokens in one iteration (per GPU)",
+        _step_table(est.prefill),
+        "",
+        f"Decode step: {est.batch_size} x 1 token at context {est.decode.context_tokens} (mid-generation, per GPU)"
+        if m.kv_cache_enabled else
+        f"Decode step without KV cache: {est.batch_size} x {est.decode.new_tokens} tokens recomputed (per GPU)",
+        _step_table(est.decode),
+        "",
+        f"Memory per GPU: {mem.total_bytes / 1e9:.2f} GB x gpu_memory_utilization {s.gpu_memory_utilization:g} = "
+        f"{mem.usable_bytes / 1e9:.2f} GB usable",
+    ]
+    kv_line = (
+        f"{mem.kv_capacity_tokens:,} tokens = {mem.num_blocks:,} blocks of {mem.block_size}"
+        + (" (kv_cache.max_cache_size)" if mem.preallocated else "")
+    )
+    out.append(table(["", "GB", ""], [
+        ["weights", _num(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
+        ["activations", _num(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
+        ["runtime overhead", _num(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
+        ["KV cache pool", _num(mem.kv_pool_bytes / 1e9), kv_line],
+        ["free", _num(mem.free_bytes / 1e9), ""],
+    ], "lrl"))
+    kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size
+    bw = hw.memory_bandwidth_gbps
+    out += [
+        "",
+        "Summary",
+        table(["", "value"], [
+            ["weights streamed per decode step", f"{est.streamed_weight_bytes / 1e9:.2f} GB per GPU"],
+            ["decode lower bound per token", f"{est.decode_lower_bound_s * 1e3:.2f} ms "
+             f"({est.streamed_weight_bytes / 1e9:.2f} GB / {bw:g} GB/s)"],
+            ["KV cache per token", f"{kv_total:,.0f} bytes ({1000 * kv_total / 1e6:.1f} MB per 1000 tokens)"],
+            ["largest batch that fits", f"{est.max_batch_size:,} sequences of {est.input_len + est.output_len} tokens"],
+            ["ideal TTFT (one request)", f"{est.ideal_ttft_s * 1e3:.2f} ms"],
+            ["ideal TPOT (one request)", f"{est.ideal_tpot_s * 1e3:.2f} ms"],
+            [f"TTFT / TPOT at batch {est.batch_size}", f"{est.batch_ttft_s * 1e3:.2f} ms / {est.batch_tpot_s * 1e3:.2f} ms"],
+            [f"output throughput at batch {est.batch_size}",
+             f"{est.batch_size / est.batch_tpot_s:,.0f} tokens/s" if est.batch_tpot_s else "-"],
+        ], "ll"),
+    ]
+    if est.warnings:
+        out += ["", "Warnings"] + [f"  - {w}" for w in est.warnings]
+    return "\n".join(out)
+
+
+def to_json(obj):
+    return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def _line(label, value, fmt="{:<40} {:<10}"):
+    return fmt.format(label, value)
+
+
+def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None):
+    """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
+    followed by what simllm adds (utilisation, KV cache, errors) and ``diagnosis``, a section of
+    text (``simllm.analysis.diagnose.format_run_section``), if given."""
+    s = result.summary
+    out = [f"{' ' + title + ' ':=^50}"]
+    out.append(_line("Successful requests:", s["completed"]))
+    out.append(_line("Failed requests:", s["failed"]))
+    if s.get("max_concurrency"):
+        out.append(_line("Maximum request concurrency:", s["max_concurrency"]))
+    out.append(_line("Benchmark duration (s):", f"{s['duration']:.2f}"))
+    out.append(_line("Total input tokens:", s["total_input_tokens"]))
+    out.append(_line("Total generated tokens:", s["total_output_tokens"]))
+    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}"))
+    if "request_goodput" in s:
+        out.append(_line("Request goodput (req/s):", f"{s['request_goodput']:.2f}"))
+    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}"))
+    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}"))
+    for name, header, label in (
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+        ("e2el", "End-to-end Latency", "E2EL"),
+    ):
+        out.append(f"{header:-^50}")
+        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}"))
+        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}"))
+        for p in percentiles:
+            if p == 50:
+                continue  # the median, printed above
+            key = percentile_key(p)
+            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}"))
+    out.append(f"{'Simulated engine':-^50}")
+    out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
+                     f"DP={s['data_parallel_size']})"))
+    out.append(_line("Mean queueing time (ms):", f"{s['mean_queue_ms']:.2f}"))
+    out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
+    out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))
+    out.append(_line("GPU busy:", f"{s['gpu_busy_fraction']:.1%}"))
+    out.append(_line("KV cache usage mean / peak:", f"{s['kv_cache_usage_mean']:.1%} / {s['kv_cache_usage_peak']:.1%} "
+                     f"of {s['kv_cache_capacity_tokens']:,} tokens"))
+    out.append(_line("Mean / max batch size:", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"))
+    out.append(_line("Preemptions:", s["num_preemptions"]))
+    out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "
+                     f"({s['error_rate']:.1%})"))
+    out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"))
+    if diagnosis:
+        out.append(diagnosis)
+    out.append("=" * 50)
+    if result.warnings:
+        out += ["Warnings"] + [f"  - {w}" for w in result.warnings]
+    return "\n".join(out)
+
+
+def format_run_line(result):
+    """One summary line (``--quiet``)."""
+    s = result.summary
+    return (f"{s['model']} on {s['hardware']}: {s['completed']}/{s['completed'] + s['failed']} ok in "
+            f"{s['duration']:.2f} s, {s['request_throughput']:.2f} req/s, {s['output_throughput']:.1f} tok/s, "
+            f"TTFT mean {s['mean_ttft_ms']:.1f} ms, TPOT mean {s['mean_tpot_ms']:.2f} ms, "
+            f"ITL p99 {s.get('p99_itl_ms', float('nan')):.2f} ms")
+
+
+def error_table(summary):
+    """Per metric: points, median and mean absolute error, share within 10% and 20%."""
+    return table(["metric", "points", "median |error|", "mean |error|", "within 10%", "within 20%"], [
+        [k.upper(), v["points"], f"{v['median_abs_pct_error']:.1f}%", f"{v['mean_abs_pct_error']:.1f}%",
+         f"{v['within_10pct']:.0%}", f"{v['within_20pct']:.0%}"] for k, v in summary.items()], "lrrrrr")
+
+
+def format_calibration(fit, framework, path):
+    """The ``simllm calibrate`` report: fitted factors next to the base's, fit and
+    leave-one-out errors."""
+    rows = [[k, f"{fit.initial[k]:.4g}", f"{v:.4g}"] for k, v in fit.factors.items()]
+    return "\n".join([
+        f"simllm calibrate: {fit.base.name}, framework {framework}; fitted on {describe_points(fit.points)}",
+        f"  {fit.iterations} iteration(s), {fit.evaluations} simulation passes",
+        "", table(["factor", "base", "fitted"], rows, "lrr"),
+        "", "Fit error (in sample):", error_table(fit.fit_error),
+        "", "Leave-one-out error (PRESS, linearised at the fit):", error_table(fit.loo_error),
+        "", f"wrote {path}",
+    ])
+
+
+def format_validation(points, summary, by=None):
+    """The ``simllm validate`` table: each measured point against its prediction, then the error
+    statistics per metric (and per group of ``by``, {name: summary}, when it has several)."""
+    def pct(x):
+        return "" if x is None or math.isnan(x) else f"{x * 100:+.1f}%"
+
+    def ms(x):
+        return "" if x is None or math.isnan(x) else f"{x:.2f}"
+
+    rows = []
+    skipped = []
+    for p in points:
+        m = p.measurement
+        if p.predicted is None:
+            skipped.append(f"  {m.where}: {p.reason}")
+            continue
+        load = m.concurrency or f"{m.request_rate:g}/s"
+        rows.append([m.where.split("/")[-1], p.model, p.hardware, m.tp, m.input_len, m.output_len, load,
+                     ms(m.ttft_ms), ms(p.predicted["ttft"]), pct(p.error("ttft")),
+                     ms(m.tpot_ms), ms(p.predicted["tpot"]), pct(p.error("tpot"))])
+    out = [table(["point", "model", "hardware", "tp", "isl", "osl", "load", "TTFT ms", "predicted", "error",
+                  "TPOT ms", "predicted", "error"], rows, "llllrrrrrrrrr")]
+    out += ["", error_table(summary)]
+    if by and len(by) > 1:
+        rows = [[name, *(f"{g[k]['median_abs_pct_error']:.1f}% ({g[k]['points']})" if k in g else "" for k in ("ttft", "tpot"))]
+                for name, g in by.items()]
+        out += ["", "By backend (median |error|, points):", table(["backend", "TTFT", "TPOT"], rows, "lrr")]
+    below = max((v.get("below_bound", 0) for v in summary.values()), default=0)
+    if below:
+        out += ["", f"{below} point(s) left out of the statistics: a metric was measured faster than simllm "
+                "predicts even at 100% of the datasheet peaks, so no efficiency factor reaches it (the run differed "
+                "from its stated configuration -- lengths, parallelism, speculative decoding -- or from simllm's "
+                "schedule for it, such as queueing under KV-cache pressure)."]
+    if skipped:
+        out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
+        if len(skipped) > 20:
+            out.append(f"  ... and {len(skipped) - 20} more")
+    return "\n".join(out)

@@ -1,0 +1,877 @@
+"""The SLO-constrained search for the best serving configuration (``simllm optimize``;
+:func:`simllm.optimize` in Python).
+
+::
+
+    slos = parse_slo("ttft_p99<=2000,tpot_p99<=50")
+    res = optimize("llama-3.1-8b", "h100-sxm", ServingConfig(), workload, slos,
+                   over={"tp": [1, 2, 4], "replicas": [1, 2], "max_num_seqs": [64, 128, 256]})
+    print(format_optimize(res))
+    res.answer.serving, res.answer.goodput_per_gpu  # the configuration chosen and why
+    pareto(res.rows())                               # throughput per GPU vs per-user speed
+
+(:func:`~simllm.search.pareto.pareto` and the frontiers are in :mod:`simllm.search.pareto`.)
+
+**SLOs.** :func:`parse_slo` reads ``"ttft_p99<=2000,tpot_p99<=50"``: comma-separated
+``METRIC OP NUMBER`` with OP one of ``<=``, ``<``, ``>=``, ``>``. METRIC is ``{ttft, tpot, itl,
+e2el, queue}_{mean, median, std, pNN}`` (``latency`` for ``e2el``; the other order,
+``p99_ttft``, too) -> the summary key ``p99_ttft_ms``, or any summary key itself
+(``error_rate``, ``request_throughput``, ...). Milliseconds metrics take an optional ``ms`` or
+``s`` unit; fractions (``error_rate``, utilisations, KV-cache usage) an optional ``%``.
+
+**The search.** :func:`optimize` simulates every combination of ``over`` (a cartesian product)
+on one workload, in a thread pool (the kernels release the GIL). Each configuration is
+
+- *rejected, does not fit*: :class:`~simllm.errors.SimulatedOOM` (``oom``) or another
+  :class:`~simllm.errors.ConfigError` of the simulator (``invalid``: TP not dividing the heads,
+  ...), with the message as the reason;
+- *rejected, fails the SLOs* (``slo``): simulated, but its summary breaks a constraint (each
+  broken one is listed with its value);
+- *feasible* (``ok``): meets every constraint.
+
+The answer is the feasible configuration with the best objective:
+
+- ``goodput_per_gpu`` (default): ``request_goodput`` / GPUs, requests per second per GPU that
+  meet the per-request SLOs (simulated with ``goodput`` thresholds taken from the SLOs: for TTFT,
+  TPOT and E2E latency, the tightest ``<``/``<=`` bound on a percentile or the median; without
+  any, every completed request counts, i.e. ``request_throughput``);
+- ``cost_per_token``: the lowest cost per million output tokens, ``price x GPUs / 3600 /
+  output_throughput x 1e6`` with ``price`` in USD per GPU-hour. Prices come from ``prices``
+  (``{"h100-sxm": 2.5}``, keyed by the preset name or path given, or the profile's ``gpu``) or a
+  ``price_per_hour`` attribute of the hardware profile, should profiles gain one; any hardware
+  without a price is a ConfigError before anything is simulated.
+
+Ties go to fewer GPUs, then higher output tokens/s per GPU, then the order of the grid. Output
+tokens/s per GPU is reported alongside either objective. GPUs per configuration =
+``tensor_parallel_size x data_parallel_size``.
+"""
+import dataclasses
+import difflib
+import itertools
+import math
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from simllm.config.hardware import load_hardware
+from simllm.config.model import load_model
+from simllm.config.serving import ServingConfig
+from simllm.config.workload import Workload, generate
+from simllm.errors import ConfigError, SimulatedOOM
+from simllm.search.pareto import CLI, DERIVED, as_float, format_number, frontier, per_user_speed
+from simllm.sim.results import percentile_key
+from simllm.sim.simulate import simulate
+from simllm.text import jsonable, table
+
+# ----------------------------------------------------------------------------- SLOs
+
+_OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b, ">": lambda a, b: a > b}
+_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2el", "latency": "e2el", "e2e": "e2el",
+            "queue": "queue"}
+_STAT = r"mean|median|std|p\d+(?:\.\d+)?"
+_ALIAS = re.compile(rf"({'|'.join(_METRICS)})_({_STAT})")
+_ALIAS_REVERSED = re.compile(rf"({_STAT})_({'|'.join(_METRICS)})(?:_ms)?")
+_PIECE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+                    r"\s*(ms|s|%)?\s*")
+_FRACTIONS = frozenset({"error_rate", "compute_utilization", "bandwidth_utilization", "gpu_busy_fraction",
+                        "kv_cache_usage_mean", "kv_cache_usage_peak"})
+SLO_EXPECTED = ("METRIC<=NUMBER (or <, >=, >), comma-separated, e.g. ttft_p99<=2000,tpot_p99<=50; METRIC is "
+                "ttft|tpot|itl|e2el|queue_mean|median|std|pNN or a summary key such as error_rate")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """One constraint on a summary: ``summary[key] op value``.
+
+    Attributes
+    ----------
+    name : str
+        As written (``ttft_p99``).
+    key : str
+        The summary key (``p99_ttft_ms``).
+    op : str
+        ``<=``, ``<``, ``>=`` or ``>``.
+    value : float
+        The bound, in the key's unit (ms for ``*_ms``, a fraction for ``error_rate``).
+    """
+
+    name: str
+    key: str
+    op: str
+    value: float
+
+    @property
+    def text(self):
+        unit = " ms" if self.key.endswith("_ms") else ""
+        return f"{self.name}{self.op}{self.value:g}{unit}"
+
+    def actual(self, summary):
+        return as_float(summary.get(self.key)) if summary is not None else math.nan
+
+    def met(self, summary):
+        """Whether ``summary`` meets the constraint (False when the value is missing or NaN)."""
+        v = self.actual(summary)
+        return not math.isnan(v) and _OPS[self.op](v, self.value)
+
+    @property
+    def percentile(self):
+        """The percentile this constraint needs computed (None for mean, median, std, others)."""
+        m = re.fullmatch(r"p(\d+(?:\.\d+)?)_(?:ttft|tpot|itl|e2el|queue)_ms", self.key)
+        return float(m.group(1)) if m else None
+
+    @property
+    def goodput_metric(self):
+        """``ttft``, ``tpot`` or ``e2el`` when this is an upper bound on one of their
+        percentiles or median, which then becomes a per-request goodput threshold; else None."""
+        m = re.fullmatch(r"(median|p[\d.]+)_(ttft|tpot|e2el)_ms", self.key)
+        return m.group(2) if m and self.op in ("<=", "<") else None
+
+
+def _slo_key(name, piece):
+    m = _ALIAS.fullmatch(name) or None
+    if m:
+        metric, stat = _METRICS[m.group(1)], m.group(2)
+    else:
+        m = _ALIAS_REVERSED.fullmatch(name)
+        if not m:
+            return name  # a raw summary key, checked against the first summary
+        stat, metric = m.group(1), _METRICS[m.group(2)]
+    if stat.startswith("p"):
+        p = float(stat[1:])
+        if not 0 <= p <= 100:
+            raise ConfigError(f"a percentile in [0, 100] in {SLO_EXPECTED}", source=CLI, key="--slo", value=piece)
+        stat = percentile_key(p)
+    return f"{stat}_{metric}_ms"
+
+
+def parse_slo(text):
+    """Parse SLO constraints.
+
+    Parameters
+    ----------
+    text : str, sequence of str, or sequence of SLO
+        ``"ttft_p99<=2000,tpot_p99<=50"``; several strings are joined with commas (the pieces of
+        ``--slo A B``); SLO objects pass through.
+
+    Returns
+    -------
+    list of SLO
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``--slo``, the bad piece and what is expected (an empty text, a missing
+        or unknown operator, a value that is not a number, a unit that does not fit the metric).
+    """
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        items = list(text)
+        if all(isinstance(s, SLO) for s in items):
+            return items
+        text = ",".join(str(s) for s in items)
+    pieces = [p for p in text.split(",")]
+    if not text.strip():
+        raise ConfigError(SLO_EXPECTED, source=CLI, key="--slo", value=text)
+    out = []
+    for piece in pieces:
+        if not piece.strip():
+            raise ConfigError(f"no empty piece between commas; {SLO_EXPECTED}", source=CLI, key="--slo", value=text)
+        m = _PIECE.fullmatch(piece)
+        if not m:
+            raise ConfigError(SLO_EXPECTED, source=CLI, key="--slo", value=piece.strip())
+        name, op, number, unit = m.groups()
+        key = _slo_key(name, piece.strip())
+        value = float(number)
+        if unit in ("ms", "s"):
+            if not key.endswith("_ms"):
+                raise ConfigError(f"a plain number for {key} (ms and s fit latency metrics only)", source=CLI,
+                                  key="--slo", value=piece.strip())
+            value *= 1000.0 if unit == "s" else 1.0
+        elif unit == "%":
+            if key not in _FRACTIONS:
+                raise ConfigError(f"a plain number for {key} (% fits fractions only: {', '.join(sorted(_FRACTIONS))})",
+                                  source=CLI, key="--slo", value=piece.strip())
+            value /= 100.0
+        out.append(SLO(name, key, op, value))
+    return out
+
+
+def goodput_from_slos(slos):
+    """The per-request thresholds for :func:`simllm.simulate`'s ``goodput`` (ms): for TTFT, TPOT
+    and E2E latency, the tightest ``<``/``<=`` bound on a percentile or the median. None when
+    there are none."""
+    out = {}
+    for s in slos:
+        metric = s.goodput_metric
+        if metric:
+            out[metric] = min(out.get(metric, math.inf), s.value)
+    return out or None
+
+
+_NEGATION = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}
+
+
+def check_slos(summary, slos):
+    """The constraints ``summary`` breaks, each as ``"ttft_p99 2,345 ms > 2000 ms"`` (the value,
+    then the negated constraint)."""
+    out = []
+    for s in slos:
+        if not s.met(summary):
+            unit = " ms" if s.key.endswith("_ms") else ""
+            v = s.actual(summary)
+            shown = "missing" if math.isnan(v) else f"{format_number(v)}{unit}"
+            out.append(f"{s.name} {shown} {_NEGATION[s.op]} {s.value:g}{unit}")
+    return out
+
+
+def _check_keys(summary, slos):
+    known = set(summary) | set(DERIVED)
+    for s in slos:
+        if s.key not in known:
+            numeric = sorted(k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+            near = difflib.get_close_matches(s.name, numeric, n=3)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise ConfigError(f"a metric such as ttft_p99, tpot_mean, e2el_p90, error_rate or a numeric summary key "
+                              f"({s.name} is none{hint})", source=CLI, key="--slo", value=s.text)
+
+
+# ----------------------------------------------------------------------------- the search
+
+#: ``over`` names -> ServingConfig fields (any field name is accepted too; ``hardware`` is a
+#: preset name, a YAML path or a HardwareConfig).
+OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size"}
+OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
+STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fit in memory (OOM)",
+            "invalid": "invalid configuration"}
+_SERVING_FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
+#: Serving fields -> ``simllm run`` flags (for the re-run command line).
+RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size"}
+
+
+@dataclass
+class Candidate:
+    """One configuration of the search.
+
+    Attributes
+    ----------
+    index : int
+        Position in the grid (the cartesian product of ``over`` in its order).
+    params : dict
+        The swept values, under the names ``over`` used (``{"tp": 2, "max_num_seqs": 64}``).
+    hardware : str
+        The hardware label (preset name or path as given, or the profile's ``gpu``).
+    serving : ServingConfig
+    gpus : int
+        ``tensor_parallel_size x data_parallel_size``.
+    status : str
+        ``ok``, ``slo``, ``oom`` or ``invalid`` (:data:`STATUSES`).
+    reason : str
+        Why it was rejected ("" when ``ok``).
+    violations : tuple of str
+        The SLOs broken (status ``slo``).
+    summary : dict or None
+        The simulation's summary (None when it could not run).
+    goodput_per_gpu, output_throughput_per_gpu, cost_per_million_tokens : float or None
+    """
+
+    index: int
+    params: dict
+    hardware: str
+    serving: object
+    gpus: int
+    status: str = "ok"
+    reason: str = ""
+    violations: tuple = ()
+    summary: dict = None
+    goodput_per_gpu: float = None
+    output_throughput_per_gpu: float = None
+    cost_per_million_tokens: float = None
+    price_per_hour: float = None
+    hardware_config: object = field(default=None, repr=False)
+
+    @property
+    def label(self):
+        return " ".join(f"{k}={v}" for k, v in self.params.items()) or self.hardware
+
+    @property
+    def simulated(self):
+        return self.summary is not None
+
+    @property
+    def feasible(self):
+        return self.status == "ok"
+
+    def objective_value(self, objective):
+        return self.goodput_per_gpu if objective == "goodput_per_gpu" else self.cost_per_million_tokens
+
+    def run_flags(self):
+        """The ``simllm run`` engine flags of this configuration (those differing from vLLM's
+        defaults); add the search's workload flags to re-run it."""
+        default = ServingConfig()
+        flags = [f"--hardware {self.hardware}"]
+        for name in _SERVING_FIELDS:
+            v, d = getattr(self.serving, name), getattr(default, name)
+            if v == d:
+                continue
+            flag = RUN_FLAGS.get(name, "--" + name.replace("_", "-"))
+            if isinstance(v, bool):
+                flags.append(flag if v else "--no-" + flag[2:])
+            else:
+                flags.append(f"{flag} {v}")
+        return " ".join(flags)
+
+    def row(self):
+        """A flat dict: the swept values, ``config``, ``hardware``, ``gpus``, ``status``,
+        ``meets_slo``, ``error`` (the reason when it could not run) and the metrics."""
+        s = self.summary or {}
+        out = {"config": self.label, "hardware": self.hardware, **{k: _plain(v) for k, v in self.params.items()},
+               "gpus": self.gpus, "status": self.status, "meets_slo": self.feasible,
+               "error": self.reason if not self.simulated else ""}
+        for key in ROW_METRICS:
+            out[key] = s.get(key, math.nan) if self.simulated else math.nan
+        out["output_throughput_per_gpu"] = self.output_throughput_per_gpu if self.simulated else math.nan
+        out["output_throughput_per_user"] = per_user_speed(s) if self.simulated else math.nan
+        out["goodput_per_gpu"] = self.goodput_per_gpu if self.simulated else math.nan
+        out["cost_per_million_tokens"] = (self.cost_per_million_tokens if self.cost_per_million_tokens is not None
+                                          else math.nan)
+        return out
+
+
+#: Summary metrics copied into :meth:`Candidate.row`.
+ROW_METRICS = ("tensor_parallel_size", "data_parallel_size", "request_throughput", "request_goodput",
+               "output_throughput", "total_token_throughput", "mean_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+               "mean_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+               "p99_e2el_ms", "error_rate", "kv_cache_usage_peak", "num_preemptions")
+
+
+def _plain(v):
+    if hasattr(v, "gpu") and hasattr(v, "memory_size_bytes"):
+        return v.gpu
+    return v
+
+
+@dataclass
+class OptimizeResult:
+    """What :func:`optimize` returns.
+
+    Attributes
+    ----------
+    objective : str
+        ``goodput_per_gpu`` or ``cost_per_token``.
+    slos : tuple of SLO
+    goodput : dict or None
+        The per-request thresholds the simulations used.
+    over : dict
+        The swept values, as given (hardware as labels).
+    candidates : tuple of Candidate
+        Every configuration, in grid order.
+    ranked : tuple of Candidate
+        The feasible ones, best first.
+    answer : Candidate or None
+        ``ranked[0]``; None when no configuration meets the SLOs.
+    top : int
+        How many of ``ranked`` the report shows (the answer included).
+    model : str
+    workload : str
+        The workload's description.
+    """
+
+    objective: str
+    slos: tuple
+    goodput: dict
+    over: dict
+    candidates: tuple
+    ranked: tuple
+    answer: Candidate
+    top: int
+    model: str
+    workload: str
+    percentiles: tuple = (50, 90, 99)
+
+    @property
+    def runner_ups(self):
+        """The feasible configurations after the answer, up to ``top`` in all with it."""
+        return self.ranked[1:max(self.top, 1)]
+
+    @property
+    def rejected(self):
+        return tuple(c for c in self.candidates if not c.feasible)
+
+    def rejected_counts(self):
+        """``{status: n}`` over the rejected, and ``{slo_text: n}`` of the SLOs they break, as
+        ``(by_status, by_slo)``."""
+        by_status, by_slo = {}, {}
+        for c in self.rejected:
+            by_status[c.status] = by_status.get(c.status, 0) + 1
+            if c.status == "slo":
+                for s in self.slos:
+                    if not s.met(c.summary):
+                        by_slo[s.text] = by_slo.get(s.text, 0) + 1
+        return by_status, by_slo
+
+    def better_rejected(self):
+        """Simulated configurations whose objective beats the answer's but that fail the SLOs
+        (every simulated one that fails them when there is no answer)."""
+        sign = -1.0 if self.objective == "cost_per_token" else 1.0
+        out = []
+        for c in self.candidates:
+            if c.status != "slo":
+                continue
+            v = c.objective_value(self.objective)
+            if self.answer is None:
+                out.append(c)
+            elif v is not None and sign * v > sign * self.answer.objective_value(self.objective):
+                out.append(c)
+        return out
+
+    def rows(self):
+        """One flat dict per candidate, in grid order (:meth:`Candidate.row`), for
+        :func:`simllm.search.pareto.pareto` and :func:`simllm.report.plots.plot_frontier`."""
+        return [c.row() for c in self.candidates]
+
+    def frontier(self, kind="speed"):
+        """Indices (into :meth:`rows`) of the simulated configurations on frontier ``kind``
+        (:func:`simllm.search.pareto.frontier`)."""
+        return frontier(self.rows(), kind)
+
+
+def _label_of(h):
+    if hasattr(h, "gpu") and hasattr(h, "memory_size_bytes"):
+        return h.gpu
+    return str(h)
+
+
+def _load_hardware(h):
+    if hasattr(h, "gpu") and hasattr(h, "memory_size_bytes"):
+        return h
+    return load_hardware(str(h))
+
+
+def _axes(over, base_hardware):
+    """(name, field, values) per axis, hardware (when swept) as (label, HardwareConfig) pairs."""
+    over = dict(over or {})
+    hw_list = base_hardware if isinstance(base_hardware, (list, tuple)) else [base_hardware]
+    axes = []
+    for name, values in over.items():
+        fld = "hardware" if name == "hardware" else OVER_ALIASES.get(name, name)
+        if fld != "hardware" and fld not in _SERVING_FIELDS:
+            raise ConfigError("hardware, tp, replicas or a ServingConfig field (max_num_seqs, "
+                              "max_num_batched_tokens, dtype, kv_cache_dtype, ...)", source=CLI, key="--over",
+                              value=name)
+        values = [values] if isinstance(values, (str, int, float)) else list(values)
+        if not values:
+            raise ConfigError(f"at least one value for {name}", source=CLI, key="--over", value=name)
+        axes.append((name, fld, values))
+    if not any(f == "hardware" for _, f, _ in axes):
+        if any(h is None for h in hw_list) or not hw_list:
+            raise ConfigError("a hardware preset (base_hardware or over['hardware'])", source=CLI, key="--hardware")
+        if len(hw_list) > 1:
+            axes.insert(0, ("hardware", "hardware", list(hw_list)))
+    hw_fixed = None
+    resolved = []
+    for name, fld, values in axes:
+        if fld == "hardware":
+            values = [(_label_of(h), _load_hardware(h)) for h in values]
+        resolved.append((name, fld, values))
+    if not any(f == "hardware" for _, f, _ in resolved):
+        hw_fixed = (_label_of(hw_list[0]), _load_hardware(hw_list[0]))
+    return resolved, hw_fixed
+
+
+def _price(label, hw, prices):
+    prices = prices or {}
+    for k in (label, hw.gpu, Path(label).stem):
+        if k in prices:
+            return float(prices[k])
+    p = getattr(hw, "price_per_hour", None)
+    return float(p) if p else None
+
+
+def _rank_key(objective):
+    def key(c):
+        v = c.objective_value(objective)
+        primary = v if objective == "cost_per_token" else -v
+        return (primary, c.gpus, -(c.output_throughput_per_gpu or 0.0), c.index)
+    return key
+
+
+def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=None, over=None,
+             objective="goodput_per_gpu", executor=None, top=5, *, prices=None, goodput=None,
+             percentiles=(50, 90, 99), max_workers=None, progress=None):
+    """Search the grid ``over`` for the configuration that meets ``slo`` best.
+
+    Parameters
+    ----------
+    base_model : str or ModelConfig
+        A preset name, a file, or a loaded model.
+    base_hardware : str, HardwareConfig or a sequence of them
+        The hardware; several make a ``hardware`` axis (first in the grid) unless ``over`` has
+        one, which then replaces it.
+    base_serving : ServingConfig, optional
+        Engine settings the swept values replace (vLLM's defaults).
+    workload : Workload, optional
+        The same requests for every configuration (drawn once).
+    slo : str, sequence of str or of SLO
+        See :func:`parse_slo`; none makes every configuration that runs feasible.
+    over : dict
+        ``{"tp": [1, 2, 4, 8], "replicas": [1, 2], "max_num_seqs": [...],
+        "max_num_batched_tokens": [...], "dtype": [...], "hardware": [...]}``: ``tp`` ->
+        ``tensor_parallel_size``, ``replicas`` (or ``dp``) -> ``data_parallel_size``, any other
+        ServingConfig field by its name, ``hardware`` -> preset names, files or HardwareConfig.
+        The grid is the cartesian product, in the dict's order.
+    objective : str
+        ``goodput_per_gpu`` (highest ``request_goodput`` / GPUs) or ``cost_per_token`` (lowest
+        USD per million output tokens; needs a price for every hardware).
+    executor : concurrent.futures.Executor, optional
+        A thread-based executor to run the simulations on (its ``submit``; the task is a
+        closure, so not a process pool); default a thread pool of ``max_workers`` (the CPU
+        count) threads, made and shut down here. The kernels release the GIL.
+    top : int
+        How many feasible configurations the report shows, the answer included.
+    prices : dict, optional
+        USD per GPU-hour by hardware preset name (or path, or profile ``gpu``), e.g.
+        ``{"h100-sxm": 2.5}``; a profile's ``price_per_hour`` is used where this has none.
+    goodput : dict, optional
+        Per-request thresholds for ``request_goodput`` (ms), replacing those derived from the
+        SLOs (:func:`goodput_from_slos`).
+    percentiles : sequence of float
+        Percentiles computed (those the SLOs name are added).
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each configuration.
+
+    Returns
+    -------
+    OptimizeResult
+
+    Raises
+    ------
+    ConfigError
+        A bad SLO, ``over`` name or value, objective, a missing price, an unknown preset, or an
+        SLO naming no summary key. Configurations that do not fit are not errors: they are
+        rejected with the reason.
+    """
+    if objective not in OBJECTIVES:
+        raise ConfigError("one of " + ", ".join(OBJECTIVES), source=CLI, key="--objective", value=objective)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ConfigError("a positive integer", source=CLI, key="--top", value=top)
+    slos = tuple(parse_slo(slo))
+    if goodput is None:
+        goodput = goodput_from_slos(slos)
+    pcts = sorted({float(p) for p in percentiles} | {s.percentile for s in slos if s.percentile is not None})
+    pcts = tuple(int(p) if p == int(p) else p for p in pcts)
+    if hasattr(base_model, "num_attention_heads"):
+        model, model_label = base_model, base_model.name
+    else:
+        model, model_label = load_model(str(base_model)), str(base_model)
+    base_serving = base_serving or ServingConfig()
+    workload = workload or Workload()
+    axes, hw_fixed = _axes(over, base_hardware)
+
+    hardware_used = [hw_fixed] if hw_fixed else next(v for _, f, v in axes if f == "hardware")
+    price_of = {}
+    for label, hw in hardware_used:
+        price_of[label] = _price(label, hw, prices)
+        if objective == "cost_per_token" and price_of[label] is None:
+            raise ConfigError(f"a price_per_hour (USD per GPU-hour) for hardware preset {label!r}, which has none: "
+                              f"--objective cost_per_token needs one per hardware; give --price {label}=USD "
+                              f"(prices={{{label!r}: USD}} from Python)", source=CLI, key="--price")
+
+    configs = []
+    names = [a[0] for a in axes]
+    for i, combo in enumerate(itertools.product(*[a[2] for a in axes])):
+        params, changes = {}, {}
+        label, hw = hw_fixed if hw_fixed else (None, None)
+        for (name, fld, _), value in zip(axes, combo):
+            if fld == "hardware":
+                label, hw = value
+                params[name] = label
+            else:
+                params[name] = value
+                changes[fld] = value
+        try:
+            serving = replace(base_serving, **changes)
+        except ConfigError as exc:  # a bad swept value is the user's input, not a misfit
+            raise ConfigError(f"valid values for {', '.join(names)}: {exc}", source=CLI, key="--over") from None
+        except TypeError as exc:
+            raise ConfigError(f"values of the right type ({exc})", source=CLI, key="--over") from None
+        configs.append(Candidate(index=i, params=params, hardware=label, serving=serving,
+                                 gpus=serving.tensor_parallel_size * serving.data_parallel_size,
+                                 price_per_hour=price_of.get(label), hardware_config=hw))
+
+    requests = generate(workload)  # one draw, shared (read-only) by every simulation
+
+    def run(c):
+        try:
+            res = simulate(model, c.hardware_config, c.serving, workload, requests=requests, keep_requests=False,
+                           percentiles=pcts, goodput=goodput)
+        except SimulatedOOM as exc:
+            return c, None, "oom", str(exc)
+        except ConfigError as exc:
+            return c, None, "invalid", str(exc)
+        return c, res.summary, "ok", ""
+
+    total = len(configs)
+    outcomes = [None] * total
+    checked = False
+
+    def take(out):
+        nonlocal checked
+        c, summary = out[0], out[1]
+        if summary is not None and not checked:
+            _check_keys(summary, slos)  # a misspelt --slo fails on the first summary, not the last
+            checked = True
+        outcomes[c.index] = out
+        if progress:
+            progress(sum(o is not None for o in outcomes), total)
+
+    workers = min(max_workers or os.cpu_count() or 1, total)
+    if executor is None and workers <= 1:
+        for c in configs:
+            take(run(c))
+    else:
+        pool = executor or ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simllm-optimize")
+        futures = [pool.submit(run, c) for c in configs]
+        try:
+            for f in as_completed(futures):
+                take(f.result())
+        finally:
+            for f in futures:
+                f.cancel()
+            if executor is None:
+                pool.shutdown(wait=True)
+
+    for c, summary, status, reason in outcomes:
+        c.status, c.reason = status, reason
+        if summary is None:
+            continue
+        c.summary = summary
+        good = summary.get("request_goodput", summary.get("request_throughput", 0.0))
+        c.goodput_per_gpu = float(good) / c.gpus
+        c.output_throughput_per_gpu = float(summary["output_throughput"]) / c.gpus
+        if c.price_per_hour is not None:
+            tok_h = float(summary["output_throughput"]) * 3600.0
+            c.cost_per_million_tokens = c.price_per_hour * c.gpus / tok_h * 1e6 if tok_h > 0 else math.inf
+        broken = check_slos(summary, slos)
+        if broken:
+            c.status, c.violations = "slo", tuple(broken)
+            c.reason = ", ".join(broken)
+    candidates = tuple(c for c, *_ in outcomes)
+    ranked = tuple(sorted((c for c in candidates if c.feasible), key=_rank_key(objective)))
+    return OptimizeResult(
+        objective=objective, slos=slos, goodput=goodput,
+        over={name: [v[0] if isinstance(v, tuple) else v for v in values] for name, _, values in axes},
+        candidates=candidates, ranked=ranked, answer=ranked[0] if ranked else None, top=top,
+        model=model_label, workload=workload.describe(), percentiles=pcts,
+    )
+
+
+def grid_size(over, hardware=()):
+    """How many configurations :func:`optimize` simulates for ``over`` (and the hardware list,
+    an axis when ``over`` has none and it holds several)."""
+    n = math.prod(len(v) if isinstance(v, (list, tuple)) else 1 for v in (over or {}).values())
+    hw = hardware if isinstance(hardware, (list, tuple)) else [hardware]
+    return n * (len(hw) if "hardware" not in (over or {}) and len(hw) > 1 else 1)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def _objective_text(objective):
+    return "goodput per GPU" if objective == "goodput_per_gpu" else "cost per million output tokens"
+
+
+def _metric_line(c, objective):
+    s = c.summary
+    parts = [f"goodput {format_number(c.goodput_per_gpu)} req/s per GPU ({format_number(s.get('request_goodput', s['request_throughput']))}"
+             f" req/s on {c.gpus} GPU{'s' if c.gpus != 1 else ''})",
+             f"output {format_number(c.output_throughput_per_gpu)} tok/s per GPU",
+             f"{format_number(per_user_speed(s))} tok/s per user"]
+    if c.cost_per_million_tokens is not None:
+        parts.append(f"${c.cost_per_million_tokens:,.3f} per M output tokens at ${c.price_per_hour:g}/GPU-hour")
+    lat = [f"TTFT P99 {format_number(s.get('p99_ttft_ms'))} ms", f"TPOT P99 {format_number(s.get('p99_tpot_ms'))} ms",
+           f"E2E P99 {format_number(s.get('p99_e2el_ms'))} ms", f"error rate {format_number(100 * s.get('error_rate', 0.0), 1)}%"]
+    return ", ".join(parts), ", ".join(lat)
+
+
+def _why(result):
+    a = result.answer
+    feasible = len(result.ranked)
+    what = "highest goodput per GPU" if result.objective == "goodput_per_gpu" else "lowest cost per output token"
+    text = [f"{what} of the {feasible} configuration{'s' if feasible != 1 else ''} meeting the SLOs"]
+    if len(result.ranked) > 1:
+        nxt = result.ranked[1]
+        va, vn = a.objective_value(result.objective), nxt.objective_value(result.objective)
+        unit = "req/s per GPU" if result.objective == "goodput_per_gpu" else "$/M tok"
+        if va == vn:
+            text.append(f"ties with {nxt.label} at {format_number(vn, 3)} {unit}, broken by fewer GPUs, then more output "
+                        f"tok/s per GPU, then grid order")
+        else:
+            rel = (va / vn - 1.0) * 100 if vn else math.inf
+            text.append(f"next best {nxt.label}: {format_number(vn, 3)} {unit} ({rel:+.1f}%)")
+    better = result.better_rejected()
+    if better:
+        listed = "; ".join(f"{c.label}: {c.reason}" for c in better[:3])
+        more = f"; and {len(better) - 3} more" if len(better) > 3 else ""
+        text.append(f"{len(better)} configuration{'s' if len(better) != 1 else ''} with better "
+                    f"{_objective_text(result.objective)} fail{'s' if len(better) == 1 else ''} the SLOs "
+                    f"({listed}{more})")
+    return "; ".join(text)
+
+
+def format_optimize(result, max_rejected=20):
+    """The search as text: the answer with its metrics, why, and how to re-run it; the top
+    feasible configurations; the rejected ones counted by reason (and listed, up to
+    ``max_rejected``)."""
+
+    slos = ", ".join(s.text for s in result.slos) or "(none)"
+    n = len(result.candidates)
+    by_status, by_slo = result.rejected_counts()
+    out = [f"simllm optimize: {result.model}, {result.workload}",
+           f"SLOs: {slos}; objective: {_objective_text(result.objective)}"
+           + (f"; per-request goodput thresholds: {', '.join(f'{k} {v:g} ms' for k, v in result.goodput.items())}"
+              if result.goodput else ""),
+           f"{n} configuration{'s' if n != 1 else ''}: {len(result.ranked)} meet the SLOs, "
+           f"{by_status.get('slo', 0)} fail them, {by_status.get('oom', 0)} do not fit (OOM), "
+           f"{by_status.get('invalid', 0)} invalid", ""]
+    a = result.answer
+    if a is None:
+        out.append("no configuration meets the SLOs (the rejected are below)")
+    else:
+        m1, m2 = _metric_line(a, result.objective)
+        out += [f"answer: {a.label} ({a.hardware}, TP={a.serving.tensor_parallel_size} x "
+                f"DP={a.serving.data_parallel_size} = {a.gpus} GPU{'s' if a.gpus != 1 else ''})",
+                f"  {m1}", f"  {m2}", f"  why: {_why(result)}",
+                f"  re-run: simllm run --model {result.model} {a.run_flags()} (plus this search's workload flags)"]
+    shown = result.ranked[:result.top]
+    if shown:
+        cost = result.objective == "cost_per_token" or any(c.cost_per_million_tokens is not None for c in shown)
+        headers = ["rank", "configuration", "GPUs", "goodput/GPU (req/s)", "out tok/s/GPU", "tok/s/user",
+                   "TTFT P99 (ms)", "TPOT P99 (ms)"] + (["$/M tok"] if cost else [])
+        rows = []
+        for i, c in enumerate(shown, 1):
+            s = c.summary
+            rows.append([i, c.label, c.gpus, format_number(c.goodput_per_gpu, 3), format_number(c.output_throughput_per_gpu),
+                         format_number(per_user_speed(s)), format_number(s.get("p99_ttft_ms")), format_number(s.get("p99_tpot_ms"))]
+                        + ([format_number(c.cost_per_million_tokens, 3)] if cost else []))
+        out += ["", f"top {len(shown)} meeting the SLOs:", table(headers, rows, "rlr" + "r" * (len(headers) - 3))]
+    rejected = result.rejected
+    if rejected:
+        counts = ", ".join(f"{STATUSES[k]}: {v}" for k, v in by_status.items())
+        out += ["", f"rejected: {len(rejected)} ({counts})"]
+        if by_slo:
+            out.append("  SLOs broken: " + ", ".join(f"{k}: {v}" for k, v in by_slo.items()))
+        for c in rejected[:max_rejected]:
+            out.append(f"  {c.label}: {STATUSES[c.status]}: {c.reason}")
+        if len(rejected) > max_rejected:
+            out.append(f"  ... and {len(rejected) - max_rejected} more")
+    return "\n".join(out)
+
+
+def _candidate_dict(c, full=False):
+
+    d = {"index": c.index, "label": c.label, "params": {k: _plain(v) for k, v in c.params.items()},
+         "hardware": c.hardware, "gpus": c.gpus, "status": c.status, "reason": c.reason,
+         "violations": list(c.violations), "goodput_per_gpu": c.goodput_per_gpu,
+         "output_throughput_per_gpu": c.output_throughput_per_gpu,
+         "output_throughput_per_user": per_user_speed(c.summary) if c.summary else None,
+         "cost_per_million_tokens": c.cost_per_million_tokens, "price_per_hour": c.price_per_hour,
+         "serving": dataclasses.asdict(c.serving)}
+    if c.summary is not None:
+        d["summary"] = dict(c.summary) if full else {k: c.summary.get(k) for k in ROW_METRICS}
+    return jsonable(d)
+
+
+def optimize_to_dict(result):
+    """JSON-ready: ``objective``, ``slos`` (name, key, op, value), ``goodput``, ``over``,
+    ``answer`` (with its full summary; None when none meets the SLOs), ``why``, ``top`` (the
+    feasible ones shown, best first), ``rejected_counts`` (by status, by SLO) and ``candidates``
+    (every configuration in grid order with its status, reason and key metrics)."""
+
+    by_status, by_slo = result.rejected_counts()
+    return jsonable({
+        "model": result.model,
+        "workload": result.workload,
+        "objective": result.objective,
+        "slos": [{"name": s.name, "key": s.key, "op": s.op, "value": s.value} for s in result.slos],
+        "goodput": result.goodput,
+        "over": {k: [_plain(v) for v in vs] for k, vs in result.over.items()},
+        "answer": _candidate_dict(result.answer, full=True) if result.answer else None,
+        "why": _why(result) if result.answer else "no configuration meets the SLOs",
+        "top": [_candidate_dict(c) for c in result.ranked[:result.top]],
+        "rejected_counts": {"by_status": by_status, "by_slo": by_slo},
+        "candidates": [_candidate_dict(c) for c in result.candidates],
+    })
+
+
+# ----------------------------------------------------------------------------- CLI parsing
+
+def _over_value(fld, text, item):
+    if fld == "hardware":
+        return text
+    typ = _SERVING_FIELDS[fld].type
+    try:
+        if typ is bool or typ == "bool":
+            if text.lower() not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "on", "yes")
+        if typ is int or typ == "int":
+            f = float(text)
+            if f != int(f):
+                raise ValueError
+            return int(f)
+        if typ is float or typ == "float":
+            return float(text)
+    except ValueError:
+        kind = {bool: "true or false", int: "integers", float: "numbers"}.get(typ, "values")
+        raise ConfigError(f"NAME=V1,V2,... with {kind} for {fld}", source=CLI, key="--over", value=item) from None
+    return text
+
+
+def parse_over(items):
+    """``["tp=1,2,4", "dtype=bf16,fp8", "hardware=h100-sxm,h200-sxm"]`` -> the ``over`` dict of
+    :func:`optimize`, values typed by their ServingConfig field.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--over`` and the bad item.
+    """
+    out = {}
+    for item in items or ():
+        name, eq, values = item.partition("=")
+        name = name.strip()
+        texts = [v.strip() for v in values.split(",")]
+        if not eq or not name or not all(texts):
+            raise ConfigError("NAME=V1,V2,... (e.g. tp=1,2,4 max_num_seqs=64,128)", source=CLI, key="--over", value=item)
+        fld = "hardware" if name == "hardware" else OVER_ALIASES.get(name, name)
+        if fld != "hardware" and fld not in _SERVING_FIELDS:
+            raise ConfigError("hardware, tp, replicas or a ServingConfig field (max_num_seqs, max_num_batched_tokens, "
+                              "dtype, kv_cache_dtype, ...) =V1,V2,...", source=CLI, key="--over", value=item)
+        if name in out:
+            raise ConfigError(f"each name once ({name} is given twice)", source=CLI, key="--over", value=item)
+        out[name] = [_over_value(fld, t, item) for t in texts]
+    return out
+
+
+def parse_prices(items):
+    """``["h100-sxm=2.5", ...]`` -> ``{"h100-sxm": 2.5}`` (USD per GPU-hour).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--price`` and the bad item.
+    """
+    out = {}
+    for item in items or ():
+        name, eq, value = item.rpartition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = math.nan
+        if not eq or not name.strip() or not (math.isfinite(price) and price > 0):
+            raise ConfigError("HARDWARE=USD_PER_GPU_HOUR with a positive number, e.g. h100-sxm=2.5", source=CLI,
+                              key="--price", value=item)
+        out[name.strip()] = price
+    return out

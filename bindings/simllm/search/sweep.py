@@ -1,0 +1,841 @@
+"""Sweeps: simulate many configurations — a grid, Monte Carlo samples, several seeds — in
+parallel, into one table with an uncertainty band per configuration.
+
+::
+
+    import simllm
+    res = simllm.sweep({"model": "llama-3.1-8b", "hardware": "h100-sxm", "workload": "random-1k"},
+                       grid={"workload.max_concurrency": [1, 4, 32, 256], "hardware": ["h100-sxm", "h200-sxm"]},
+                       samples={"hardware.bandwidth_utilization": {"uniform": [0.7, 0.95]}}, num_samples=10,
+                       seeds=5)
+    res.table["p99_ttft_ms"]            # one row per configuration x seed
+    res.aggregate(by="grid")            # per grid point: <metric>_mean, _p5, _p50, _p95
+    res.save("results.parquet")
+
+The spec — the base configuration, the paths a grid or samples vary, the seeds — and its checks
+are in :mod:`simllm.search.spec`; the table's files, the journal and resuming in
+:mod:`simllm.search.store`; :func:`simllm.report.plots.plot_sweep` draws a result.
+
+**The plan.** A configuration is a grid point x a Monte Carlo draw (``config_id = grid_id *
+num_samples + sample``); the table has one row per configuration x seed. A configuration that
+fails (tensor parallelism not dividing the heads, a simulated OOM) gets NaN metrics and the
+message in its ``error`` column.
+
+Swept ``workload.burstiness`` without ``workload.arrival`` switches the arrival process as the
+``--burstiness`` flag does (gamma unless 1); a swept ``hardware`` efficiency factor applies under
+every ``serving.framework`` (the profile's per-framework value for it is dropped).
+
+**Execution.** Configurations run in chunks (tasks of several configurations): the chunk size
+aims at about 50 ms of simulation per task (a rough cost of 1.2 ms + 1.5 us per request, measured
+on Llama-3.1-8B / H100; task overhead is ~0.05 ms for threads, ~1 ms for processes and dask), at
+most 256, and small enough that every worker gets at least 4 tasks. The base configuration goes
+to each worker once (a process pool made here gets it in its initializer; dask gets it
+scattered); a task carries only its ``(config_id, overrides, seed)`` items. The default executor
+is a thread pool of ``os.cpu_count()`` threads: the numba kernels release the GIL. A process pool
+or a dask worker pays a one-time start per worker (importing simllm and loading the compiled
+kernels from numba's on-disk cache: ~0.5-1 s; compilation itself only if the cache is cold), done
+up front for executors made here. Each simulation depends only on its configuration and seed, so
+every executor gives the same table.
+"""
+import dataclasses
+import functools
+import hashlib
+import io
+import itertools
+import json
+import logging
+import math
+import os
+import time
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
+from pathlib import Path
+
+import numpy as np
+
+from simllm.config.hardware import FACTOR_KEYS, HardwareConfig, load_hardware
+from simllm.config.model import ModelConfig, load_model
+from simllm.config.serving import ServingConfig
+from simllm.config.workload import Workload
+from simllm.errors import ConfigError
+from simllm.search.spec import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    SECTIONS,
+    SweepSpec,
+    is_number,
+    make_spec,
+    spec_jsonable,
+    spec_values,
+)
+from simllm.search.store import (
+    KEY_COLUMNS,
+    Journal,
+    check_output_path,
+    existing_rows,
+    journal_path,
+    load_table,
+    read_record,
+    save_table,
+    table_csv,
+    write_record,
+)
+from simllm.sim.simulate import simulate
+from simllm.text import table as text_table
+
+log = logging.getLogger("simllm")
+
+#: Percentiles of TTFT, TPOT, ITL and E2E latency in the table.
+PERCENTILES = (50, 90, 99)
+#: Summary keys left out of the table: wall-clock measurements, which differ run to run.
+NONDETERMINISTIC = ("simulation_wall_s", "simulated_requests_per_s")
+#: Executors :func:`make_executor` makes.
+EXECUTORS = ("threads", "processes", "dask")
+#: Chunking: seconds of simulation aimed at per task, and the rough cost model behind it.
+TARGET_TASK_S = 0.05
+COST_FIXED_S = 1.2e-3
+COST_PER_REQUEST_S = 1.5e-6
+MAX_CHUNK = 256
+MIN_TASKS_PER_WORKER = 4
+_STATS = (("mean", None), ("p5", 5.0), ("p50", 50.0), ("p95", 95.0))
+
+
+# ----------------------------------------------------------------------------- the plan
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """What every task needs, shipped once per worker: the base objects, the whole-object swaps
+    (``swaps[section][i]``), what to simulate with, and the metric columns."""
+
+    model: ModelConfig
+    hardware: HardwareConfig
+    serving: ServingConfig
+    workload: Workload
+    swaps: dict
+    percentiles: tuple
+    goodput: dict
+    metrics: tuple
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A validated sweep ready to run: per configuration its overrides (``(section, field,
+    value)``, swaps first) and table values, the column names, the spec hash."""
+
+    spec: SweepSpec
+    overrides: tuple  # per config_id
+    displays: tuple  # per config_id: the swept columns' values
+    grid_ids: np.ndarray
+    sample_ids: np.ndarray
+    context: _Context
+    spec_hash: str
+
+    @property
+    def items(self):
+        """(config_id, seed) of every simulation, in table order."""
+        return [(c, s) for c in range(len(self.overrides)) for s in self.spec.seeds]
+
+
+def plan(spec):
+    """Validate every value of ``spec`` and lay out its configurations (no simulation).
+
+    Returns
+    -------
+    Plan
+        Kept on the spec: a second call returns the same plan.
+
+    Raises
+    ------
+    ConfigError
+        The first bad value (:func:`~simllm.search.spec.spec_values` checks them).
+    """
+    cached = spec.__dict__.get("_plan")
+    if cached is not None:
+        return cached
+    swaps, grid_axes, sample_cols = spec_values(spec)
+    n_samples = spec.num_samples if spec.samples else 1
+    overrides, displays, grid_ids, sample_ids = [], [], [], []
+    for g, combo in enumerate(itertools.product(*grid_axes) if grid_axes else [()]):
+        for j in range(n_samples):
+            chosen = list(combo) + [col[j] for col in sample_cols]
+            ov = tuple(sorted((p for p, _ in chosen), key=lambda o: o[1] is not None))  # swaps first
+            overrides.append(ov)
+            displays.append(tuple(d for _, d in chosen))
+            grid_ids.append(g)
+            sample_ids.append(j)
+    metrics = metric_names(PERCENTILES, tuple(k for k, _ in spec.slo))
+    spec_hash = _spec_hash(spec, metrics)
+    ctx = _Context(spec.model, spec.hardware, spec.serving, spec.workload, swaps, PERCENTILES, spec.goodput,
+                   metrics, spec_hash)
+    out = Plan(spec, tuple(overrides), tuple(displays), np.asarray(grid_ids, dtype=np.int64),
+               np.asarray(sample_ids, dtype=np.int64), ctx, spec_hash)
+    object.__setattr__(spec, "_plan", out)  # a frozen dataclass: cached outside its fields
+    return out
+
+
+def _spec_hash(spec, metrics):
+    """Hash of everything that decides a row's numbers given its (config_id, seed): the base
+    objects, the grid, the samples, the SLOs and the table's metric columns (not the seeds)."""
+    payload = {
+        "base": {s: spec_jsonable(getattr(spec, s)) for s in SECTIONS},
+        "grid": [[p, [spec_jsonable(v) for v in vals]] for p, vals in spec.grid],
+        "samples": [[p, d.kind, [spec_jsonable(a) for a in d.args]] for p, d in spec.samples],
+        "num_samples": spec.num_samples, "sample_seed": spec.sample_seed, "slo": [list(x) for x in spec.slo],
+        "metrics": list(metrics), "percentiles": list(PERCENTILES),
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- running one chunk
+
+def _build(ctx, overrides, seed):
+    """The four config objects of one configuration."""
+    objs = {"model": ctx.model, "hardware": ctx.hardware, "serving": ctx.serving, "workload": ctx.workload}
+    changes = {"model": {}, "hardware": {}, "serving": {}, "workload": {"seed": seed}}
+    for section, field, value in overrides:
+        if field is None:
+            objs[section] = ctx.swaps[section][value]
+        else:
+            changes[section][field] = value
+    wc = changes["workload"]
+    if "burstiness" in wc and "arrival" not in wc and objs["workload"].arrival != "constant":
+        wc["arrival"] = "gamma" if wc["burstiness"] != 1.0 else "poisson"
+    hc = changes["hardware"]
+    if hc and objs["hardware"].frameworks:
+        swept = set(hc) & set(FACTOR_KEYS)
+        if swept:  # a swept factor wins over the profile's per-framework value
+            hc["frameworks"] = tuple((name, tuple((k, v) for k, v in fs if k not in swept))
+                                     for name, fs in objs["hardware"].frameworks)
+    for section, ch in changes.items():
+        if ch:
+            objs[section] = dataclasses.replace(objs[section], **ch)
+    return objs["model"], objs["hardware"], objs["serving"], objs["workload"]
+
+
+def _number(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def summary_metrics(summary, names):
+    """The table's metric values of one summary (NaN where a key is missing or not a number):
+    ``gpus`` (tensor x data parallel) and ``output_throughput_per_gpu`` are derived."""
+    gpus = summary.get("tensor_parallel_size", 1) * summary.get("data_parallel_size", 1)
+    out = []
+    for k in names:
+        if k == "gpus":
+            out.append(float(gpus))
+        elif k == "output_throughput_per_gpu":
+            out.append(_number(summary.get("output_throughput")) / gpus)
+        else:
+            out.append(_number(summary.get(k)))
+    return tuple(out)
+
+
+_WORKER_CONTEXTS = {}
+
+
+def _run_chunk(ctx, items):
+    """Simulate ``items`` — ``(config_id, overrides, seed)`` — and return ``(config_id, seed,
+    metrics, error)`` per item. ``ctx`` is the :class:`_Context` or, in a pool made by this
+    module, its key (the context came with the worker's initializer)."""
+    if isinstance(ctx, str):
+        ctx = _WORKER_CONTEXTS[ctx]
+    out = []
+    nan = (math.nan,) * len(ctx.metrics)
+    for config_id, overrides, seed in items:
+        try:
+            m, h, s, w = _build(ctx, overrides, seed)
+            res = simulate(m, h, s, w, keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
+            out.append((config_id, seed, summary_metrics(res.summary, ctx.metrics), ""))
+        except ConfigError as exc:  # SimulatedOOM, TP not dividing the heads, lengths over max_model_len
+            out.append((config_id, seed, nan, row_error(exc)))
+    return out
+
+
+def row_error(exc):
+    """The one-line reason of a failed configuration, naming serving fields by their sweep path
+    (``serving.tensor_parallel_size``) where simulate names the command-line flag."""
+    key = exc.key
+    if exc.source == "command line" and isinstance(key, str) and key.startswith("--"):
+        field = key[2:].replace("-", "_")
+        if field in {f.name for f in dataclasses.fields(ServingConfig)}:
+            return str(ConfigError(exc.expected, key=f"serving.{field}", value=exc.value))
+    return str(exc)
+
+
+_WARM = []
+
+
+def _probe_configs():
+    return load_model(DEFAULT_MODEL), load_hardware(DEFAULT_HARDWARE)
+
+
+def warm_up():
+    """Compile (or load from numba's cache) the kernels in this process: one tiny simulation."""
+    if not _WARM:
+        m, h = _probe_configs()
+        simulate(m, h, ServingConfig(), Workload(num_prompts=4, request_rate=10.0, max_concurrency=2),
+                 keep_requests=False, percentiles=PERCENTILES)
+        _WARM.append(True)
+    return True
+
+
+def _init_worker(ctx=None):
+    if ctx is not None:
+        _WORKER_CONTEXTS[ctx.key] = ctx
+    warm_up()
+
+
+@functools.lru_cache(maxsize=None)
+def metric_names(percentiles=PERCENTILES, slo_keys=()):
+    """The table's metric columns: every numeric key of a summary simulated with these
+    percentiles (and goodput SLOs), without wall-clock keys, plus ``gpus`` and
+    ``output_throughput_per_gpu``."""
+    m, h = _probe_configs()
+    res = simulate(m, h, ServingConfig(), Workload(num_prompts=4, request_rate=10.0, max_concurrency=2),
+                   keep_requests=False, percentiles=percentiles,
+                   goodput={k: 1e9 for k in slo_keys} or None)
+    _WARM.append(True)
+    names = [k for k, v in res.summary.items()
+             if k not in NONDETERMINISTIC and is_number(v) and not isinstance(v, bool)]
+    return tuple(names) + ("gpus", "output_throughput_per_gpu")
+
+
+# ----------------------------------------------------------------------------- executors
+
+class DaskExecutor(Executor):
+    """A ``dask.distributed`` client's executor that also closes the client (and the local
+    cluster it started) on shutdown; ``client`` is the :class:`distributed.Client`."""
+
+    def __init__(self, client, cluster=None):
+        self.client = client
+        self.cluster = cluster
+        self._inner = client.get_executor()
+
+    def submit(self, fn, /, *args, **kwargs):
+        return self._inner.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        try:
+            self._inner.shutdown(wait=wait)
+        finally:
+            self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
+
+
+def make_executor(kind="threads", scheduler=None, workers=None, *, _context=None):
+    """An executor for :func:`sweep`.
+
+    Parameters
+    ----------
+    kind : {"threads", "processes", "dask"}
+        ``threads``: a thread pool (the kernels release the GIL); ``processes``: a process pool
+        (the platform's start method: fork on Linux up to Python 3.13; with spawn or forkserver a
+        script needs the ``if __name__ == "__main__":`` guard), each worker warmed up once; ``dask``: a ``dask.distributed`` client of the
+        scheduler at ``scheduler``, or of a new local cluster of ``workers`` single-threaded
+        worker processes (``pip install "simllm[dask]"``).
+    scheduler : str, optional
+        The dask scheduler's address (``tcp://host:8786``).
+    workers : int, optional
+        Threads or processes (default ``os.cpu_count()``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind, or dask requested but not installed.
+    """
+    n = int(workers or os.cpu_count() or 1)
+    if kind in (None, "threads"):
+        return ThreadPoolExecutor(max_workers=n, thread_name_prefix="simllm-sweep")
+    if kind == "processes":
+        return ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(_context,))
+    if kind == "dask":
+        try:
+            from dask.distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
+        except ImportError:
+            raise ConfigError('the dask executor needs dask.distributed: pip install "simllm[dask]"',
+                              source="command line", key="--executor", value="dask") from None
+        if scheduler:
+            return DaskExecutor(Client(scheduler))
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        return DaskExecutor(Client(cluster), cluster)
+    raise ConfigError(f"one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor", source="command line",
+                      key="--executor", value=kind)
+
+
+def _dask_client(executor):
+    client = getattr(executor, "client", None) or getattr(executor, "_client", None)
+    return client if client is not None and hasattr(client, "scatter") else None
+
+
+def _num_workers(executor):
+    client = _dask_client(executor)
+    if client is not None:
+        try:
+            return max(1, sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()))
+        except Exception:  # noqa: BLE001 - only a sizing hint
+            return os.cpu_count() or 1
+    return int(getattr(executor, "_max_workers", 0) or os.cpu_count() or 1)
+
+
+def estimated_cost_s(num_prompts):
+    """Rough seconds one simulation of ``num_prompts`` requests takes (for chunking only)."""
+    return COST_FIXED_S + COST_PER_REQUEST_S * (num_prompts or 1000)
+
+
+def choose_chunk_size(plan_, n_items, n_workers):
+    """Configurations per task: about :data:`TARGET_TASK_S` of simulation by the rough cost
+    model, at most :data:`MAX_CHUNK`, and at least :data:`MIN_TASKS_PER_WORKER` tasks per worker."""
+    if not n_items:
+        return 1
+    costs = []
+    for ov in plan_.overrides[:: max(1, len(plan_.overrides) // 64)]:
+        n = plan_.context.workload.num_prompts
+        for section, field, value in ov:
+            if section == "workload" and field is None:
+                n = plan_.context.swaps["workload"][value].num_prompts
+            elif section == "workload" and field == "num_prompts":
+                n = value
+        costs.append(estimated_cost_s(n))
+    per = float(np.mean(costs))
+    size = max(1, int(round(TARGET_TASK_S / per)))
+    balance = max(1, math.ceil(n_items / (MIN_TASKS_PER_WORKER * n_workers)))
+    return int(max(1, min(size, balance, MAX_CHUNK)))
+
+
+# ----------------------------------------------------------------------------- the result
+
+class SweepResult:
+    """A sweep's rows: ``table`` is a numpy structured array with one row per configuration x
+    seed: ``config_id``, ``grid_id``, ``sample`` (the Monte Carlo draw), ``seed``, one column per
+    swept path (named by it: ``serving.max_num_seqs``; strings for names, numbers otherwise),
+    every numeric summary metric (NaN for a configuration that failed) and ``error`` (empty, or
+    the one-line reason: a simulated OOM, a tensor-parallel size not dividing the heads, ...).
+
+    Attributes
+    ----------
+    table : numpy.ndarray
+    paths : tuple of str
+        The swept columns.
+    metrics : tuple of str
+        The metric columns.
+    spec_hash : str
+    ran, resumed : int
+        Simulations run by this call, and rows taken from an earlier run's output.
+    wall_s : float
+    chunk_size : int
+    """
+
+    def __init__(self, table, paths, metrics, spec_hash="", ran=0, resumed=0, wall_s=0.0, chunk_size=0,
+                 grid_paths=None):
+        self.table = table
+        self.paths = tuple(paths)
+        self.metrics = tuple(metrics)
+        self.spec_hash = spec_hash
+        self.ran = ran
+        self.resumed = resumed
+        self.wall_s = wall_s
+        self.chunk_size = chunk_size
+        self.grid_paths = tuple(self.paths if grid_paths is None else grid_paths)
+
+    def __len__(self):
+        return len(self.table)
+
+    def __repr__(self):
+        return (f"SweepResult({len(self)} rows, {len(np.unique(self.table['config_id']))} configurations, "
+                f"paths={list(self.paths)})")
+
+    @property
+    def configs_per_s(self):
+        return self.ran / self.wall_s if self.wall_s else math.nan
+
+    def to_pandas(self):
+        """The table as a pandas DataFrame (requires pandas)."""
+        try:
+            import pandas as pd  # noqa: PLC0415 - optional dependency
+        except ImportError:
+            raise ImportError("SweepResult.to_pandas() needs pandas: pip install pandas") from None
+        return pd.DataFrame({name: self.table[name] for name in self.table.dtype.names})
+
+    def aggregate(self, by="config"):
+        """The uncertainty band per group: ``n`` rows, ``n_failed``, and per metric
+        ``<metric>_mean``, ``_p5``, ``_p50`` and ``_p95`` over the group's successful rows (NaN
+        when none succeeded).
+
+        Parameters
+        ----------
+        by : "config", "grid" or list of str
+            ``config`` (default): per configuration, over seeds. ``grid``: per grid point, over
+            seeds and Monte Carlo draws (the sampled paths' columns are left out). Or column
+            names to group by.
+
+        Returns
+        -------
+        numpy.ndarray
+            A structured array, one row per group in order of first appearance.
+        """
+        t = self.table
+        if by == "config":
+            keys, keep = ["config_id"], ["config_id", "grid_id", "sample"] + list(self.paths)
+        elif by == "grid":
+            keys, keep = ["grid_id"], ["grid_id"] + list(self.grid_paths)
+        else:
+            keys = list(by)
+            for k in keys:
+                if k not in t.dtype.names:
+                    raise ConfigError(f"a column of the table ({', '.join(t.dtype.names[:8])}, ...)", key="by",
+                                      value=k)
+            keep = list(keys)
+        codes, n_groups = _group_codes([t[k] for k in keys], len(t))
+        order = np.argsort(codes, kind="stable")
+        counts = np.bincount(codes, minlength=n_groups)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        first = order[starts] if n_groups else np.zeros(0, dtype=np.int64)
+        dtype = [(k, t.dtype[k]) for k in keep] + [("n", np.int64), ("n_failed", np.int64)]
+        dtype += [(f"{m}_{s}", np.float64) for m in self.metrics for s, _ in _STATS]
+        out = np.zeros(n_groups, dtype=dtype)
+        for k in keep:
+            out[k] = t[k][first]
+        out["n"] = counts
+        out["n_failed"] = np.bincount(codes, weights=(t["error"] != "").astype(np.float64),
+                                      minlength=n_groups).astype(np.int64)
+        if n_groups and self.metrics:
+            # (groups, rows of the largest group, metrics), NaN-padded; sorted so NaN go last
+            width = int(counts.max())
+            cube = np.full((n_groups, width, len(self.metrics)), np.nan)
+            pos = np.arange(len(t)) - starts[codes[order]]
+            values = np.stack([t[m] for m in self.metrics], axis=1)
+            cube[codes[order], pos] = values[order]
+            stats = _band(cube)
+            for j, m in enumerate(self.metrics):
+                for s, _ in _STATS:
+                    out[f"{m}_{s}"] = stats[s][:, j]
+        return out
+
+    # -- files
+    def save(self, path):
+        """Write the table to ``path``: ``.csv`` (floats written exactly) or ``.parquet`` (needs
+        pyarrow), atomically."""
+        save_table(self.table, path, {"spec_hash": self.spec_hash, "paths": list(self.paths),
+                                       "grid_paths": list(self.grid_paths), "metrics": list(self.metrics)})
+        return Path(path)
+
+    @classmethod
+    def load(cls, path):
+        """Read a table written by :meth:`save` (or a sweep's output)."""
+        table, meta = load_table(path)
+        if "metrics" not in meta:
+            meta = {**(read_record(Path(path)) or {}), **meta}
+        names = table.dtype.names
+        paths = meta.get("paths")
+        if paths is None:  # swept columns are dotted paths or a section name; metrics never are
+            paths = [n for n in names if n not in KEY_COLUMNS and ("." in n or n in SECTIONS)]
+        metrics = meta.get("metrics")
+        if metrics is None:
+            metrics = [n for n in names if n not in KEY_COLUMNS and n not in paths and n != "error"]
+        return cls(table, paths, metrics, meta.get("spec_hash", ""), grid_paths=meta.get("grid_paths"))
+
+
+def _group_codes(columns, n):
+    """Group number of each row (groups numbered by first appearance) and the group count."""
+    group_of = {}
+    codes = np.empty(n, dtype=np.int64)
+    lists = [c.tolist() for c in columns]
+    for i, key in enumerate(zip(*lists)):
+        codes[i] = group_of.setdefault(key, len(group_of))
+    return codes, len(group_of)
+
+
+def _band(cube):
+    """Mean and the 5th, 50th and 95th percentiles along axis 1 of ``cube``, ignoring NaN
+    (numpy's default linear interpolation), vectorized over the other axes."""
+    valid = ~np.isnan(cube)
+    n = valid.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = {"mean": np.where(n > 0, np.nansum(cube, axis=1) / np.maximum(n, 1), np.nan)}
+        ordered = np.sort(cube, axis=1)  # NaN sort last
+        for name, q in _STATS[1:]:
+            h = (np.maximum(n, 1) - 1) * (q / 100.0)
+            lo = np.floor(h).astype(np.int64)
+            hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+            a = np.take_along_axis(ordered, lo[:, None, :], axis=1)[:, 0, :]
+            b = np.take_along_axis(ordered, hi[:, None, :], axis=1)[:, 0, :]
+            frac = h - lo
+            diff = b - a
+            v = np.where(frac >= 0.5, b - diff * (1.0 - frac), a + diff * frac)
+            out[name] = np.where(n > 0, v, np.nan)
+    return out
+
+
+def load(path):
+    """:meth:`SweepResult.load`."""
+    return SweepResult.load(path)
+
+
+def _column_dtype(values):
+    if all(isinstance(v, (bool, np.bool_)) for v in values):
+        return np.bool_
+    if all(is_number(v) and float(v) == int(v) and not isinstance(v, (float, np.floating)) for v in values):
+        return np.int64
+    if all(is_number(v) for v in values):
+        return np.float64
+    width = max((len(str(v)) for v in values), default=1)
+    return f"U{max(width, 1)}"
+
+
+def _assemble(plan_, rows):
+    """The table of ``plan_`` from ``rows`` {(config_id, seed): (metrics, error)}."""
+    spec = plan_.spec
+    items = [(c, s) for c in range(len(plan_.overrides)) for s in spec.seeds if (c, s) in rows]
+    n = len(items)
+    paths = spec.paths
+    errors = [rows[i][1] for i in items]
+    dtype = [("config_id", np.int64), ("grid_id", np.int64), ("sample", np.int64), ("seed", np.int64)]
+    for j, p in enumerate(paths):
+        dtype.append((p, _column_dtype([d[j] for d in plan_.displays])))
+    dtype += [(m, np.float64) for m in plan_.context.metrics]
+    dtype.append(("error", f"U{max([len(e) for e in errors] + [1])}"))
+    t = np.zeros(n, dtype=dtype)
+    if not n:
+        return t
+    cid = np.fromiter((c for c, _ in items), dtype=np.int64, count=n)
+    t["config_id"] = cid
+    t["seed"] = np.fromiter((s for _, s in items), dtype=np.int64, count=n)
+    t["grid_id"] = plan_.grid_ids[cid]
+    t["sample"] = plan_.sample_ids[cid]
+    for j, p in enumerate(paths):
+        t[p] = [plan_.displays[c][j] for c in cid]
+    metrics = np.array([rows[i][0] for i in items], dtype=np.float64).reshape(n, len(plan_.context.metrics))
+    for k, m in enumerate(plan_.context.metrics):
+        t[m] = metrics[:, k]
+    t["error"] = errors
+    return t
+
+
+# ----------------------------------------------------------------------------- running
+
+def run_spec(spec, executor=None, *, workers=None, scheduler=None, chunk_size=None, progress=None, output=None):
+    """Run a :class:`~simllm.search.spec.SweepSpec` (see :func:`sweep`); ``output`` defaults to the spec's.
+
+    Returns
+    -------
+    SweepResult
+    """
+    plan_ = plan(spec)
+    if isinstance(executor, str) and executor not in EXECUTORS:
+        raise ConfigError(f"one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor", source="command line",
+                          key="--executor", value=executor)
+    output = output if output is not None else spec.output
+    if output is not None:
+        output = Path(output)
+        check_output_path(output)
+    done = existing_rows(plan_, output) if output is not None else {}
+    pending = [(c, s) for c, s in plan_.items if (c, s) not in done]
+    resumed = len(plan_.items) - len(pending)
+    if progress is not None and hasattr(progress, "total"):
+        try:
+            progress.total = len(pending)
+        except AttributeError:
+            pass
+    start = time.perf_counter()
+    rows = dict(done)
+    size = 0
+    if pending:
+        own = executor is None or isinstance(executor, str)
+        ex = make_executor(executor or "threads", scheduler, workers, _context=plan_.context) if own else executor
+        journal = Journal(plan_, output) if output is not None else None
+        try:
+            size = _execute(plan_, ex, own, pending, chunk_size, progress, journal, rows)
+        finally:
+            if journal is not None:
+                journal.close()
+            if own:
+                ex.shutdown(wait=True, cancel_futures=True)
+    wall = time.perf_counter() - start
+    table = _assemble(plan_, rows)
+    grid_paths = tuple(p for p, _ in spec.grid)
+    result = SweepResult(table, spec.paths, plan_.context.metrics, plan_.spec_hash, ran=len(pending),
+                         resumed=resumed, wall_s=wall, chunk_size=size, grid_paths=grid_paths)
+    if output is not None:
+        record = {"spec_hash": plan_.spec_hash, "rows": len(table), "configurations": spec.num_configs,
+                  "seeds": list(spec.seeds), "paths": list(spec.paths), "grid_paths": list(grid_paths),
+                  "metrics": list(plan_.context.metrics), "source": spec.source}
+        write_record(output, record)
+        result.save(output)
+        journal_path(output).unlink(missing_ok=True)
+    if pending:
+        log.info("sweep: %d simulations in %.2f s (%.1f/s), chunks of %d", len(pending), wall, len(pending) / wall,
+                 size)
+    return result
+
+
+def _execute(plan_, ex, own, pending, chunk_size, progress, journal, rows):
+    ctx = plan_.context
+    n_workers = _num_workers(ex)
+    size = int(chunk_size) if chunk_size else choose_chunk_size(plan_, len(pending), n_workers)
+    if size < 1:
+        raise ConfigError("a positive chunk size", key="chunk_size", value=chunk_size)
+    client = _dask_client(ex)
+    if client is not None:
+        ctx_arg = client.scatter(ctx, broadcast=True, hash=False)
+        client.run(_init_worker)
+    elif own and isinstance(ex, ProcessPoolExecutor):
+        ctx_arg = ctx.key  # the pool's initializer got the context
+    else:
+        ctx_arg = ctx
+        if not isinstance(ex, ProcessPoolExecutor):
+            warm_up()  # threads share this process's compiled kernels
+    overrides = plan_.overrides
+    chunks = ([(c, overrides[c], s) for c, s in pending[i:i + size]] for i in range(0, len(pending), size))
+    limit = max(2, 2 * n_workers)
+    in_flight = set()
+    try:
+        while True:
+            while len(in_flight) < limit:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                in_flight.add(ex.submit(_run_chunk, ctx_arg, chunk))
+            if not in_flight:
+                break
+            finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                out = fut.result()
+                if journal is not None:
+                    journal.write(out)
+                for config_id, seed, metrics, error in out:
+                    rows[(config_id, seed)] = (metrics, error)
+                if progress is not None:
+                    progress.advance(len(out))
+    except BaseException:
+        for fut in in_flight:
+            fut.cancel()
+        raise
+    return size
+
+
+def sweep(base=None, grid=None, samples=None, seeds=None, executor=None, *, num_samples=0, sample_seed=0,
+          chunk_size=None, progress=None, resume_from=None, slo=None, workers=None, scheduler=None):
+    """Simulate every configuration of a grid and/or Monte Carlo samples, for each seed.
+
+    Parameters
+    ----------
+    base : dict, optional
+        ``{"model": ..., "hardware": ..., "serving": ..., "workload": ...}``: config objects,
+        preset names or paths, or mappings in the config files' form (defaults: llama-3.1-8b,
+        h100-sxm, vLLM's engine defaults, 1000 requests of 1024/128 tokens at once).
+    grid : dict, optional
+        ``{path: [values]}``: every combination (the paths: :mod:`simllm.search.spec`).
+    samples : dict, optional
+        ``{path: {"uniform": [lo, hi]}}`` (or ``loguniform``, ``normal: [mean, std]``,
+        ``choice: [...]``), drawn ``num_samples`` times with ``sample_seed``.
+    seeds : int or list of int, optional
+        Workload seeds: n means 0..n-1; default the base workload's seed.
+    executor : concurrent.futures.Executor or str, optional
+        Default: a thread pool of ``os.cpu_count()`` threads. ``"threads"``, ``"processes"``
+        or ``"dask"`` make one (:func:`make_executor`, with ``workers`` and ``scheduler``) and
+        shut it down at the end; an executor given is left running.
+    chunk_size : int, optional
+        Configurations per task (default: about 50 ms of simulation per task).
+    progress : object, optional
+        ``progress.advance(n)`` is called as configurations finish (``simllm.report.progress.Progress``);
+        a ``total`` attribute is set to the number of simulations this call runs.
+    resume_from : str or Path, optional
+        The output file (``.csv`` or ``.parquet``): rows are journaled as they finish, and a rerun
+        of the same spec skips those already there (:mod:`simllm.search.store`).
+    slo : dict, optional
+        ``{"ttft": ms, "tpot": ms, "e2el": ms}``: adds ``request_goodput``.
+
+    Returns
+    -------
+    SweepResult
+
+    Raises
+    ------
+    ConfigError
+        A bad spec, before any simulation runs.
+    """
+    spec = make_spec(base, grid, samples, seeds, num_samples=num_samples, sample_seed=sample_seed, slo=slo)
+    return run_spec(spec, executor, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
+                    progress=progress, output=resume_from)
+
+
+# ----------------------------------------------------------------------------- reports
+
+#: The metrics the text report shows: (column, heading).
+REPORT_METRICS = (("request_throughput", "req/s"), ("output_throughput", "out tok/s"),
+                  ("output_throughput_per_gpu", "tok/s/GPU"), ("p99_ttft_ms", "P99 TTFT ms"),
+                  ("p99_tpot_ms", "P99 TPOT ms"), ("mean_e2el_ms", "E2E mean ms"), ("error_rate", "errors"))
+
+
+def format_cell(value, digits=1):
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:.3g}"
+    return str(value)
+
+
+def format_sweep(result, max_rows=50):
+    """A text table: per configuration (over seeds) the mean of the key metrics, with the P5-P95
+    band when there are several seeds; failed configurations show their error."""
+
+    agg = result.aggregate()
+    headers = ["config"] + list(result.paths) + ["n"] + [h for _, h in REPORT_METRICS]
+    rows = []
+    errors = {}  # message -> failed configurations
+    t = result.table
+    for cid, err in zip(t["config_id"].tolist(), t["error"].tolist()):
+        if err and cid not in errors.setdefault(err, []):
+            errors[err].append(cid)
+    for g in agg[:max_rows]:
+        row = [int(g["config_id"])] + [format_cell(g[p], 4) for p in result.paths] + [int(g["n"])]
+        for m, _ in REPORT_METRICS:
+            mean, lo, hi = g[f"{m}_mean"], g[f"{m}_p5"], g[f"{m}_p95"]
+            digits = 3 if m == "error_rate" else 1
+            cell = format_cell(mean, digits)
+            if g["n"] - g["n_failed"] > 1 and not math.isnan(mean) and format_cell(lo, digits) != format_cell(hi, digits):
+                cell += f" [{format_cell(lo, digits)}-{format_cell(hi, digits)}]"
+            row.append(cell)
+        rows.append(row)
+    lines = [f"simllm sweep: {len(agg)} configurations x {len(t) // max(len(agg), 1)} seeds = {len(t)} simulations"
+             + (f" ({result.ran} run in {result.wall_s:.1f} s, {result.resumed} resumed)" if result.ran or
+                result.resumed else ""),
+             text_table(headers, rows)]
+    if len(agg) > max_rows:
+        lines.append(f"... {len(agg) - max_rows} more configurations (write them with --output FILE)")
+    for err, cids in list(errors.items())[:10]:
+        shown = ", ".join(str(c) for c in cids[:8]) + (f", ... ({len(cids)} in all)" if len(cids) > 8 else "")
+        lines.append(f"failed: config {shown}: {err}")
+    if len(errors) > 10:
+        lines.append(f"... {len(errors) - 10} more errors")
+    return "\n".join(lines)
+
+
+def result_to_dict(result):
+    """JSON-ready: the rows and the per-configuration aggregate."""
+    def records(arr):
+        names = arr.dtype.names
+        cols = [arr[n].tolist() for n in names]
+        return [dict(zip(names, vals)) for vals in zip(*cols)] if len(arr) else []
+
+    return {"spec_hash": result.spec_hash, "paths": list(result.paths), "metrics": list(result.metrics),
+            "rows": records(result.table), "aggregate": records(result.aggregate())}
+
+
+def table_to_csv(table):
+    """The table as CSV text (floats exactly, NaN as ``nan``)."""
+    buf = io.StringIO()
+    table_csv(table, buf)
+    return buf.getvalue()

@@ -1,0 +1,127 @@
+"""GPU memory plan: weights + activation workspace + runtime overhead + paged KV pool must fit in
+``memory x gpu_memory_utilization``; a pool that cannot hold one max-length sequence is a
+simulated OOM, as the real engine refuses to start."""
+import math
+from dataclasses import asdict, dataclass
+
+from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
+from simllm.config.hardware import GIB
+from simllm.errors import SimulatedOOM
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory breakdown, in bytes (token counts where named)."""
+
+    total_bytes: float
+    usable_bytes: float  # total x gpu_memory_utilization
+    weight_bytes: float
+    activation_bytes: float
+    runtime_overhead_bytes: float
+    kv_pool_bytes: float  # bytes of whole KV blocks allocated
+    kv_bytes_per_token: float
+    block_size: int
+    num_blocks: int
+    kv_capacity_tokens: int
+    max_model_len: int
+    preallocated: bool  # kv_cache.max_cache_size fixed the pool size
+
+    @property
+    def free_bytes(self):
+        """Usable bytes left after weights, activations, runtime overhead and the KV pool."""
+        return self.usable_bytes - self.weight_bytes - self.activation_bytes - self.runtime_overhead_bytes - self.kv_pool_bytes
+
+    def max_concurrent_sequences(self, tokens_per_sequence):
+        """How many sequences of ``tokens_per_sequence`` tokens the KV pool holds at once."""
+        blocks = math.ceil(tokens_per_sequence / self.block_size)
+        return self.num_blocks // blocks if blocks else 0
+
+    def to_dict(self):
+        out = asdict(self)
+        out["free_bytes"] = self.free_bytes
+        return out
+
+
+def _gb(x):
+    return f"{x / 1e9:.2f} GB"
+
+
+def plan_memory(params, model, hardware, serving, resolved):
+    """Size the KV pool for one GPU.
+
+    Parameters
+    ----------
+    params : simcore.CostParams
+        Packed per-GPU parameters (``pack_cost_params``).
+    model, hardware, serving, resolved
+        The validated configs and ``serving.resolve``'s result.
+
+    Returns
+    -------
+    MemoryPlan
+
+    Raises
+    ------
+    SimulatedOOM
+        When the weights and workspace do not fit, or the KV pool cannot hold one sequence of
+        ``max_model_len`` tokens; the message gives the breakdown in GB.
+    """
+    total = hardware.memory_size_bytes
+    usable = total * serving.gpu_memory_utilization
+    weights = resident_weight_bytes_nb(params)
+    workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
+    runtime = hardware.runtime_overhead_gib * GIB
+    per_token = kv_bytes_per_token_nb(params) if model.kv_cache_enabled else 0.0
+    block_bytes = per_token * serving.block_size
+    left = usable - weights - workspace - runtime
+    tp = serving.tensor_parallel_size
+    where = f"{model.name} on {hardware.gpu} (TP={tp}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
+    budget = (
+        f"{hardware.memory_size_gb:.1f} GB x gpu_memory_utilization {serving.gpu_memory_utilization:g} = "
+        f"{_gb(usable)} usable: weights {_gb(weights)} + activations {_gb(workspace)} + runtime {_gb(runtime)}"
+    )
+    preallocated = bool(model.kv_cache_max_tokens) and model.kv_cache_enabled
+    if not model.kv_cache_enabled:
+        blocks = 0
+    elif preallocated:
+        blocks = math.ceil(model.kv_cache_max_tokens / serving.block_size)
+    else:
+        blocks = int(max(left, 0.0) // block_bytes)
+    plan = MemoryPlan(
+        total_bytes=total,
+        usable_bytes=usable,
+        weight_bytes=weights,
+        activation_bytes=workspace,
+        runtime_overhead_bytes=runtime,
+        kv_pool_bytes=blocks * block_bytes,
+        kv_bytes_per_token=per_token,
+        block_size=serving.block_size,
+        num_blocks=blocks,
+        kv_capacity_tokens=blocks * serving.block_size,
+        max_model_len=resolved.max_model_len,
+        preallocated=preallocated,
+    )
+    hints = "use more GPUs (--tensor-parallel-size), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
+    if left <= 0.0:
+        raise SimulatedOOM(
+            f"simulated OOM: {where} does not fit: {budget} = {_gb(weights + workspace + runtime)}, "
+            f"{_gb(-left)} over with no room for the KV cache; {hints}, or raise --gpu-memory-utilization",
+            plan,
+        )
+    if preallocated and plan.kv_pool_bytes > left:
+        raise SimulatedOOM(
+            f"simulated OOM: {where}: kv_cache.max_cache_size {model.kv_cache_max_tokens} tokens needs "
+            f"{_gb(plan.kv_pool_bytes)} of KV cache but only {_gb(left)} is left ({budget}); lower "
+            f"kv_cache.max_cache_size to at most {int(left // block_bytes) * serving.block_size} tokens or {hints}",
+            plan,
+        )
+    if model.kv_cache_enabled and plan.kv_capacity_tokens < resolved.max_model_len:
+        fits = plan.kv_capacity_tokens
+        raise SimulatedOOM(
+            f"simulated OOM: {where}: one {resolved.max_model_len}-token sequence needs "
+            f"{_gb(resolved.max_model_len * per_token)} of KV cache but the pool holds {fits} tokens "
+            f"({_gb(plan.kv_pool_bytes)}; {budget} + KV); lower --max-model-len to at most {fits}, "
+            f"raise --gpu-memory-utilization, or {hints}",
+            plan,
+        )
+    return plan

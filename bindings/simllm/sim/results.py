@@ -1,0 +1,321 @@
+"""Simulation results: per-request arrays, the summary with ``vllm bench serve``'s keys (plus
+utilisation and memory), the ITL and batch-size distributions, and the time series."""
+import csv
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from simcore import codes
+from simllm.errors import ConfigError
+
+
+def percentile_key(p):
+    """vLLM's naming: ``p99``, ``p99.9``."""
+    return f"p{int(p)}" if float(p) == int(p) else f"p{p}"
+
+
+def _percentiles_inplace(values, percentiles):
+    """``np.percentile(values, percentiles)`` (its default, linear method, the same numbers to the
+    last bit), reordering ``values`` in place: one partition and none of np.percentile's general
+    machinery, which cost more than the partition in a sweep's many small summaries."""
+    n = values.size
+    pos = np.asarray(percentiles, dtype=np.float64) / 100.0 * (n - 1)
+    lo = np.floor(pos).astype(np.intp)
+    hi = np.minimum(lo + 1, n - 1)
+    values.partition(np.concatenate((lo, hi)))  # repeated kth are allowed
+    a, b = values[lo], values[hi]
+    t = pos - lo
+    diff = b - a
+    return np.where(t >= 0.5, b - diff * (1.0 - t), a + diff * t)
+
+
+def _stats_ms(values_s, percentiles, name):
+    out = {}
+    if values_s.size:
+        ms = values_s  # scaled in place: the caller's array is a temporary
+        ms *= 1e3
+        out[f"mean_{name}_ms"] = float(np.mean(ms))
+        out[f"std_{name}_ms"] = float(np.std(ms))
+        qs = _percentiles_inplace(ms, (50.0, *percentiles))
+        out[f"median_{name}_ms"] = float(qs[0])
+        for p, v in zip(percentiles, qs[1:]):
+            out[f"{percentile_key(p)}_{name}_ms"] = float(v)
+    else:
+        out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = 0.0
+        for p in percentiles:
+            out[f"{percentile_key(p)}_{name}_ms"] = 0.0
+    return out
+
+
+def _hist_quantile(hist, q):
+    """Smallest value whose cumulative count reaches ``q`` percent of an integer-valued histogram."""
+    total = hist.sum()
+    if total <= 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(hist), q / 100.0 * total, side="left"))
+
+
+@lru_cache(maxsize=8)
+def itl_bin_edges(n_bins, min_exp, sub_bits):
+    """Lower edges (seconds) of the ITL histogram bins (see ``simcore.metrics.itl_bin_nb``); one
+    read-only array per layout, shared by every result (a sweep builds thousands)."""
+    b = np.arange(n_bins + 1)
+    sub = 1 << sub_bits
+    edges = (1.0 + (b % sub) / sub) * np.exp2(b // sub + min_exp - 1)
+    edges.flags.writeable = False
+    return edges
+
+
+def hist_percentiles(hist, edges, percentiles):
+    """Percentiles of a histogram, interpolating linearly inside the bin."""
+    total = hist.sum()
+    if total <= 0:
+        return [0.0 for _ in percentiles]
+    cum = np.cumsum(hist)
+    out = []
+    for p in percentiles:
+        target = p / 100.0 * total
+        i = int(np.searchsorted(cum, target, side="left"))
+        i = min(i, len(hist) - 1)
+        before = cum[i - 1] if i else 0.0
+        frac = (target - before) / hist[i] if hist[i] else 0.0
+        out.append(float(edges[i] + (edges[i + 1] - edges[i]) * min(max(frac, 0.0), 1.0)))
+    return out
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced.
+
+    Attributes
+    ----------
+    summary : dict
+        ``vllm bench serve`` keys (``duration``, ``completed``, ``failed``, ``request_throughput``,
+        ``output_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``, ...) plus simllm's
+        (utilisation, KV cache, memory, configuration).
+    requests : dict of ndarray or None
+        None for a summary-only run (``keep_requests=False``). Per request, in send order:
+        ``arrival_s`` (the client's send), ``first_scheduled_s``, ``first_token_s``, ``finish_s``,
+        ``input_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2el_s`` (from the send),
+        ``queue_s`` (in the engine's queue, after the hardware's ``frontend_latency_ms``),
+        ``preemptions``, ``status`` (``simcore.codes.STATUS_NAMES``).
+    itl_histogram : ndarray
+        Inter-token latency counts per bin (``itl_bin_edges_s`` gives the edges).
+    batch_size_histogram : ndarray
+        Iterations by number of sequences in the batch.
+    timeseries : dict of ndarray
+        Per window of ``window_s``: ``t_s`` (window start), ``output_throughput``,
+        ``request_throughput``, ``arrival_rate``, ``gpu_busy``, ``mean_batch_size``,
+        ``kv_cache_usage``.
+    """
+
+    summary: dict
+    requests: dict
+    itl_histogram: np.ndarray
+    itl_bin_edges_s: np.ndarray
+    batch_size_histogram: np.ndarray
+    timeseries: dict
+    warnings: tuple = field(default=())
+
+    @classmethod
+    def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
+              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None):
+        """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
+        ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
+        per-request table."""
+        keep_requests = per_request_ints is not None
+        ok = status == codes.STATUS_DONE
+        arrival = reqf[:, codes.RF_ARRIVAL]
+        first_sched = reqf[:, codes.RF_FIRST_SCHED]
+        first_token = reqf[:, codes.RF_FIRST_TOKEN]
+        finish = reqf[:, codes.RF_FINISH]
+        multi = ok & (out_tok > 1)
+        buf = np.empty(len(status))
+
+        def metric(name, where=ok):
+            """Seconds of ``name`` for the requests selected by ``where``, computed in ``buf``
+            (one metric at a time keeps a summary-only run lean)."""
+            if name == "ttft":
+                np.subtract(first_token, arrival, out=buf)
+            elif name == "e2el":
+                np.subtract(finish, arrival, out=buf)
+            elif name == "queue":  # in the engine's queue: from its arrival there, after the frontend
+                np.subtract(first_sched, arrival, out=buf)
+                np.subtract(buf, engine.frontend_s, out=buf)
+            else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
+                np.subtract(finish, first_token, out=buf)
+                vals = buf[where]
+                vals /= out_tok[where] - 1.0 if not isinstance(where, slice) else np.maximum(out_tok, 2) - 1.0
+                return vals
+            return buf[where]
+
+        per_request = None
+        if keep_requests:
+            def full(name, where):
+                out = np.full(len(status), np.nan)
+                out[where] = metric(name, where)
+                return out
+
+            per_request = {
+                "arrival_s": arrival,
+                "first_scheduled_s": first_sched,
+                "first_token_s": first_token,
+                "finish_s": finish,
+                "input_tokens": requests.input_len,
+                "output_tokens": out_tok,
+                "cached_tokens": per_request_ints["cached_tokens"],
+                "ttft_s": full("ttft", ok),
+                "tpot_s": full("tpot", multi),
+                "e2el_s": full("e2el", ok),
+                "queue_s": full("queue", first_sched >= 0),
+                "preemptions": per_request_ints["preemptions"],
+                "replica": per_request_ints["replica"],
+                "status": status,
+            }
+        total = stats.sum(axis=0)
+        replicas = stats.shape[0]
+        duration = float(stats[:, codes.STAT_END_S].max())
+        n = len(status)
+        completed = int(ok.sum())
+        in_tok = int(requests.input_len[ok].sum())
+        out_sum = int(out_tok[ok].sum())
+        edges = itl_bin_edges(len(itl_hist), engine.itl_min_exp, engine.itl_sub_bits)
+        s = {
+            "duration": duration,
+            "completed": completed,
+            "failed": n - completed,
+            "total_input_tokens": in_tok,
+            "total_output_tokens": out_sum,
+            "request_throughput": completed / duration if duration else 0.0,
+            "output_throughput": out_sum / duration if duration else 0.0,
+            "total_token_throughput": (in_tok + out_sum) / duration if duration else 0.0,
+            "max_concurrency": workload.max_concurrency or None,
+            "request_rate": workload.request_rate if math.isfinite(workload.request_rate) else "inf",
+            "burstiness": workload.burstiness,
+        }
+        if goodput:
+            good = ok.copy()
+            for key in ("ttft", "tpot", "e2el"):
+                if key in goodput:
+                    met = metric(key, slice(None)) * 1e3 <= goodput[key]
+                    good &= met | ~multi if key == "tpot" else met
+            s["request_goodput"] = float(good.sum()) / duration if duration else 0.0
+        s.update(_stats_ms(metric("ttft"), percentiles, "ttft"))
+        s.update(_stats_ms(metric("tpot", multi), percentiles, "tpot"))
+        itl_n = total[codes.STAT_ITL_COUNT]
+        itl_mean = total[codes.STAT_ITL_SUM] / itl_n if itl_n else 0.0
+        itl_var = max(total[codes.STAT_ITL_SQSUM] / itl_n - itl_mean**2, 0.0) if itl_n else 0.0
+        s["mean_itl_ms"] = itl_mean * 1e3
+        s["median_itl_ms"] = hist_percentiles(itl_hist, edges, [50])[0] * 1e3
+        s["std_itl_ms"] = math.sqrt(itl_var) * 1e3
+        for p, v in zip(percentiles, hist_percentiles(itl_hist, edges, percentiles)):
+            s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
+        s.update(_stats_ms(metric("e2el"), percentiles, "e2el"))
+        s.update(_stats_ms(metric("queue"), percentiles, "queue"))
+        rejected = int((status == codes.STATUS_REJECTED).sum())
+        timed_out = int((status == codes.STATUS_TIMED_OUT).sum())
+        gpu_s = duration * replicas
+        blocks = max(engine.num_blocks, 1)
+        busy = total[codes.STAT_BUSY_S]
+        s.update({
+            "error_rate": (n - completed) / n if n else 0.0,
+            "num_rejected": rejected,
+            "num_timed_out": timed_out,
+            "num_preemptions": int(total[codes.STAT_PREEMPTIONS]),
+            "compute_utilization": total[codes.STAT_FLOPS] / (gpu_s * params.gemm_flops) if gpu_s else 0.0,
+            "bandwidth_utilization": total[codes.STAT_MEM_BYTES] / (gpu_s * params.mem_bw) if gpu_s else 0.0,
+            "gpu_busy_fraction": busy / gpu_s if gpu_s else 0.0,
+            "kv_cache_usage_mean": total[codes.STAT_KV_BLOCK_SECONDS] / (gpu_s * blocks) if gpu_s else 0.0,
+            "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
+            "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
+            "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
+            **{f"{percentile_key(q)}_batch_size": _hist_quantile(batch_hist, q) for q in (50, 90, 99)},
+            "iterations": int(total[codes.STAT_ITERATIONS]),
+            "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
+            "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
+            "num_requests": n,
+            "model": model.name,
+            "hardware": hardware.gpu,
+            "tensor_parallel_size": serving.tensor_parallel_size,
+            "data_parallel_size": replicas,
+            "dtype": resolved.weight_dtype,
+            "kv_cache_dtype": resolved.kv_dtype,
+            "max_num_seqs": serving.max_num_seqs,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+            "enable_chunked_prefill": serving.enable_chunked_prefill,
+            "enable_prefix_caching": serving.enable_prefix_caching,
+            "batching": serving.batching,
+            "kv_cache_capacity_tokens": memory.kv_capacity_tokens,
+            "memory": {k: float(v) if isinstance(v, float) else v for k, v in memory.to_dict().items()},
+            "simulation_wall_s": wall_s,
+            "simulated_requests_per_s": n / wall_s if wall_s else None,
+        })
+        w = windows
+        ws = engine.window_s
+        used = w[:, codes.WIN_BUSY_S] > 0
+        last = int(np.nonzero(used | (w[:, codes.WIN_ARRIVALS] > 0))[0].max()) + 1 if (used.any() or w[:, codes.WIN_ARRIVALS].any()) else 0
+        w = w[:last]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            series = {
+                "t_s": np.arange(last) * ws,
+                "window_s": ws,
+                "output_throughput": w[:, codes.WIN_OUTPUT_TOKENS] / ws,
+                "request_throughput": w[:, codes.WIN_COMPLETED] / ws,
+                "arrival_rate": w[:, codes.WIN_ARRIVALS] / ws,
+                "gpu_busy": w[:, codes.WIN_BUSY_S] / (ws * replicas),
+                "mean_batch_size": np.where(w[:, codes.WIN_BUSY_S] > 0, w[:, codes.WIN_SEQ_SECONDS] / w[:, codes.WIN_BUSY_S], 0.0),
+                "kv_cache_usage": w[:, codes.WIN_KV_BLOCK_SECONDS] / (ws * replicas * blocks),
+            }
+        warnings = tuple(model.warnings) + tuple(resolved.warnings)
+        return cls(s, per_request, itl_hist, edges, batch_hist, series, warnings)
+
+    def to_dict(self):
+        """The summary plus the time series and batch-size distribution (JSON-ready)."""
+        out = dict(self.summary)
+        out["timeseries"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.timeseries.items()}
+        out["batch_size_histogram"] = self.batch_size_histogram.astype(int).tolist()
+        return out
+
+    def _require_requests(self):
+        if self.requests is None:
+            raise ValueError("this result was simulated with keep_requests=False: no per-request rows")
+
+    def to_pandas(self):
+        """Per-request rows as a pandas DataFrame (requires pandas)."""
+        self._require_requests()
+        try:
+            import pandas as pd  # noqa: PLC0415 - optional dependency
+        except ImportError:
+            raise ImportError("SimResult.to_pandas() needs pandas: pip install pandas") from None
+        df = pd.DataFrame(self.requests)
+        df["status"] = pd.Categorical.from_codes(df["status"].astype(int), codes.STATUS_NAMES)
+        return df
+
+    def save_detailed(self, path):
+        """Write per-request rows to ``path``: ``.csv`` (no extra dependency) or ``.parquet``
+        (needs pandas and pyarrow)."""
+        self._require_requests()
+        path = str(path)
+        if path.endswith(".parquet"):
+            try:
+                self.to_pandas().to_parquet(path, index=False)
+            except ImportError as exc:
+                raise ConfigError(f"pandas and pyarrow for .parquet ({exc})", source="command line",
+                                  key="--save-detailed", value=path) from None
+            return
+        if not path.endswith(".csv"):
+            raise ConfigError("a .csv or .parquet file name", source="command line", key="--save-detailed", value=path)
+        cols = list(self.requests)
+        arrays = [self.requests[c] for c in cols]
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["request"] + cols)
+            names = codes.STATUS_NAMES
+            for i in range(len(arrays[0])):
+                row = [i]
+                for c, a in zip(cols, arrays):
+                    v = a[i]
+                    row.append(names[int(v)] if c == "status" else ("" if isinstance(v, float) and math.isnan(v) else v))
+                writer.writerow(row)

@@ -1,0 +1,228 @@
+"""``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call for all
+data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
+import logging
+import math
+import threading
+import time
+
+import numpy as np
+
+from simcore import codes
+from simcore.engine import simulate_into_nb, simulate_nb
+from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
+from simcore.params import EngineParams
+from simcore.scheduler import DONE, N_STATE
+from simllm.config import serving as serving_mod
+from simllm.config.serving import ServingConfig
+from simllm.config.workload import Workload, generate
+from simllm.errors import ConfigError
+from simllm.sim.estimate import estimate_request_s
+from simllm.sim.memory import plan_memory
+from simllm.sim.pack import pack_cost_params
+from simllm.sim.results import SimResult
+
+log = logging.getLogger("simllm")
+
+ITL_MIN_EXP = -20  # the ITL histogram starts at 2**-21 s (0.5 us) ...
+ITL_SUB_BITS = 9  # ... with 512 bins per octave (0.14% wide) ...
+ITL_BINS = 34 << ITL_SUB_BITS  # ... up to 2**13 s
+N_WINDOWS = 200
+_POLICY = {"continuous": codes.POLICY_CONTINUOUS, "static": codes.POLICY_STATIC, "dynamic": codes.POLICY_DYNAMIC}
+_ROUTER = {"round_robin": codes.ROUTER_ROUND_ROBIN, "least_outstanding": codes.ROUTER_LEAST_OUTSTANDING}
+
+
+def check_workload(workload, model, max_model_len):
+    """Reject length settings that can never fit the model (naming the file and field): a
+    distribution whose smallest length is already ``max_model_len``, or fixed prompt and output
+    lengths that together exceed it. Sampled requests that merely may exceed it are rejected at
+    run time and counted as failed, as the server would."""
+    if workload.trace:
+        return
+    src = workload.source
+    for key, dist in (("input_len", workload.input_len), ("output_len", workload.output_len)):
+        low = {"fixed": dist.value, "uniform": dist.low}.get(dist.kind, dist.minimum)
+        if low >= max_model_len:
+            raise ConfigError(
+                f"lengths below max_model_len ({max_model_len}) of {model.name}",
+                source=src, key=f"workload.{key}", value=low,
+            )
+    inp, out = workload.input_len, workload.output_len
+    if inp.kind == "fixed" and out.kind == "fixed" and inp.value + out.value > max_model_len:
+        raise ConfigError(
+            f"input_len + output_len <= max_model_len ({max_model_len}) of {model.name}; got "
+            f"{inp.value} + {out.value}",
+            source=src, key="workload.input_len", value=inp.value,
+        )
+
+
+def _check_trace_lengths(workload, requests, max_model_len):
+    if not workload.trace:
+        return
+    too_long = np.nonzero(requests.input_len >= max_model_len)[0]
+    if too_long.size:
+        i = int(too_long[0])
+        line = int(requests.trace_lines[i]) if requests.trace_lines is not None else None
+        raise ConfigError(
+            f"prompts shorter than max_model_len ({max_model_len})",
+            source=workload.trace, key="input_len", value=int(requests.input_len[i]), line=line,
+        )
+
+
+def _window_s(workload, requests, est_request_s):
+    """Width of the time-series windows: about 1/100 of the expected duration."""
+    if requests.arrival_s.size and requests.arrival_s[-1] > 0 and not workload.max_concurrency:
+        span = float(requests.arrival_s[-1]) + est_request_s
+    else:
+        clients = workload.max_concurrency or len(requests)
+        span = est_request_s * max(1.0, len(requests) / max(clients, 1))
+    return max(span / 100.0, 1e-3)
+
+
+def _run_reporting(params, e, reqi, reqf, acc, progress, interval_s=0.1):
+    """Run the kernel on a worker thread and report its count of ended requests."""
+    glob = np.zeros(N_STATE, dtype=np.int64)
+    failure = []
+
+    def work():
+        try:
+            simulate_into_nb(params, e, reqi, reqf, acc, glob)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="simllm-kernel", daemon=True)
+    worker.start()
+    n = reqi.shape[0]
+    while worker.is_alive():
+        worker.join(interval_s)
+        progress(int(glob[DONE]), n)
+    if failure:
+        raise failure[0]
+    progress(n, n)
+
+
+def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
+             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None):
+    """Simulate serving ``workload`` with ``model`` on ``hardware``.
+
+    Parameters
+    ----------
+    model : ModelConfig
+    hardware : HardwareConfig
+    serving : ServingConfig, optional
+        vLLM-style engine arguments (defaults to vLLM's).
+    workload : Workload, optional
+        Defaults to 1000 requests of 1024 prompt / 128 output tokens sent at once.
+    requests : Requests, optional
+        Pre-drawn requests (overrides the workload's sampling; its load settings still apply).
+    fast_forward : bool
+        Advance runs of identical decode iterations in closed form (exact; off only to check).
+    percentiles : sequence of float
+        Percentiles reported for TTFT, TPOT, ITL and E2E latency.
+    goodput : dict, optional
+        SLOs in ms, ``{"ttft": 500, "tpot": 50, "e2el": 10000}``: requests meeting all count
+        toward ``request_goodput``.
+    keep_requests : bool
+        Keep the per-request arrays in the result (``SimResult.requests``); False computes the
+        summary alone, in about 100 bytes per request beyond the workload's own arrays.
+    progress : callable, optional
+        Called as ``progress(ended, total)`` about ten times a second while the kernel runs (on
+        another thread; it holds no GIL), and once at the end.
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ConfigError
+        Invalid settings; :class:`SimulatedOOM` when the configuration does not fit.
+    """
+    serving = serving or ServingConfig()
+    workload = workload or Workload()
+    hardware = hardware.for_framework(serving.framework)
+    resolved = serving_mod.resolve(model, hardware, serving)
+    params = pack_cost_params(model, hardware, serving, resolved)
+    memory = plan_memory(params, model, hardware, serving, resolved)
+    check_workload(workload, model, resolved.max_model_len)
+    if requests is None:
+        requests = generate(workload)
+    _check_trace_lengths(workload, requests, resolved.max_model_len)
+    n = len(requests)
+    if n == 0:
+        raise ConfigError("at least one request", source=workload.source, key="workload.num_prompts", value=0)
+    bs = serving.block_size
+    prefix_blocks = workload.prefix_len // bs if serving.enable_prefix_caching else 0
+    if prefix_blocks * bs + resolved.max_model_len > memory.kv_capacity_tokens:
+        prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
+
+    est_request_s = estimate_request_s(params, workload, requests)
+    frontend_s = hardware.frontend_latency_ms / 1e3
+    e = EngineParams(
+        policy=_POLICY[serving.batching],
+        chunked_prefill=serving.enable_chunked_prefill,
+        max_num_seqs=serving.max_num_seqs,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        block_size=bs,
+        num_blocks=memory.num_blocks,
+        prefix_blocks=prefix_blocks,
+        max_model_len=resolved.max_model_len,
+        static_slots=max(1, memory.num_blocks // -(-resolved.max_model_len // bs)),  # whole blocks per slot
+        pad_prompts=serving.pad_prompts,
+        batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
+        batch_window_s=serving.batch_window_ms / 1e3,
+        # The engine sees a request frontend_s after its client sends it; a client's timeout
+        # counts from the send.
+        timeout_s=max(workload.timeout_s - frontend_s, 1e-9) if workload.timeout_s else 0.0,
+        n_clients=0,
+        fast_forward=fast_forward,
+        itl_min_exp=ITL_MIN_EXP,
+        itl_sub_bits=ITL_SUB_BITS,
+        window_s=_window_s(workload, requests, est_request_s),
+    )
+    replicas = serving.data_parallel_size
+    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
+                   frontend_s=frontend_s)
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
+    reqi[:, codes.RI_INPUT] = requests.input_len
+    reqi[:, codes.RI_OUTPUT] = requests.output_len
+    if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
+        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
+        reqi[:, codes.RI_CACHED] = np.where(requests.prefix_hit, usable, 0)
+        del usable
+    reqf = np.full((n, codes.N_RF), -1.0)
+    if e.n_clients:
+        # Closed loop: the first clients send at once (or at their open-loop times); the others'
+        # requests are sent as earlier ones end.
+        reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
+        reqf[:, codes.RF_ARRIVAL] = np.inf
+        reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients] + frontend_s
+    else:
+        np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
+    e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS),
+                   **workspace_layout(serving.max_num_seqs, bs, n))
+    acc = np.zeros((replicas, e.acc_len))
+    start = time.perf_counter()
+    log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
+    if progress is None:
+        simulate_nb(params, e, reqi, reqf, acc)
+    else:
+        _run_reporting(params, e, reqi, reqf, acc, progress)
+    elapsed = time.perf_counter() - start
+    log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
+    if frontend_s:  # latencies count from the client's send
+        reqf[:, codes.RF_ARRIVAL] -= frontend_s
+    stats, batch_hist, windows, itl_hist = split_accumulator(e, acc)
+    status = reqi[:, codes.RI_STATUS].astype(np.int8)
+    out_tok = reqi[:, codes.RI_GENERATED].copy()
+    ints = None
+    if keep_requests:
+        ints = {"cached_tokens": reqi[:, codes.RI_CACHED], "preemptions": reqi[:, codes.RI_PREEMPTIONS],
+                "replica": reqi[:, codes.RI_REPLICA]}
+    del reqi  # a summary-only run needs none of it any more
+    return SimResult.build(
+        model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
+        params=params, engine=e, requests=requests, status=status, out_tok=out_tok, reqf=reqf, stats=stats,
+        itl_hist=itl_hist, batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
+        wall_s=elapsed, per_request_ints=ints,
+    )
+

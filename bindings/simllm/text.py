@@ -1,0 +1,52 @@
+"""Plain text out, for people and machines: aligned text tables, number cells, strict JSON.
+
+A foundation module like :mod:`simllm.errors` and :mod:`simllm.fileio`: every layer may import it,
+it imports nothing of simllm.
+"""
+import json
+import math
+
+import numpy as np
+
+
+def fixed(x, digits=2):
+    """``x`` with thousands separators and ``digits`` decimals (``1,234.50``)."""
+    return f"{x:,.{digits}f}"
+
+
+def table(headers, rows, align=None):
+    """Plain-text table; ``align`` is a string of ``l``/``r`` per column (default: first left)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(row):
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)).rstrip()
+
+    lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def jsonable(obj):
+    """``obj`` with numpy scalars and arrays as Python numbers and lists, and NaN or infinite
+    floats as ``None`` (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
+
+
+def to_json(obj):
+    """Strict, indented JSON of ``obj`` (see :func:`jsonable`), ending in a newline."""
+    return json.dumps(jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

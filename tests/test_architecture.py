@@ -1,0 +1,103 @@
+"""The package's rules, checked on its source: layers import one way, no private names cross
+modules, function-level imports only for optional dependencies, at most 8 top-level modules, and
+simcore never imports simllm (docs/architecture.md says why)."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "bindings" / "simllm"
+
+#: Layer of each part of simllm: a module may import its own layer's siblings within one subpackage
+#: and any lower layer. analysis, search and calibration are side by side and independent, as are
+#: formats and report's text.
+LAYERS = {
+    "errors": 0, "fileio": 1, "text": 1,
+    "config": 2,
+    "sim": 3,
+    "analysis": 4, "search": 4, "calibration": 4,
+    "formats": 5, "report": 6,
+    "cli": 7, "__init__": 8, "__main__": 8,
+}
+OPTIONAL = {"matplotlib", "pyarrow", "pandas", "torch", "dask", "distributed", "scipy"}
+
+
+def modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        yield path, rel.parts[0].removesuffix(".py")
+
+
+def imports(tree):
+    """(node, module name, imported names, at module level) of every import in ``tree``."""
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node, node.module, [a.name for a in node.names], id(node) in top
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield node, a.name, [], id(node) in top
+
+
+def part_of(module):
+    """The part of simllm (key of LAYERS) a dotted module name belongs to, or None."""
+    parts = module.split(".")
+    if parts[0] != "simllm" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def test_at_most_8_top_level_modules():
+    top = [p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(top) <= 8, top
+
+
+def test_every_part_has_a_layer_and_a_docstring():
+    for path, part in modules():
+        assert part in LAYERS, f"{path}: no layer for {part!r} in tests/test_architecture.py"
+    for sub in PKG.iterdir():
+        if (sub / "__init__.py").exists():
+            doc = ast.get_docstring(ast.parse((sub / "__init__.py").read_text()))
+            assert doc and "May import" in doc, f"{sub.name}/__init__.py must say what it owns and may import"
+
+
+def test_layers_import_one_way():
+    bad = []
+    for path, part in modules():
+        for node, mod, names, _ in imports(ast.parse(path.read_text())):
+            targets = [mod] if mod != "simllm" else [f"simllm.{n}" for n in names]
+            for t in targets:
+                other = part_of(t)
+                if other is None or other == part or part in ("__init__", "__main__"):
+                    continue
+                if other not in LAYERS:  # a name re-exported by simllm/__init__
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {t} through the package root")
+                elif LAYERS[other] >= LAYERS[part]:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} ({part}) imports {t} ({other})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_names_across_modules():
+    bad = []
+    for path, _ in modules():
+        for node, mod, names, _ in imports(ast.parse(path.read_text())):
+            if mod.startswith("simllm") or mod.startswith("simcore"):
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno} {mod}.{n}" for n in names
+                        if n.startswith("_") and not n.startswith("__")]
+    assert not bad, "\n".join(bad)
+
+
+def test_function_level_imports_only_for_optional_dependencies():
+    bad = []
+    for path, _ in modules():
+        for node, mod, _, at_top in imports(ast.parse(path.read_text())):
+            if not at_top and mod.split(".")[0] not in OPTIONAL:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {mod} inside a function")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "simcore").rglob("*.py")), ids=lambda p: p.name)
+def test_simcore_never_imports_simllm(path):
+    for _, mod, _, _ in imports(ast.parse(path.read_text())):
+        assert not mod.startswith("simllm"), f"{path.name} imports {mod}"
