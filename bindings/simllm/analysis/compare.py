@@ -25,9 +25,9 @@ from simllm.config.hardware import HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
-from simllm.errors import ConfigError, SimulatedOOM
+from simllm.errors import ConfigError
 from simllm.fileio import write_output
-from simllm.sim.simulate import simulate
+from simllm.sim.runner import OOM, Base, Task, run_simulations
 from simllm.text import jsonable, table
 
 
@@ -202,7 +202,7 @@ def _load(item, loader, cls):
 
 
 def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METRICS, *,
-            percentiles=(50, 90, 95, 99), goodput=None, progress=None):
+            percentiles=(50, 90, 95, 99), goodput=None, progress=None, executor=None, workers=None, scheduler=None):
     """Simulate ``workload`` on every model x hardware pair and tabulate ``metrics``.
 
     Parameters
@@ -221,7 +221,9 @@ def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METR
     goodput : dict, optional
         SLOs for ``request_goodput`` (see :func:`simllm.simulate`).
     progress : callable, optional
-        Called with each column's label before it is simulated.
+        ``progress(done, total)`` as columns finish.
+    executor, workers, scheduler
+        Where the columns run (:func:`simllm.sim.runner.run_many`; default threads on all cores).
 
     Returns
     -------
@@ -239,19 +241,13 @@ def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METR
         raise ConfigError("at least one model and one hardware to compare")
     serving = serving or ServingConfig()
     workload = workload or Workload()
-    columns = []
-    for hw_label, hw in hardwares:
-        for model_label, model in models:
-            label = f"{model_label} @ {hw_label}"
-            if progress:
-                progress(label)
-            try:
-                result = simulate(model, hw, serving, workload, keep_requests=False, percentiles=percentiles,
-                                  goodput=goodput)
-            except ConfigError as exc:
-                columns.append(Column(label, model_label, hw_label, None, str(exc), isinstance(exc, SimulatedOOM)))
-                continue
-            columns.append(Column(label, model_label, hw_label, result.summary))
+    pairs = [(hw_label, hw, model_label, model) for hw_label, hw in hardwares for model_label, model in models]
+    base = Base(serving=serving, workload=workload, percentiles=tuple(percentiles), goodput=goodput)
+    outcomes = run_simulations(base, [Task(model=m, hardware=h) for _, h, _, m in pairs], executor, workers=workers,
+                               scheduler=scheduler, progress=progress)
+    columns = [Column(f"{ml} @ {hl}", ml, hl, o.value) if o.ok else
+               Column(f"{ml} @ {hl}", ml, hl, None, o.error, o.status == OOM)
+               for (hl, _, ml, _), o in zip(pairs, outcomes)]
     return build_comparison(columns, metrics)
 
 

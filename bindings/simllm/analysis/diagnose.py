@@ -65,6 +65,7 @@ from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.pack import pack_cost_params
+from simllm.sim.runner import Base, Task, run_simulations
 from simllm.sim.simulate import simulate
 from simllm.text import table
 
@@ -515,7 +516,8 @@ def _rel(new, base):
     return (new - base) / base if base else None
 
 
-def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGES, *, base=None, fast_forward=True):
+def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGES, *, base=None, fast_forward=True,
+            executor=None, workers=None, scheduler=None):
     """Re-simulate with exactly one change at a time.
 
     Parameters
@@ -527,6 +529,8 @@ def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGE
         :class:`Change` objects.
     base : SimResult, optional
         The base run's result, when already simulated (else simulated here).
+    executor, workers, scheduler
+        Where the variants run (:func:`simllm.sim.runner.run_many`; default threads on all cores).
 
     Returns
     -------
@@ -543,6 +547,7 @@ def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGE
                         keep_requests=False)
     b = base.summary
     out = []
+    variants = []  # (position in out, name, text, note, model, serving)
     for ch in changes:
         if isinstance(ch, str):
             if ch not in CHANGES:
@@ -557,19 +562,24 @@ def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGE
             out.append(WhatIf(ch.name, "", note=ch.note, skipped=applied))
             continue
         m2, s2, text = applied
-        try:
-            r = simulate(m2, hardware, s2, workload, requests=requests, fast_forward=fast_forward,
-                         keep_requests=False).summary
-        except ConfigError as exc:  # SimulatedOOM included
-            out.append(WhatIf(ch.name, text, note=ch.note, skipped=str(exc)))
+        variants.append((len(out), ch, text, m2, s2))
+        out.append(None)
+    shared = Base(model=model, hardware=hardware, serving=serving, workload=workload, requests=requests,
+                  fast_forward=fast_forward)
+    outcomes = run_simulations(shared, [Task(model=m2, serving=s2) for _, _, _, m2, s2 in variants], executor,
+                               workers=workers, scheduler=scheduler)
+    for (i, ch, text, _, _), o in zip(variants, outcomes):
+        if not o.ok:  # SimulatedOOM included
+            out[i] = WhatIf(ch.name, text, note=ch.note, skipped=o.error)
             continue
-        out.append(WhatIf(
+        r = o.value
+        out[i] = WhatIf(
             ch.name, text, ttft_ms=r["mean_ttft_ms"], tpot_ms=r["mean_tpot_ms"],
             output_throughput=r["output_throughput"], ttft_change=_rel(r["mean_ttft_ms"], b["mean_ttft_ms"]),
             tpot_change=_rel(r["mean_tpot_ms"], b["mean_tpot_ms"]),
             throughput_change=_rel(r["output_throughput"], b["output_throughput"]),
             failed=int(r["failed"]), num_preemptions=int(r["num_preemptions"]), note=ch.note,
-        ))
+        )
     return out
 
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from simllm.errors import ConfigError
-from simllm.sim.simulate import simulate
+from simllm.sim.runner import Base, Task, run_simulations
 from simllm.text import table as text_table
 
 SOURCE = "command line"
@@ -330,7 +330,7 @@ def point_workload(base_workload, point):
 
 
 def run_loadtest(model, hardware, serving, base_workload, points, progress=None, *, keep_requests=False,
-                 min_gain=0.10, slo_p99_latency_ms=None):
+                 min_gain=0.10, slo_p99_latency_ms=None, executor=None, workers=None, scheduler=None):
     """Simulate ``base_workload`` at every load point.
 
     Parameters
@@ -342,12 +342,14 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
         Request shape (lengths, arrival process, seed, ...); each point replaces its
         ``num_prompts``, ``max_concurrency`` and ``request_rate`` (:func:`point_workload`).
     points : sequence of LoadPoint
-    progress : Progress, optional
-        Advanced by one per point simulated.
+    progress : callable, optional
+        ``progress(done, total)`` as points finish (an object with ``advance(n)`` is advanced).
     keep_requests : bool
         Keep each simulation's per-request rows (for latency CDFs); off is faster and leaner.
     min_gain, slo_p99_latency_ms
         Passed to :func:`recommend`.
+    executor, workers, scheduler
+        Where the points run (:func:`simllm.sim.runner.run_many`; default threads on all cores).
 
     Returns
     -------
@@ -361,12 +363,13 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
     points = tuple(points)
     if not points:
         raise ConfigError("at least one load point", source=SOURCE, key="--parallel")
-    results = []
-    for point in points:
-        results.append(simulate(model, hardware, serving, point_workload(base_workload, point),
-                                keep_requests=keep_requests))
-        if progress is not None:
-            progress.advance()
+    base = Base(model=model, hardware=hardware, serving=serving, keep_requests=keep_requests, summary_only=False)
+    outcomes = run_simulations(base, [Task(workload=point_workload(base_workload, p)) for p in points], executor,
+                               workers=workers, scheduler=scheduler, progress=progress)
+    failed = next((o for o in outcomes if not o.ok), None)
+    if failed is not None:  # a load test of a configuration that cannot run is an error
+        raise failed.exception
+    results = [o.value for o in outcomes]
     rows = tuple(LoadTestRow.from_summary(p, r.summary) for p, r in zip(points, results))
     index, reason = recommend(rows, min_gain=min_gain, slo_p99_latency_ms=slo_p99_latency_ms)
     w = base_workload

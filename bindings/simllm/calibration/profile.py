@@ -434,7 +434,6 @@ def _measure_gemms(torch, dev, grid, timer, gemm_dtype, peak_flops, bw, say):
     rows = []
     for m in grid.gemm_m:
         for n, k in grid.gemm_nk:
-
             def build(m=m, n=n, k=k):
                 # x (M, K) times W^T with W (N, K) row-major: nn.Linear's layout.
                 if gemm_dtype == "fp8":
@@ -468,7 +467,6 @@ def _measure_attention(torch, dev, grid, timer, act_dtype, peak_flops, bw, say):
     h, kvh, d = grid.heads, grid.kv_heads, grid.head_dim
     rows = []
     for b, s in grid.prefill:
-
         def build(b=b, s=s):
             q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=tdt) for _ in range(3))
             # Causal: s (s + 1) / 2 query-key pairs per sequence, 4 d FLOPs per pair and head (QK^T
@@ -482,7 +480,6 @@ def _measure_attention(torch, dev, grid, timer, act_dtype, peak_flops, bw, say):
             + (f"skipped ({row['reason']})" if row["skipped"] else f"{row['achieved_tflops']:.3g} TFLOP/s"))
     group = h // kvh
     for b, c in grid.decode:
-
         def build(b=b, c=c):
             # GQA decode: the `group` query heads sharing a KV head are the rows of one query block,
             # so each KV head's cache is read once (as FlashDecoding-style kernels do).
@@ -520,7 +517,6 @@ def _measure_launch(torch, dev, grid, timer, act_dtype, peak_flops, bw, say, not
     }
     rows = []
     for name, (op, flops, nbytes) in ops.items():
-
         def loop(op=op):
             for _ in range(n):
                 op()

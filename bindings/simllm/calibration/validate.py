@@ -2,9 +2,7 @@
 error of each metric (measured vs predicted), with the median and mean absolute percentage error
 and the share of points within 10% and 20%."""
 import math
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +15,7 @@ from simllm.config.model import load_model
 from simllm.config.serving import FRAMEWORKS, ServingConfig
 from simllm.config.workload import LengthDist, Workload, fixed
 from simllm.errors import ConfigError
+from simllm.sim.runner import run_many
 from simllm.sim.simulate import simulate
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -204,25 +203,29 @@ def resolve(measurements, model_map=None, hardware_map=None):
     return out
 
 
-def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShape(), workers=0):
-    """Predict every point that has no skip reason, on ``workers`` threads (0 = all cores; the
-    kernels release the GIL). ``hardware_for(name)`` maps a point's hardware preset name to
-    the config to simulate (calibration's trial factors); default: the preset itself."""
+def predict_point(context, item):
+    """The runner's ``evaluate`` of one measured point: ``context`` is ``(num_prompts, shape)``,
+    ``item`` ``(measurement, model, hardware)``; the predicted metrics in ms."""
+    num_prompts, shape = context
+    m, model, hardware = item
+    return predict(m, model, hardware, num_prompts, shape)
+
+
+def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None,
+                   scheduler=None):
+    """Predict every point that has no skip reason on the runner (:func:`simllm.sim.runner.run_many`:
+    ``workers`` threads by default, 0 = all cores; the kernels release the GIL).
+    ``hardware_for(name)`` maps a point's hardware preset name to the config to simulate
+    (calibration's trial factors); default: the preset itself."""
     hardware_for = hardware_for or (lambda name: name)
-
-    def one(p):
-        if p.reason:
-            return p
-        try:
-            return replace(p, predicted=predict(p.measurement, p.model, hardware_for(p.hardware), num_prompts, shape))
-        except ConfigError as exc:  # e.g. a simulated OOM: the configuration cannot run
-            return replace(p, predicted=None, reason=str(exc))
-
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(points) < 2:
-        return [one(p) for p in points]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, points))
+    todo = [i for i, p in enumerate(points) if not p.reason]
+    items = [(points[i].measurement, points[i].model, hardware_for(points[i].hardware)) for i in todo]
+    outcomes = run_many(predict_point, (num_prompts, shape), items, executor, workers=workers or None,
+                        scheduler=scheduler)
+    out = list(points)
+    for i, o in zip(todo, outcomes):  # a ConfigError (e.g. a simulated OOM): the configuration cannot run
+        out[i] = replace(points[i], predicted=o.value) if o.ok else replace(points[i], predicted=None, reason=o.error)
+    return out
 
 
 def peak_hardware(hardware):
@@ -231,10 +234,10 @@ def peak_hardware(hardware):
                    launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=())
 
 
-def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0):
+def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None, scheduler=None):
     """``points`` with ``bound`` set: each metric simulated at the hardware's peaks."""
     peak = {name: peak_hardware(_preset("hardware", name)) for name in {p.hardware for p in points if not p.reason}}
-    done = predict_points(points, peak.get, num_prompts, shape, workers)
+    done = predict_points(points, peak.get, num_prompts, shape, workers, executor=executor, scheduler=scheduler)
     return [replace(p, bound=d.predicted) for p, d in zip(points, done)]
 
 

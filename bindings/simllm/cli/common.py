@@ -13,6 +13,7 @@ from simllm.config.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
 from simllm.config.workload import ARRIVALS, Workload, load_workload, random_range
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
+from simllm.sim.runner import EXECUTORS
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -255,3 +256,25 @@ def percentiles(text):
         raise ConfigError("comma-separated numbers in [0, 100]", source="command line", key="--metric-percentiles",
                           value=text)
     return values
+
+
+def add_executor_args(p, chunks=False):
+    """Where the simulations of a many-configuration command run (the one runner,
+    :mod:`simllm.sim.runner`): --executor, --scheduler, --workers (and --chunk-size)."""
+    g = p.add_argument_group("execution")
+    g.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="where simulations run (default threads, or dask with --scheduler)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address (default: a local cluster)")
+    g.add_argument("--workers", type=positive_int, help="threads, processes or local dask workers (default: all cores)")
+    if chunks:
+        g.add_argument("--chunk-size", type=positive_int, help="configurations per task (default: ~50 ms of work)")
+
+
+def executor(args):
+    """``{"executor", "workers", "scheduler"}`` from :func:`add_executor_args`' flags: --scheduler
+    alone means dask; with another executor it is an error."""
+    if args.scheduler and args.executor not in (None, "dask"):
+        raise ConfigError("dask (--scheduler is a dask scheduler's address)", source="command line",
+                          key="--executor", value=args.executor)
+    kind = args.executor or ("dask" if args.scheduler else None)
+    return {"executor": kind, "workers": args.workers, "scheduler": args.scheduler}

@@ -14,6 +14,7 @@ def add_parser(sub):
                       help=f"hardware presets or YAML files (default {common.DEFAULT_HARDWARE}); the columns are every "
                            "model on the first hardware, then on the next")
     common.add_run_args(cmpp)
+    common.add_executor_args(cmpp)
     cout = cmpp.add_argument_group("output")
     cout.add_argument("--metrics", nargs="+", metavar="KEY",
                       help="rows: summary keys (default: TTFT/TPOT/E2E mean and P99, request/s, output tok/s, "
@@ -33,11 +34,10 @@ def cmd(args, out):
     if args.output:
         cmp.check_save_path(args.output)  # a bad name fails before simulating
     comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
-                             percentiles=percentiles, goodput=common.goodput(args.goodput))
+                             percentiles=percentiles, goodput=common.goodput(args.goodput), **common.executor(args))
     if args.output:
         cmp.save_comparison(comparison, args.output)
     if args.plot:
-
         plot_compare(comparison, args.plot)
     if args.format == "json":
         out.write(report.to_json(cmp.comparison_to_dict(comparison)) + "\n")

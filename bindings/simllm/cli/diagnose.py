@@ -14,6 +14,7 @@ def add_parser(sub):
                      help=f"changes to re-simulate one at a time (default all: {', '.join(CHANGES)})")
     dia.add_argument("--no-what-if", action="store_true", help="only the diagnosis")
     dia.add_argument("--format", choices=("table", "json"), default="table")
+    common.add_executor_args(dia)
 
 
 def cmd(args, out):
@@ -23,7 +24,7 @@ def cmd(args, out):
     result = simulate(model, hardware, serving, workload, keep_requests=False)
     diag = diagnose(result, model, hardware, serving, workload)
     lines = None if args.no_what_if else what_if(model, hardware, serving, workload,
-                                                  args.what_if or DEFAULT_CHANGES, base=result)
+                                                  args.what_if or DEFAULT_CHANGES, base=result, **common.executor(args))
     if args.format == "json":
         out.write(report.to_json(diagnosis_to_dict(diag, lines)) + "\n")
     else:

@@ -23,7 +23,6 @@ def cmd(args, out):
     rows = fr.read_rows(args.results)
     idx = fr.frontier_rows(rows, args.x, args.y)
     if args.plot:
-
         plot_frontier(rows, idx, args.plot, x=args.x, y=args.y)
     if args.format == "json":
         out.write(report.to_json(fr.frontier_to_dict(rows, idx, args.x, args.y)) + "\n")

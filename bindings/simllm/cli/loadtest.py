@@ -29,6 +29,7 @@ def add_parser(sub):
                      help="throughput gain per step below which it counts as saturated (default 0.10 = 10%%)")
     pts.add_argument("--slo-p99-latency-ms", type=common.positive_float, metavar="MS",
                      help="recommend only points whose P99 end-to-end latency is within this")
+    common.add_executor_args(lt)
     lout = lt.add_argument_group("output")
     lout.add_argument("--format", choices=("table", "json", "csv"), default="table")
     lout.add_argument("--output", "-o", help="also write the result to this file (.csv: CSV, else JSON)")
@@ -47,7 +48,8 @@ def cmd(args, out):
                                   default_num_prompts=workload.num_prompts)
     with Progress(len(points), "simllm loadtest", enabled=not args.quiet) as bar:
         result = loadtest.run_loadtest(model, hardware, serving, workload, points, progress=bar,
-                                       min_gain=args.min_gain, slo_p99_latency_ms=args.slo_p99_latency_ms)
+                                       min_gain=args.min_gain, slo_p99_latency_ms=args.slo_p99_latency_ms,
+                                       **common.executor(args))
     if not args.quiet:
         for w in result.results[0].warnings:
             print(f"simllm: warning: {w}", file=sys.stderr)
@@ -56,7 +58,6 @@ def cmd(args, out):
     if args.output:
         write_output(args.output, as_csv if args.output.lower().endswith(".csv") else as_json)
     if args.plot:
-
         plot_loadtest(loadtest.plot_rows(result), args.plot)
     if args.quiet:
         out.write(("recommended: " if result.recommended is not None else "no recommendation: ")

@@ -30,6 +30,7 @@ def add_parser(sub):
                       help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
                            "e.g. h100-sxm=2.5")
     srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
+    common.add_executor_args(opt, chunks=True)
     oout = opt.add_argument_group("output")
     oout.add_argument("--format", choices=("table", "json"), default="table")
     oout.add_argument("--output", "-o", metavar="FILE", help="also write the result as JSON to FILE")
@@ -45,17 +46,17 @@ def cmd(args, out):
     over = sla.parse_over(args.over)
     prices = sla.parse_prices(args.price)
     if args.plot:
-
         require_matplotlib()  # fail before simulating when matplotlib is missing
+    run_on = common.executor(args)
     with Progress(sla.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
         result = sla.optimize(args.model, args.hardware, serving, workload, slos, over=over,
-                              objective=args.objective, top=args.top, prices=prices,
-                              progress=lambda done, _total: bar.advance(done - bar.done))
+                              objective=args.objective, top=args.top, prices=prices, progress=bar,
+                              executor=run_on["executor"], max_workers=run_on["workers"],
+                              scheduler=run_on["scheduler"], chunk_size=args.chunk_size)
     as_json = report.to_json(sla.optimize_to_dict(result)) + "\n"
     if args.output:
         write_output(args.output, as_json)
     if args.plot:
-
         rows, chosen = result.rows(), result.answer.index if result.answer else None
         plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
         plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")

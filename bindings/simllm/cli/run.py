@@ -56,7 +56,6 @@ def cmd(args, out):
     if args.output:  # vLLM JSON: the per-request lists only with --save-detailed, as vllm bench serve
         exports.export(result, args.output, args.export_format, detailed=bool(args.save_detailed))
     if args.plot:
-
         plot_run(result, args.plot)
     if args.quiet:
         out.write(report.format_run_line(result) + "\n")

@@ -2,7 +2,6 @@
 import logging
 
 from simllm.cli import common
-from simllm.errors import ConfigError
 from simllm.formats import exports
 from simllm.report.plots import plot_sweep
 from simllm.report.progress import Progress
@@ -16,11 +15,7 @@ def add_parser(sub):
     swp.add_argument("spec", metavar="SPEC.yaml",
                      help="sweep spec: base (model, hardware, serving, workload), grid, samples, num_samples, "
                           "seeds, slo, output")
-    swp.add_argument("--executor", choices=("threads", "processes", "dask"), default=None,
-                     help="where simulations run (default threads, or dask with --scheduler)")
-    swp.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address (default: a local cluster)")
-    swp.add_argument("--workers", type=common.positive_int, help="threads, processes or local dask workers (default: all cores)")
-    swp.add_argument("--chunk-size", type=common.positive_int, help="configurations per task (default: ~50 ms of work)")
+    common.add_executor_args(swp, chunks=True)
     swp.add_argument("--output", "-o", metavar="FILE",
                      help="results .csv or .parquet (default: the spec's output:); journaled as chunks finish, "
                           "so rerunning the same command resumes an interrupted sweep")
@@ -32,19 +27,16 @@ def add_parser(sub):
 
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
-    if args.scheduler and args.executor not in (None, "dask"):
-        raise ConfigError("dask (--scheduler is a dask scheduler's address)", source="command line",
-                          key="--executor", value=args.executor)
-    executor = args.executor or ("dask" if args.scheduler else "threads")
+    run_on = common.executor(args)
     spec = load_sweep_spec(args.spec)
     bar = Progress(0, "simllm sweep", enabled=not args.quiet)  # run_spec sets its total
     try:
-        result = sw.run_spec(spec, executor, workers=args.workers, scheduler=args.scheduler,
-                             chunk_size=args.chunk_size, progress=bar, output=args.output)
+        result = sw.run_spec(spec, run_on["executor"] or "threads", workers=run_on["workers"],
+                             scheduler=run_on["scheduler"], chunk_size=args.chunk_size, progress=bar,
+                             output=args.output)
     finally:
         bar.close()
     if args.plot:
-
         plot_sweep(result, args.plot)
     if args.format == "json":
         out.write(exports.to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null

@@ -16,6 +16,7 @@ def add_parser(sub):
                      help="apply this calibrated profile's factors to every point's hardware (cross-system test)")
     val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
     val.add_argument("--format", choices=("table", "json"), default="table")
+    common.add_executor_args(val)
 
 
 def cmd(args, out):
@@ -28,12 +29,14 @@ def cmd(args, out):
         def hardware_for(name):
             return replace(load_hardware(name), frameworks=source.frameworks, **factors)
 
-    points = accuracy.predict_points(accuracy.with_bounds(points, args.num_prompts, shape), hardware_for,
-                                     args.num_prompts, shape)
+    run_on = common.executor(args)
+    bounded = accuracy.with_bounds(points, args.num_prompts, shape, run_on["workers"] or 0,
+                                   executor=run_on["executor"], scheduler=run_on["scheduler"])
+    points = accuracy.predict_points(bounded, hardware_for, args.num_prompts, shape, run_on["workers"] or 0,
+                                     executor=run_on["executor"], scheduler=run_on["scheduler"])
     summary = accuracy.error_summary(points)
     by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
     if args.plot:
-
         plot_validation(points, args.plot)
     if args.format == "json":
         rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware,

@@ -91,6 +91,12 @@ class Progress:
         if self._last_draw is None or now - self._last_draw >= self.min_interval_s or self.done >= self.total:
             self._draw(now)
 
+    def __call__(self, done, total):
+        """The runner's progress protocol (``progress(done, total)``, see
+        :mod:`simllm.sim.runner`): ``done`` of ``total`` units are finished."""
+        self.total = int(total)
+        self.advance(done - self.done)
+
     def close(self):
         """Draw the final state (if not drawn yet) and end the line; idempotent."""
         if self._closed:

@@ -49,9 +49,7 @@ import dataclasses
 import difflib
 import itertools
 import math
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -59,10 +57,10 @@ from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload, generate
-from simllm.errors import ConfigError, SimulatedOOM
+from simllm.errors import ConfigError
 from simllm.search.pareto import CLI, DERIVED, as_float, format_number, frontier, per_user_speed
 from simllm.sim.results import percentile_key
-from simllm.sim.simulate import simulate
+from simllm.sim.runner import Base, Task, run_simulations
 from simllm.text import jsonable, table
 
 # ----------------------------------------------------------------------------- SLOs
@@ -500,7 +498,7 @@ def _rank_key(objective):
 
 def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=None, over=None,
              objective="goodput_per_gpu", executor=None, top=5, *, prices=None, goodput=None,
-             percentiles=(50, 90, 99), max_workers=None, progress=None):
+             percentiles=(50, 90, 99), max_workers=None, progress=None, scheduler=None, chunk_size=None):
     """Search the grid ``over`` for the configuration that meets ``slo`` best.
 
     Parameters
@@ -525,10 +523,11 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
     objective : str
         ``goodput_per_gpu`` (highest ``request_goodput`` / GPUs) or ``cost_per_token`` (lowest
         USD per million output tokens; needs a price for every hardware).
-    executor : concurrent.futures.Executor, optional
-        A thread-based executor to run the simulations on (its ``submit``; the task is a
-        closure, so not a process pool); default a thread pool of ``max_workers`` (the CPU
-        count) threads, made and shut down here. The kernels release the GIL.
+    executor : str or concurrent.futures.Executor, optional
+        Where the simulations run (:func:`simllm.sim.runner.run_many`): ``threads`` (default, the
+        kernels release the GIL), ``processes``, ``dask`` (with ``scheduler``) or an executor
+        (used, not shut down). Default: a pool of ``max_workers`` threads (the CPU count), made
+        and shut down here; one worker runs in this thread.
     top : int
         How many feasible configurations the report shows, the answer included.
     prices : dict, optional
@@ -540,7 +539,11 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
     percentiles : sequence of float
         Percentiles computed (those the SLOs name are added).
     progress : callable, optional
-        Called as ``progress(done, total)`` after each configuration.
+        Called as ``progress(done, total)`` as configurations finish.
+    scheduler : str, optional
+        A dask scheduler's address (``executor="dask"``; default a local cluster).
+    chunk_size : int, optional
+        Configurations per task (default: about 50 ms of simulation).
 
     Returns
     -------
@@ -602,46 +605,20 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
                                  price_per_hour=price_of.get(label), hardware_config=hw))
 
     requests = generate(workload)  # one draw, shared (read-only) by every simulation
+    base = Base(model=model, workload=workload, requests=requests, percentiles=pcts, goodput=goodput)
+    checked = []
 
-    def run(c):
-        try:
-            res = simulate(model, c.hardware_config, c.serving, workload, requests=requests, keep_requests=False,
-                           percentiles=pcts, goodput=goodput)
-        except SimulatedOOM as exc:
-            return c, None, "oom", str(exc)
-        except ConfigError as exc:
-            return c, None, "invalid", str(exc)
-        return c, res.summary, "ok", ""
+    def check_first(out):
+        if not checked:
+            first = next((o.value for _, o in out if o.ok), None)
+            if first is not None:
+                _check_keys(first, slos)  # a misspelt --slo fails on the first summary, not the last
+                checked.append(True)
 
-    total = len(configs)
-    outcomes = [None] * total
-    checked = False
-
-    def take(out):
-        nonlocal checked
-        c, summary = out[0], out[1]
-        if summary is not None and not checked:
-            _check_keys(summary, slos)  # a misspelt --slo fails on the first summary, not the last
-            checked = True
-        outcomes[c.index] = out
-        if progress:
-            progress(sum(o is not None for o in outcomes), total)
-
-    workers = min(max_workers or os.cpu_count() or 1, total)
-    if executor is None and workers <= 1:
-        for c in configs:
-            take(run(c))
-    else:
-        pool = executor or ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simllm-optimize")
-        futures = [pool.submit(run, c) for c in configs]
-        try:
-            for f in as_completed(futures):
-                take(f.result())
-        finally:
-            for f in futures:
-                f.cancel()
-            if executor is None:
-                pool.shutdown(wait=True)
+    runs = run_simulations(base, [Task(hardware=c.hardware_config, serving=c.serving) for c in configs], executor,
+                           workers=max_workers, scheduler=scheduler, chunk_size=chunk_size, progress=progress,
+                           on_chunk=check_first)
+    outcomes = [(c, o.value, o.status, o.error) for c, o in zip(configs, runs)]
 
     for c, summary, status, reason in outcomes:
         c.status, c.reason = status, reason

@@ -45,15 +45,7 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
-from concurrent.futures import (
-    FIRST_COMPLETED,
-    Executor,
-    ProcessPoolExecutor,
-    ThreadPoolExecutor,
-    wait,
-)
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +77,21 @@ from simllm.search.store import (
     table_csv,
     write_record,
 )
+from simllm.sim.runner import (  # the executors, warm-up and chunking figures are this module's API too
+    COST_FIXED_S,  # noqa: F401
+    COST_PER_REQUEST_S,  # noqa: F401
+    EXECUTORS,  # noqa: F401
+    MAX_CHUNK,  # noqa: F401
+    MIN_TASKS_PER_WORKER,  # noqa: F401
+    TARGET_TASK_S,  # noqa: F401
+    chunk_size_for,
+    check_executor,
+    estimated_cost_s,
+    make_executor,  # noqa: F401
+    mark_warm,
+    run_many,
+    warm_up,  # noqa: F401
+)
 from simllm.sim.simulate import simulate
 from simllm.text import table as text_table
 
@@ -94,14 +101,6 @@ log = logging.getLogger("simllm")
 PERCENTILES = (50, 90, 99)
 #: Summary keys left out of the table: wall-clock measurements, which differ run to run.
 NONDETERMINISTIC = ("simulation_wall_s", "simulated_requests_per_s")
-#: Executors :func:`make_executor` makes.
-EXECUTORS = ("threads", "processes", "dask")
-#: Chunking: seconds of simulation aimed at per task, and the rough cost model behind it.
-TARGET_TASK_S = 0.05
-COST_FIXED_S = 1.2e-3
-COST_PER_REQUEST_S = 1.5e-6
-MAX_CHUNK = 256
-MIN_TASKS_PER_WORKER = 4
 _STATS = (("mean", None), ("p5", 5.0), ("p50", 50.0), ("p95", 95.0))
 
 
@@ -241,25 +240,13 @@ def summary_metrics(summary, names):
     return tuple(out)
 
 
-_WORKER_CONTEXTS = {}
-
-
-def _run_chunk(ctx, items):
-    """Simulate ``items`` — ``(config_id, overrides, seed)`` — and return ``(config_id, seed,
-    metrics, error)`` per item. ``ctx`` is the :class:`_Context` or, in a pool made by this
-    module, its key (the context came with the worker's initializer)."""
-    if isinstance(ctx, str):
-        ctx = _WORKER_CONTEXTS[ctx]
-    out = []
-    nan = (math.nan,) * len(ctx.metrics)
-    for config_id, overrides, seed in items:
-        try:
-            m, h, s, w = _build(ctx, overrides, seed)
-            res = simulate(m, h, s, w, keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
-            out.append((config_id, seed, summary_metrics(res.summary, ctx.metrics), ""))
-        except ConfigError as exc:  # SimulatedOOM, TP not dividing the heads, lengths over max_model_len
-            out.append((config_id, seed, nan, row_error(exc)))
-    return out
+def sweep_row(ctx, item):
+    """The runner's ``evaluate`` for one sweep row: ``item`` is ``(config_id, overrides, seed)``;
+    returns the metric values of its summary (a ConfigError becomes the row's error)."""
+    _, overrides, seed = item
+    m, h, s, w = _build(ctx, overrides, seed)
+    res = simulate(m, h, s, w, keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
+    return summary_metrics(res.summary, ctx.metrics)
 
 
 def row_error(exc):
@@ -273,130 +260,24 @@ def row_error(exc):
     return str(exc)
 
 
-_WARM = []
-
-
-def _probe_configs():
-    return load_model(DEFAULT_MODEL), load_hardware(DEFAULT_HARDWARE)
-
-
-def warm_up():
-    """Compile (or load from numba's cache) the kernels in this process: one tiny simulation."""
-    if not _WARM:
-        m, h = _probe_configs()
-        simulate(m, h, ServingConfig(), Workload(num_prompts=4, request_rate=10.0, max_concurrency=2),
-                 keep_requests=False, percentiles=PERCENTILES)
-        _WARM.append(True)
-    return True
-
-
-def _init_worker(ctx=None):
-    if ctx is not None:
-        _WORKER_CONTEXTS[ctx.key] = ctx
-    warm_up()
-
-
 @functools.lru_cache(maxsize=None)
 def metric_names(percentiles=PERCENTILES, slo_keys=()):
     """The table's metric columns: every numeric key of a summary simulated with these
     percentiles (and goodput SLOs), without wall-clock keys, plus ``gpus`` and
     ``output_throughput_per_gpu``."""
-    m, h = _probe_configs()
+    m, h = load_model(DEFAULT_MODEL), load_hardware(DEFAULT_HARDWARE)
     res = simulate(m, h, ServingConfig(), Workload(num_prompts=4, request_rate=10.0, max_concurrency=2),
                    keep_requests=False, percentiles=percentiles,
                    goodput={k: 1e9 for k in slo_keys} or None)
-    _WARM.append(True)
+    mark_warm()
     names = [k for k, v in res.summary.items()
              if k not in NONDETERMINISTIC and is_number(v) and not isinstance(v, bool)]
     return tuple(names) + ("gpus", "output_throughput_per_gpu")
 
 
-# ----------------------------------------------------------------------------- executors
-
-class DaskExecutor(Executor):
-    """A ``dask.distributed`` client's executor that also closes the client (and the local
-    cluster it started) on shutdown; ``client`` is the :class:`distributed.Client`."""
-
-    def __init__(self, client, cluster=None):
-        self.client = client
-        self.cluster = cluster
-        self._inner = client.get_executor()
-
-    def submit(self, fn, /, *args, **kwargs):
-        return self._inner.submit(fn, *args, **kwargs)
-
-    def shutdown(self, wait=True, *, cancel_futures=False):
-        try:
-            self._inner.shutdown(wait=wait)
-        finally:
-            self.client.close()
-            if self.cluster is not None:
-                self.cluster.close()
-
-
-def make_executor(kind="threads", scheduler=None, workers=None, *, _context=None):
-    """An executor for :func:`sweep`.
-
-    Parameters
-    ----------
-    kind : {"threads", "processes", "dask"}
-        ``threads``: a thread pool (the kernels release the GIL); ``processes``: a process pool
-        (the platform's start method: fork on Linux up to Python 3.13; with spawn or forkserver a
-        script needs the ``if __name__ == "__main__":`` guard), each worker warmed up once; ``dask``: a ``dask.distributed`` client of the
-        scheduler at ``scheduler``, or of a new local cluster of ``workers`` single-threaded
-        worker processes (``pip install "simllm[dask]"``).
-    scheduler : str, optional
-        The dask scheduler's address (``tcp://host:8786``).
-    workers : int, optional
-        Threads or processes (default ``os.cpu_count()``).
-
-    Raises
-    ------
-    ConfigError
-        An unknown kind, or dask requested but not installed.
-    """
-    n = int(workers or os.cpu_count() or 1)
-    if kind in (None, "threads"):
-        return ThreadPoolExecutor(max_workers=n, thread_name_prefix="simllm-sweep")
-    if kind == "processes":
-        return ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(_context,))
-    if kind == "dask":
-        try:
-            from dask.distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
-        except ImportError:
-            raise ConfigError('the dask executor needs dask.distributed: pip install "simllm[dask]"',
-                              source="command line", key="--executor", value="dask") from None
-        if scheduler:
-            return DaskExecutor(Client(scheduler))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        return DaskExecutor(Client(cluster), cluster)
-    raise ConfigError(f"one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor", source="command line",
-                      key="--executor", value=kind)
-
-
-def _dask_client(executor):
-    client = getattr(executor, "client", None) or getattr(executor, "_client", None)
-    return client if client is not None and hasattr(client, "scatter") else None
-
-
-def _num_workers(executor):
-    client = _dask_client(executor)
-    if client is not None:
-        try:
-            return max(1, sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()))
-        except Exception:  # noqa: BLE001 - only a sizing hint
-            return os.cpu_count() or 1
-    return int(getattr(executor, "_max_workers", 0) or os.cpu_count() or 1)
-
-
-def estimated_cost_s(num_prompts):
-    """Rough seconds one simulation of ``num_prompts`` requests takes (for chunking only)."""
-    return COST_FIXED_S + COST_PER_REQUEST_S * (num_prompts or 1000)
-
-
 def choose_chunk_size(plan_, n_items, n_workers):
-    """Configurations per task: about :data:`TARGET_TASK_S` of simulation by the rough cost
-    model, at most :data:`MAX_CHUNK`, and at least :data:`MIN_TASKS_PER_WORKER` tasks per worker."""
+    """Configurations per task for ``plan_``: :func:`simllm.sim.runner.chunk_size_for` at the mean
+    estimated cost of its configurations (their request counts)."""
     if not n_items:
         return 1
     costs = []
@@ -408,10 +289,7 @@ def choose_chunk_size(plan_, n_items, n_workers):
             elif section == "workload" and field == "num_prompts":
                 n = value
         costs.append(estimated_cost_s(n))
-    per = float(np.mean(costs))
-    size = max(1, int(round(TARGET_TASK_S / per)))
-    balance = max(1, math.ceil(n_items / (MIN_TASKS_PER_WORKER * n_workers)))
-    return int(max(1, min(size, balance, MAX_CHUNK)))
+    return chunk_size_for(float(np.mean(costs)), n_items, n_workers)
 
 
 # ----------------------------------------------------------------------------- the result
@@ -633,9 +511,7 @@ def run_spec(spec, executor=None, *, workers=None, scheduler=None, chunk_size=No
     SweepResult
     """
     plan_ = plan(spec)
-    if isinstance(executor, str) and executor not in EXECUTORS:
-        raise ConfigError(f"one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor", source="command line",
-                          key="--executor", value=executor)
+    check_executor(executor)
     output = output if output is not None else spec.output
     if output is not None:
         output = Path(output)
@@ -645,23 +521,34 @@ def run_spec(spec, executor=None, *, workers=None, scheduler=None, chunk_size=No
     resumed = len(plan_.items) - len(pending)
     if progress is not None and hasattr(progress, "total"):
         try:
-            progress.total = len(pending)
+            progress.total = len(pending)  # drawn with its total from the start
         except AttributeError:
             pass
     start = time.perf_counter()
     rows = dict(done)
-    size = 0
+    sizes = [0]
     if pending:
-        own = executor is None or isinstance(executor, str)
-        ex = make_executor(executor or "threads", scheduler, workers, _context=plan_.context) if own else executor
         journal = Journal(plan_, output) if output is not None else None
+        items = [(c, plan_.overrides[c], s) for c, s in pending]
+
+        def chunk_size_of(n_workers, n_items):
+            sizes[0] = int(chunk_size) if chunk_size else choose_chunk_size(plan_, n_items, n_workers)
+            return sizes[0]
+
+        def record(out):
+            journal_rows = [(items[i][0], items[i][2], *_row(o, len(plan_.context.metrics))) for i, o in out]
+            if journal is not None:
+                journal.write(journal_rows)
+            for config_id, seed, metrics, error in journal_rows:
+                rows[(config_id, seed)] = (metrics, error)
+
         try:
-            size = _execute(plan_, ex, own, pending, chunk_size, progress, journal, rows)
+            run_many(sweep_row, plan_.context, items, executor or "threads", workers=workers, scheduler=scheduler,
+                     chunk_size=chunk_size_of, progress=progress, on_chunk=record, describe_error=row_error)
         finally:
             if journal is not None:
                 journal.close()
-            if own:
-                ex.shutdown(wait=True, cancel_futures=True)
+    size = sizes[0]
     wall = time.perf_counter() - start
     table = _assemble(plan_, rows)
     grid_paths = tuple(p for p, _ in spec.grid)
@@ -680,49 +567,9 @@ def run_spec(spec, executor=None, *, workers=None, scheduler=None, chunk_size=No
     return result
 
 
-def _execute(plan_, ex, own, pending, chunk_size, progress, journal, rows):
-    ctx = plan_.context
-    n_workers = _num_workers(ex)
-    size = int(chunk_size) if chunk_size else choose_chunk_size(plan_, len(pending), n_workers)
-    if size < 1:
-        raise ConfigError("a positive chunk size", key="chunk_size", value=chunk_size)
-    client = _dask_client(ex)
-    if client is not None:
-        ctx_arg = client.scatter(ctx, broadcast=True, hash=False)
-        client.run(_init_worker)
-    elif own and isinstance(ex, ProcessPoolExecutor):
-        ctx_arg = ctx.key  # the pool's initializer got the context
-    else:
-        ctx_arg = ctx
-        if not isinstance(ex, ProcessPoolExecutor):
-            warm_up()  # threads share this process's compiled kernels
-    overrides = plan_.overrides
-    chunks = ([(c, overrides[c], s) for c, s in pending[i:i + size]] for i in range(0, len(pending), size))
-    limit = max(2, 2 * n_workers)
-    in_flight = set()
-    try:
-        while True:
-            while len(in_flight) < limit:
-                chunk = next(chunks, None)
-                if chunk is None:
-                    break
-                in_flight.add(ex.submit(_run_chunk, ctx_arg, chunk))
-            if not in_flight:
-                break
-            finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                out = fut.result()
-                if journal is not None:
-                    journal.write(out)
-                for config_id, seed, metrics, error in out:
-                    rows[(config_id, seed)] = (metrics, error)
-                if progress is not None:
-                    progress.advance(len(out))
-    except BaseException:
-        for fut in in_flight:
-            fut.cancel()
-        raise
-    return size
+def _row(outcome, n_metrics):
+    """(metrics, error) of a row from the runner's outcome."""
+    return (outcome.value, "") if outcome.ok else ((math.nan,) * n_metrics, outcome.error)
 
 
 def sweep(base=None, grid=None, samples=None, seeds=None, executor=None, *, num_samples=0, sample_seed=0,
