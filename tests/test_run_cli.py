@@ -404,7 +404,7 @@ def test_api_requests_given(api_result):
 
 def test_summary_percentiles_equal_numpys():
     """The summary's percentile shortcut gives np.percentile's numbers to the last bit."""
-    from simllm.sim.results import _percentiles_inplace
+    from simllm.sim.stats import percentiles_inplace as _percentiles_inplace
 
     rng = np.random.default_rng(7)
     for n in (1, 2, 3, 10, 101, 4096):

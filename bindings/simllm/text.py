@@ -9,6 +9,37 @@ import math
 import numpy as np
 
 
+def as_float(value):
+    """``value`` as a float: NaN for None, text that is not a number, and anything else that
+    does not convert (a results table's cell, a summary value)."""
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
+        if isinstance(value, (str, bytes)):
+            try:
+                return float(value)
+            except ValueError:
+                return math.nan
+        return math.nan if value is None else float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def format_number(v, digits=2):
+    """A table cell: ``-`` for None or NaN, ``inf``, no decimals from 100 up (``1,234``), else
+    ``digits`` decimals."""
+    if v is None:
+        return "-"
+    v = float(v)
+    if math.isnan(v):
+        return "-"
+    if math.isinf(v):
+        return "inf"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}f}"
+
+
 def fixed(x, digits=2):
     """``x`` with thousands separators and ``digits`` decimals (``1,234.50``)."""
     return f"{x:,.{digits}f}"

@@ -27,6 +27,7 @@ from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
 from simllm.errors import ConfigError
 from simllm.fileio import write_output
+from simllm.sim.results import output_throughput_per_gpu
 from simllm.sim.runner import OOM, Base, Task, run_simulations
 from simllm.text import jsonable, table
 
@@ -156,9 +157,7 @@ def metric_value(summary, key):
     if summary is None:
         return None
     if key == "output_throughput_per_gpu":
-        gpus = (summary.get("tensor_parallel_size") or 1) * (summary.get("data_parallel_size") or 1)
-        value = summary.get("output_throughput")
-        value = None if value is None else value / gpus
+        value = output_throughput_per_gpu(summary)
     else:
         value = summary.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from simllm.errors import ConfigError
 from simllm.sim.runner import Base, Task, run_simulations
+from simllm.sim.slo import latency_p99_slo
 from simllm.text import table as text_table
 
 SOURCE = "command line"
@@ -434,7 +435,8 @@ def recommend(rows, min_gain=0.10, slo_p99_latency_ms=None):
     ranked = [rows[i] for i in order]
     thr = [r.output_throughput_tok_s for r in ranked]
     p99 = [r.p99_latency_ms for r in ranked]
-    ok = [slo_p99_latency_ms is None or p <= slo_p99_latency_ms for p in p99]
+    latency_slo = latency_p99_slo(slo_p99_latency_ms) if slo_p99_latency_ms is not None else None
+    ok = [latency_slo is None or latency_slo.holds(p) for p in p99]
     slo = f"the P99 latency SLO of {slo_p99_latency_ms:g} ms" if slo_p99_latency_ms is not None else ""
     if not any(ok):
         best = min(range(len(ranked)), key=lambda k: p99[k])

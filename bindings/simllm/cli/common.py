@@ -14,6 +14,7 @@ from simllm.config.workload import ARRIVALS, Workload, load_workload, random_ran
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
 from simllm.sim.runner import EXECUTORS
+from simllm.sim.slo import parse_goodput
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -232,19 +233,8 @@ def workload(args):
 
 
 def goodput(items):
-    if not items:
-        return None
-    slos = {}
-    for item in items:
-        key, _, value = item.partition(":")
-        if key not in ("ttft", "tpot", "e2el"):
-            raise ConfigError("ttft:MS, tpot:MS or e2el:MS", source="command line", key="--goodput", value=item)
-        try:
-            slos[key] = float(value)
-        except ValueError:
-            raise ConfigError("KEY:MS with a number of milliseconds", source="command line", key="--goodput",
-                              value=item) from None
-    return slos
+    """``--goodput KEY:MS ...`` (:func:`simllm.sim.slo.parse_goodput`)."""
+    return parse_goodput(items)
 
 
 def percentiles(text):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.errors import ConfigError
-from simllm.text import jsonable, table
+from simllm.text import as_float, format_number, jsonable, table
 
 CLI = "command line"
 
@@ -85,20 +85,6 @@ def _get(row, name, default=None):
     if names and name in names:
         return row[name]
     return default
-
-
-def as_float(value):
-    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
-        if isinstance(value, (str, bytes)):
-            try:
-                return float(value)
-            except ValueError:
-                return math.nan
-        return math.nan if value is None else float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _first(row, names, default=None):
@@ -271,19 +257,6 @@ def frontier(rows, kind="speed"):
 
 
 # ----------------------------------------------------------------------------- rendering
-
-def format_number(v, digits=2):
-    if v is None:
-        return "-"
-    v = float(v)
-    if math.isnan(v):
-        return "-"
-    if math.isinf(v):
-        return "inf"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:,.{digits}f}"
-
 
 # ----------------------------------------------------------------------------- simllm frontier
 

@@ -44,6 +44,7 @@ from simllm.config.serving import ServingConfig
 from simllm.config.workload import LengthDist, Workload, load_workload, workload_from_dict
 from simllm.config.yamlio import line_of, load_file
 from simllm.errors import ConfigError
+from simllm.sim.slo import GOODPUT_METRICS
 
 DISTRIBUTIONS = ("uniform", "loguniform", "normal", "choice")
 SECTIONS = ("model", "hardware", "serving", "workload")
@@ -414,7 +415,6 @@ class SweepSpec:
 
 _SPEC_KEYS = {"base", "grid", "samples", "num_samples", "sample_seed", "seeds", "slo", "output"}
 _BASE_KEYS = set(SECTIONS)
-_SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
 def _seeds(value, source, line, base_seed):
@@ -539,8 +539,8 @@ def spec_from_dict(data, source="<sweep>", base_dir=None):
     slo = ()
     if data.get("slo"):
         s = Section(data["slo"], source, "slo")
-        s.reject_unknown(set(_SLO_KEYS))
-        slo = tuple((k, float(s.number(k, exclusive_minimum=0))) for k in _SLO_KEYS if s.has(k))
+        s.reject_unknown(set(GOODPUT_METRICS))
+        slo = tuple((k, float(s.number(k, exclusive_minimum=0))) for k in GOODPUT_METRICS if s.has(k))
     output = data.get("output")
     if output is not None:
         output = top.string("output")

@@ -77,6 +77,7 @@ from simllm.search.store import (
     table_csv,
     write_record,
 )
+from simllm.sim.results import summary_gpus
 from simllm.sim.runner import (  # the executors, warm-up and chunking figures are this module's API too
     COST_FIXED_S,  # noqa: F401
     COST_PER_REQUEST_S,  # noqa: F401
@@ -84,8 +85,8 @@ from simllm.sim.runner import (  # the executors, warm-up and chunking figures a
     MAX_CHUNK,  # noqa: F401
     MIN_TASKS_PER_WORKER,  # noqa: F401
     TARGET_TASK_S,  # noqa: F401
-    chunk_size_for,
     check_executor,
+    chunk_size_for,
     estimated_cost_s,
     make_executor,  # noqa: F401
     mark_warm,
@@ -93,6 +94,7 @@ from simllm.sim.runner import (  # the executors, warm-up and chunking figures a
     warm_up,  # noqa: F401
 )
 from simllm.sim.simulate import simulate
+from simllm.sim.stats import band
 from simllm.text import table as text_table
 
 log = logging.getLogger("simllm")
@@ -228,7 +230,7 @@ def _number(v):
 def summary_metrics(summary, names):
     """The table's metric values of one summary (NaN where a key is missing or not a number):
     ``gpus`` (tensor x data parallel) and ``output_throughput_per_gpu`` are derived."""
-    gpus = summary.get("tensor_parallel_size", 1) * summary.get("data_parallel_size", 1)
+    gpus = summary_gpus(summary)
     out = []
     for k in names:
         if k == "gpus":
@@ -395,7 +397,7 @@ class SweepResult:
             pos = np.arange(len(t)) - starts[codes[order]]
             values = np.stack([t[m] for m in self.metrics], axis=1)
             cube[codes[order], pos] = values[order]
-            stats = _band(cube)
+            stats = band(cube, _STATS)
             for j, m in enumerate(self.metrics):
                 for s, _ in _STATS:
                     out[f"{m}_{s}"] = stats[s][:, j]
@@ -433,27 +435,6 @@ def _group_codes(columns, n):
     for i, key in enumerate(zip(*lists)):
         codes[i] = group_of.setdefault(key, len(group_of))
     return codes, len(group_of)
-
-
-def _band(cube):
-    """Mean and the 5th, 50th and 95th percentiles along axis 1 of ``cube``, ignoring NaN
-    (numpy's default linear interpolation), vectorized over the other axes."""
-    valid = ~np.isnan(cube)
-    n = valid.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"mean": np.where(n > 0, np.nansum(cube, axis=1) / np.maximum(n, 1), np.nan)}
-        ordered = np.sort(cube, axis=1)  # NaN sort last
-        for name, q in _STATS[1:]:
-            h = (np.maximum(n, 1) - 1) * (q / 100.0)
-            lo = np.floor(h).astype(np.int64)
-            hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
-            a = np.take_along_axis(ordered, lo[:, None, :], axis=1)[:, 0, :]
-            b = np.take_along_axis(ordered, hi[:, None, :], axis=1)[:, 0, :]
-            frac = h - lo
-            diff = b - a
-            v = np.where(frac >= 0.5, b - diff * (1.0 - frac), a + diff * frac)
-            out[name] = np.where(n > 0, v, np.nan)
-    return out
 
 
 def load(path):

@@ -9,26 +9,24 @@ import numpy as np
 
 from simcore import codes
 from simllm.errors import ConfigError
+from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplace
+
+
+def summary_gpus(summary):
+    """GPUs a run used: ``tensor_parallel_size`` x ``data_parallel_size`` of its summary (1 each
+    when absent). The one place per-GPU figures get their divisor."""
+    return (summary.get("tensor_parallel_size") or 1) * (summary.get("data_parallel_size") or 1)
+
+
+def output_throughput_per_gpu(summary):
+    """``output_throughput`` / :func:`summary_gpus` (None when the summary has no throughput)."""
+    value = summary.get("output_throughput")
+    return None if value is None else value / summary_gpus(summary)
 
 
 def percentile_key(p):
     """vLLM's naming: ``p99``, ``p99.9``."""
     return f"p{int(p)}" if float(p) == int(p) else f"p{p}"
-
-
-def _percentiles_inplace(values, percentiles):
-    """``np.percentile(values, percentiles)`` (its default, linear method, the same numbers to the
-    last bit), reordering ``values`` in place: one partition and none of np.percentile's general
-    machinery, which cost more than the partition in a sweep's many small summaries."""
-    n = values.size
-    pos = np.asarray(percentiles, dtype=np.float64) / 100.0 * (n - 1)
-    lo = np.floor(pos).astype(np.intp)
-    hi = np.minimum(lo + 1, n - 1)
-    values.partition(np.concatenate((lo, hi)))  # repeated kth are allowed
-    a, b = values[lo], values[hi]
-    t = pos - lo
-    diff = b - a
-    return np.where(t >= 0.5, b - diff * (1.0 - t), a + diff * t)
 
 
 def _stats_ms(values_s, percentiles, name):
@@ -38,7 +36,7 @@ def _stats_ms(values_s, percentiles, name):
         ms *= 1e3
         out[f"mean_{name}_ms"] = float(np.mean(ms))
         out[f"std_{name}_ms"] = float(np.std(ms))
-        qs = _percentiles_inplace(ms, (50.0, *percentiles))
+        qs = percentiles_inplace(ms, (50.0, *percentiles))
         out[f"median_{name}_ms"] = float(qs[0])
         for p, v in zip(percentiles, qs[1:]):
             out[f"{percentile_key(p)}_{name}_ms"] = float(v)
@@ -47,14 +45,6 @@ def _stats_ms(values_s, percentiles, name):
         for p in percentiles:
             out[f"{percentile_key(p)}_{name}_ms"] = 0.0
     return out
-
-
-def _hist_quantile(hist, q):
-    """Smallest value whose cumulative count reaches ``q`` percent of an integer-valued histogram."""
-    total = hist.sum()
-    if total <= 0:
-        return 0
-    return int(np.searchsorted(np.cumsum(hist), q / 100.0 * total, side="left"))
 
 
 @lru_cache(maxsize=8)
@@ -66,23 +56,6 @@ def itl_bin_edges(n_bins, min_exp, sub_bits):
     edges = (1.0 + (b % sub) / sub) * np.exp2(b // sub + min_exp - 1)
     edges.flags.writeable = False
     return edges
-
-
-def hist_percentiles(hist, edges, percentiles):
-    """Percentiles of a histogram, interpolating linearly inside the bin."""
-    total = hist.sum()
-    if total <= 0:
-        return [0.0 for _ in percentiles]
-    cum = np.cumsum(hist)
-    out = []
-    for p in percentiles:
-        target = p / 100.0 * total
-        i = int(np.searchsorted(cum, target, side="left"))
-        i = min(i, len(hist) - 1)
-        before = cum[i - 1] if i else 0.0
-        frac = (target - before) / hist[i] if hist[i] else 0.0
-        out.append(float(edges[i] + (edges[i + 1] - edges[i]) * min(max(frac, 0.0), 1.0)))
-    return out
 
 
 @dataclass
@@ -231,7 +204,7 @@ class SimResult:
             "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
             "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
             "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
-            **{f"{percentile_key(q)}_batch_size": _hist_quantile(batch_hist, q) for q in (50, 90, 99)},
+            **{f"{percentile_key(q)}_batch_size": hist_quantile(batch_hist, q) for q in (50, 90, 99)},
             "iterations": int(total[codes.STAT_ITERATIONS]),
             "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
             "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
