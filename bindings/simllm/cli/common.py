@@ -178,34 +178,22 @@ def target(args):
     return model, hardware
 
 
+#: The ServingConfig fields of add_engine_args (estimate, run and the rest) and those
+#: add_scheduler_args adds (the commands that simulate a workload).
+ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
+                 "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "framework")
+SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "data_parallel_size", "router", "batching",
+                    "pad_prompts", "batch_window_ms", "batch_max")
+
+
 def serving(args):
-    return ServingConfig(
-        tensor_parallel_size=args.tensor_parallel_size,
-        dtype=args.dtype,
-        kv_cache_dtype=args.kv_cache_dtype,
-        kv_compression_ratio=args.kv_compression_ratio,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        block_size=args.block_size,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        framework=args.framework,
-    )
+    """The engine settings of add_engine_args' flags (their dests are ServingConfig's field names)."""
+    return ServingConfig(**{name: getattr(args, name) for name in ENGINE_FIELDS})
 
 
 def run_serving(args):
-    """The engine settings of run, loadtest and diagnose."""
-    return replace(
-        serving(args),
-        enable_chunked_prefill=args.enable_chunked_prefill,
-        enable_prefix_caching=args.enable_prefix_caching,
-        data_parallel_size=args.data_parallel_size,
-        router=args.router,
-        batching=args.batching,
-        pad_prompts=args.pad_prompts,
-        batch_window_ms=args.batch_window_ms,
-        batch_max=args.batch_max,
-    )
+    """The engine settings of run, loadtest and diagnose (add_run_args' flags)."""
+    return ServingConfig(**{name: getattr(args, name) for name in ENGINE_FIELDS + SCHEDULER_FIELDS})
 
 
 def workload(args):

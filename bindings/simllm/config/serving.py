@@ -1,6 +1,6 @@
 """Serving-engine settings, named as vLLM's engine arguments, and the checks that tie them to a
 model and a GPU (tensor-parallel divisibility, dtypes)."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from simllm.config import dtypes
 from simllm.errors import ConfigError
@@ -11,71 +11,83 @@ ROUTERS = ("round_robin", "least_outstanding")
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
 
+def _count(minimum):
+    """An integer >= ``minimum`` (bools refused)."""
+    return lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum
+
+
+def _one_of(choices):
+    return lambda v: v in choices
+
+
+def _dtype(allowed):
+    """A dtype name, normalised (``auto`` kept)."""
+    def normalize(value, flag):
+        return value if value == "auto" else dtypes.normalize(value, allowed, source=CLI, key=flag)
+    return normalize
+
+
+def setting(default, flag, check=None, expected="", normalize=None):
+    """A :class:`ServingConfig` field with its command-line flag and its check declared together:
+    ``check(value) -> bool`` (message ``expected``) or ``normalize(value, flag) -> value``."""
+    return field(default=default, metadata={"flag": flag, "check": check, "expected": expected,
+                                            "normalize": normalize})
+
+
+def flag_of(name):
+    """The command-line flag of ServingConfig field ``name`` (``--max-num-seqs``)."""
+    return SERVING_FLAGS[name]
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """vLLM-style engine arguments (same names, same defaults where vLLM has one).
 
     ``dtype="auto"`` takes the model's dtype, except that fp32 models are served in fp16, as vLLM
-    does; ``kv_cache_dtype="auto"`` follows the activation dtype.
+    does; ``kv_cache_dtype="auto"`` follows the activation dtype. Each field declares its flag
+    and its check (:func:`setting`); a bad value raises a one-line :class:`ConfigError` naming
+    the flag.
     """
 
-    tensor_parallel_size: int = 1
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_model_len: int = 0  # 0 = the model's max_sequence_length
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 0  # 0 = vLLM's default: 8192 with chunked prefill, else max(max_model_len, 2048)
-    kv_compression_ratio: float = 0.0  # 0 = the model's kv_cache.compression_ratio
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = False
-    batching: str = "continuous"  # continuous | static | dynamic
-    pad_prompts: bool = False  # static/dynamic batching: pad prompts to the batch's longest
-    batch_window_ms: float = 10.0  # dynamic batching: longest wait of a batch's first request
-    batch_max: int = 0  # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
-    data_parallel_size: int = 1
-    router: str = "round_robin"  # round_robin | least_outstanding
+    tensor_parallel_size: int = setting(1, "--tensor-parallel-size", _count(1), "a positive integer")
+    dtype: str = setting("auto", "--dtype", normalize=_dtype(dtypes.WEIGHT_DTYPES))
+    kv_cache_dtype: str = setting("auto", "--kv-cache-dtype", normalize=_dtype(dtypes.KV_DTYPES))
+    gpu_memory_utilization: float = setting(0.9, "--gpu-memory-utilization", lambda v: 0.0 < v <= 1.0,
+                                            "a fraction in (0, 1]")
+    block_size: int = setting(16, "--block-size", _count(1), "a positive integer")
+    max_model_len: int = setting(0, "--max-model-len", _count(0), "a positive integer")  # 0 = the model's
+    max_num_seqs: int = setting(256, "--max-num-seqs", _count(1), "a positive integer")
+    # 0 = vLLM's default: 8192 with chunked prefill, else max(max_model_len, 2048)
+    max_num_batched_tokens: int = setting(0, "--max-num-batched-tokens", _count(0), "a positive integer")
+    # 0 = the model's kv_cache.compression_ratio
+    kv_compression_ratio: float = setting(0.0, "--kv-compression-ratio", lambda v: not v or v >= 1.0, "a ratio >= 1")
+    enable_chunked_prefill: bool = setting(True, "--enable-chunked-prefill")
+    enable_prefix_caching: bool = setting(False, "--enable-prefix-caching")
+    batching: str = setting("continuous", "--batching", _one_of(BATCHING), "one of " + ", ".join(BATCHING))
+    # static/dynamic batching: pad prompts to the batch's longest
+    pad_prompts: bool = setting(False, "--pad-prompts")
+    # dynamic batching: longest wait of a batch's first request
+    batch_window_ms: float = setting(10.0, "--batch-window-ms", lambda v: v >= 0, "a number >= 0")
+    # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
+    batch_max: int = setting(0, "--batch-max", _count(0), "a positive integer")
+    data_parallel_size: int = setting(1, "--data-parallel-size", _count(1), "a positive integer")
+    router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose calibrated factors the hardware profile applies, when it has them
     # (``frameworks`` in a calibrated preset); the scheduler simulated is vLLM's either way.
-    framework: str = "vllm"
+    framework: str = setting("vllm", "--framework", _one_of(FRAMEWORKS), "one of " + ", ".join(FRAMEWORKS))
 
     def __post_init__(self):
-        def bad(flag, value, expected):
-            raise ConfigError(expected, source=CLI, key=flag, value=value)
+        for f in fields(self):
+            meta = f.metadata
+            value = getattr(self, f.name)
+            if meta["check"] is not None and not meta["check"](value):
+                raise ConfigError(meta["expected"], source=CLI, key=meta["flag"], value=value)
+            if meta["normalize"] is not None:
+                object.__setattr__(self, f.name, meta["normalize"](value, meta["flag"]))
 
-        for flag, value in (
-            ("--tensor-parallel-size", self.tensor_parallel_size),
-            ("--block-size", self.block_size),
-            ("--max-num-seqs", self.max_num_seqs),
-            ("--data-parallel-size", self.data_parallel_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                bad(flag, value, "a positive integer")
-        for flag, value in (("--max-model-len", self.max_model_len),
-                            ("--max-num-batched-tokens", self.max_num_batched_tokens),
-                            ("--batch-max", self.batch_max)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                bad(flag, value, "a positive integer")
-        if self.batching not in BATCHING:
-            bad("--batching", self.batching, "one of " + ", ".join(BATCHING))
-        if self.router not in ROUTERS:
-            bad("--router", self.router, "one of " + ", ".join(ROUTERS))
-        if self.framework not in FRAMEWORKS:
-            bad("--framework", self.framework, "one of " + ", ".join(FRAMEWORKS))
-        if not self.batch_window_ms >= 0:
-            bad("--batch-window-ms", self.batch_window_ms, "a number >= 0")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            bad("--gpu-memory-utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
-        if self.kv_compression_ratio and self.kv_compression_ratio < 1.0:
-            bad("--kv-compression-ratio", self.kv_compression_ratio, "a ratio >= 1")
-        if self.dtype != "auto":
-            object.__setattr__(self, "dtype", dtypes.normalize(self.dtype, dtypes.WEIGHT_DTYPES, source=CLI, key="--dtype"))
-        if self.kv_cache_dtype != "auto":
-            object.__setattr__(
-                self, "kv_cache_dtype",
-                dtypes.normalize(self.kv_cache_dtype, dtypes.KV_DTYPES, source=CLI, key="--kv-cache-dtype"),
-            )
+
+#: Field name -> command-line flag, from the declarations above.
+SERVING_FLAGS = {f.name: f.metadata["flag"] for f in fields(ServingConfig)}
 
 
 @dataclass(frozen=True)

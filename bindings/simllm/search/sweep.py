@@ -52,7 +52,7 @@ import numpy as np
 
 from simllm.config.hardware import FACTOR_KEYS, HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
-from simllm.config.serving import ServingConfig
+from simllm.config.serving import SERVING_FLAGS, ServingConfig
 from simllm.config.workload import Workload
 from simllm.errors import ConfigError
 from simllm.search.spec import (
@@ -254,10 +254,9 @@ def sweep_row(ctx, item):
 def row_error(exc):
     """The one-line reason of a failed configuration, naming serving fields by their sweep path
     (``serving.tensor_parallel_size``) where simulate names the command-line flag."""
-    key = exc.key
-    if exc.source == "command line" and isinstance(key, str) and key.startswith("--"):
-        field = key[2:].replace("-", "_")
-        if field in {f.name for f in dataclasses.fields(ServingConfig)}:
+    if exc.source == "command line":
+        field = next((name for name, flag in SERVING_FLAGS.items() if flag == exc.key), None)
+        if field is not None:
             return str(ConfigError(exc.expected, key=f"serving.{field}", value=exc.value))
     return str(exc)
 

@@ -1,0 +1,47 @@
+"""ServingConfig declares each field's flag and check once (config.serving.setting): every field has
+a flag that ``simllm run`` accepts under that name, every check refuses what it should with a
+one-line error naming the flag, and a sweep names the field by its path instead."""
+import dataclasses
+
+import pytest
+
+import simllm
+from simllm.cli.main import build_parser
+from simllm.config.serving import SERVING_FLAGS, ServingConfig
+from simllm.search.sweep import row_error
+
+
+def run_flags():
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    return {s for a in run._actions for s in a.option_strings}
+
+
+def test_every_field_has_the_flag_run_accepts():
+    names = [f.name for f in dataclasses.fields(ServingConfig)]
+    assert sorted(SERVING_FLAGS) == sorted(names)
+    assert all(flag in run_flags() for flag in SERVING_FLAGS.values())
+    assert all(flag == "--" + name.replace("_", "-") for name, flag in SERVING_FLAGS.items())
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("tensor_parallel_size", 0, "a positive integer"),
+    ("tensor_parallel_size", True, "a positive integer"),
+    ("max_model_len", -1, "a positive integer"),
+    ("gpu_memory_utilization", 1.5, "a fraction in (0, 1]"),
+    ("kv_compression_ratio", 0.5, "a ratio >= 1"),
+    ("batch_window_ms", float("nan"), "a number >= 0"),
+    ("batching", "eager", "one of continuous, static, dynamic"),
+    ("router", "random", "one of round_robin, least_outstanding"),
+    ("framework", "tgi", "one of vllm, sglang, trtllm"),
+])
+def test_each_check_names_its_flag(name, value, expected):
+    with pytest.raises(simllm.ConfigError) as err:
+        ServingConfig(**{name: value})
+    assert str(err.value) == f"command line: {SERVING_FLAGS[name]} = {value!r}: expected {expected}"
+    assert row_error(err.value) == f"serving.{name} = {value!r}: expected {expected}"
+
+
+def test_dtypes_are_normalised_and_checked():
+    assert ServingConfig(dtype="bfloat16").dtype == "bf16"
+    with pytest.raises(simllm.ConfigError, match="--kv-cache-dtype"):
+        ServingConfig(kv_cache_dtype="fp3")
