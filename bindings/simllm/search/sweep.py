@@ -62,7 +62,7 @@ from simllm.config.hardware import FACTOR_KEYS, HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
-from simllm.errors import ConfigError
+from simllm.errors import ConfigError, optional_import
 from simllm.search.spec import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
@@ -361,15 +361,12 @@ def make_executor(kind="threads", scheduler=None, workers=None, *, _context=None
     if kind == "processes":
         return ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(_context,))
     if kind == "dask":
-        try:
-            from dask.distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
-        except ImportError:
-            raise ConfigError('the dask executor needs dask.distributed: pip install "simllm[dask]"',
-                              source="command line", key="--executor", value="dask") from None
+        distributed = optional_import("dask.distributed", "the dask executor", package="dask.distributed",
+                                      install='"simllm[dask]"', source="command line", key="--executor", value="dask")
         if scheduler:
-            return DaskExecutor(Client(scheduler))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        return DaskExecutor(Client(cluster), cluster)
+            return DaskExecutor(distributed.Client(scheduler))
+        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        return DaskExecutor(distributed.Client(cluster), cluster)
     raise ConfigError(f"one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor", source="command line",
                       key="--executor", value=kind)
 
