@@ -9,15 +9,11 @@ import pytest
 
 import simllm.cli
 from simllm.errors import ConfigError
-from simllm.formats.measurements import (
-    JSON_FORMATS,
-    Measurement,
-    detect_json_format,
-    load_measurements,
-    read_evalscope_result,
-    read_guidellm_result,
-    read_profile_export,
-)
+from simllm.formats.common import Measurement
+from simllm.formats.evalscope import read_evalscope_result
+from simllm.formats.genai_perf import read_profile_export
+from simllm.formats.guidellm import read_guidellm_result
+from simllm.formats.measurements import JSON_FORMATS, detect_json_format, load_measurements
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -1,5 +1,10 @@
 """Errors simllm raises for bad input. Each renders as one line naming where the bad value came
-from (file and line, or the command line), the key, the value and what was expected."""
+from (file and line, or the command line), the key, the value and what was expected.
+
+Also the one way simllm imports an optional dependency (pyarrow, matplotlib, dask, torch):
+:func:`optional_import`, whose failure is such a one-line error ending in the ``pip install``
+that fixes it."""
+import importlib
 
 _NO_VALUE = object()
 
@@ -48,3 +53,32 @@ class SimulatedOOM(ConfigError):
     def __init__(self, message, plan=None):
         super().__init__(message)
         self.plan = plan
+
+
+def optional_import(module, needed_for, *, package=None, install=None, **where):
+    """Import the optional dependency ``module`` (dotted, e.g. ``"pyarrow.parquet"``) and return it.
+
+    Parameters
+    ----------
+    module : str
+        What to import.
+    needed_for : str
+        What needs it, the start of the message (``"writing Parquet"``).
+    package : str, optional
+        Its name for people (default: ``module``'s top-level package, e.g. ``"PyTorch"`` for torch).
+    install : str, optional
+        What to ``pip install`` (default: ``package``; e.g. ``'"simllm[plot]"'``).
+    **where
+        ``source``, ``key``, ``value``, ``line`` of the :class:`ConfigError` (the flag that asked).
+
+    Raises
+    ------
+    ConfigError
+        One line: ``<needed_for> needs <package>, which is not installed: pip install <install>``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = package or module.split(".")[0]
+        raise ConfigError(f"{needed_for} needs {package}, which is not installed: pip install {install or package}",
+                          **where) from None

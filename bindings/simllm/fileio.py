@@ -2,14 +2,21 @@
 temporary file in the target's folder and replaces the target with ``os.replace`` once complete
 (with the old file's permissions, else 0644); on any failure the temporary file is removed and
 the target is as it was. Every file simllm writes (results, exports, profiles, sweep tables)
-goes through here."""
+goes through here.
+
+Tables (rows of named columns) have one writer, :func:`write_table`: ``.csv`` or ``.parquet`` by
+the file's suffix, the CSV text made by :func:`csv_text` (which also makes the CSV simllm prints)."""
 import contextlib
+import csv
+import io
 import os
 import stat
 import tempfile
 from pathlib import Path
 
-from simllm.errors import ConfigError
+import numpy as np
+
+from simllm.errors import ConfigError, optional_import
 
 NEW_FILE_MODE = 0o644
 
@@ -62,3 +69,71 @@ def write_output(path, text):
         return write_text_atomic(path, text)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+# ----------------------------------------------------------------------------- tables
+
+#: The suffixes :func:`write_table` writes.
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def csv_text(header, rows, *, lineterminator="\n"):
+    """CSV text: the ``header`` line, then one line per row of ``rows``. Cells are written as the
+    csv module writes them: ``str()`` of each, floats by ``repr``, ``None`` as an empty cell."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator=lineterminator)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _parquet_values(column):
+    """A column as pyarrow takes it: numpy string and object arrays as Python lists."""
+    if isinstance(column, np.ndarray) and column.dtype.kind in "OU":
+        return column.tolist()
+    return column
+
+
+def write_table(path, columns, *, cell=None, metadata=None, lineterminator="\n"):
+    """Write a table to ``path``, atomically, as ``.csv`` or ``.parquet`` by its suffix.
+
+    Parameters
+    ----------
+    path : str or Path
+    columns : dict
+        Column name -> values (a numpy array or a sequence), all of one length, in order.
+    cell : callable, optional
+        CSV only: each value (a Python scalar, numpy arrays having been made lists) to the cell
+        written (default: the value itself, see :func:`csv_text`).
+    metadata : dict, optional
+        Parquet only: ``str -> str`` pairs for the schema's metadata.
+    lineterminator : str
+        CSV only: the end of each line.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ConfigError
+        A suffix other than ``.csv``/``.parquet``, pyarrow missing for Parquet, or the file
+        cannot be written. Nothing is left behind.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        values = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns.values()]
+        if cell is not None:
+            values = [[cell(v) for v in col] for col in values]
+        return write_output(path, csv_text(list(columns), zip(*values), lineterminator=lineterminator))
+    if suffix == ".parquet":
+        pa = optional_import("pyarrow", "writing Parquet")
+        parquet = optional_import("pyarrow.parquet", "writing Parquet", package="pyarrow")
+        table = pa.table({name: pa.array(_parquet_values(col)) for name, col in columns.items()})
+        if metadata:
+            table = table.replace_schema_metadata(metadata)
+        with output_path(path) as tmp:
+            parquet.write_table(table, str(tmp))
+        return Path(path)
+    raise ConfigError("a .csv or .parquet file name", key="table file", value=str(path))

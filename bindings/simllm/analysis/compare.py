@@ -14,8 +14,6 @@ on the first hardware, then every model on the next). A column whose configurati
 ``error`` and the message is printed under the table. Ratios are relative to the first column
 that ran (the first column, unless it failed).
 """
-import csv
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
 from simllm.errors import ConfigError
-from simllm.fileio import write_output
+from simllm.fileio import csv_text, write_output
 from simllm.sim.results import output_throughput_per_gpu
 from simllm.sim.runner import OOM, Base, Task, run_simulations
 from simllm.text import jsonable, table
@@ -332,15 +330,13 @@ CSV_COLUMNS = ("column", "model", "hardware", "metric", "unit", "value", "ratio"
 def comparison_to_csv(comparison):
     """CSV text, one line per configuration and metric (``CSV_COLUMNS``); empty cells for missing
     values; a failed column has its error on each of its lines."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    lines = []
     for i, c in enumerate(comparison.columns):
         for row in comparison.rows:
             v, r = row.values[i], row.ratios[i]
-            writer.writerow([c.label, c.model, c.hardware, row.metric.key, row.metric.unit,
-                             "" if v is None else repr(v), "" if r is None else repr(r), c.error or ""])
-    return buf.getvalue()
+            lines.append([c.label, c.model, c.hardware, row.metric.key, row.metric.unit,
+                          "" if v is None else repr(v), "" if r is None else repr(r), c.error or ""])
+    return csv_text(CSV_COLUMNS, lines)
 
 
 #: The file suffixes :func:`save_comparison` writes.

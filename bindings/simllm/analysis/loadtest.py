@@ -12,14 +12,13 @@ The three ways to give the load levels::
 runs ``number[i]`` requests. Each point is one :func:`simllm.simulate` of the base workload with
 its load settings replaced.
 """
-import csv
-import io
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from simllm.errors import ConfigError
+from simllm.fileio import csv_text
 from simllm.sim.runner import Base, Task, run_simulations
 from simllm.sim.slo import latency_p99_slo
 from simllm.text import table as text_table
@@ -569,14 +568,9 @@ def loadtest_to_json(result):
 def loadtest_to_csv(result):
     """The rows as CSV text: a header of :class:`LoadTestRow` field names, one line per point
     (``inf`` for an infinite rate, empty for NaN)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
     names = [f.name for f in fields(LoadTestRow)]
-    writer.writerow(names)
-    for row in result.rows:
-        writer.writerow(["" if isinstance(v, float) and math.isnan(v) else repr(float(v)) if isinstance(v, float) else v
-                         for v in (getattr(row, n) for n in names)])
-    return buf.getvalue()
+    return csv_text(names, (["" if isinstance(v, float) and math.isnan(v) else repr(float(v)) if isinstance(v, float)
+                              else v for v in (getattr(row, n) for n in names)] for row in result.rows))
 
 
 def plot_rows(result):

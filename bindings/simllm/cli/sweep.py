@@ -2,11 +2,11 @@
 import logging
 
 from simllm.cli import common
-from simllm.formats import exports
 from simllm.report.plots import plot_sweep
 from simllm.report.progress import Progress
 from simllm.search import sweep as sw
 from simllm.search.spec import load_sweep_spec
+from simllm.text import to_json
 
 
 def add_parser(sub):
@@ -39,7 +39,7 @@ def cmd(args, out):
     if args.plot:
         plot_sweep(result, args.plot)
     if args.format == "json":
-        out.write(exports.to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null
+        out.write(to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null
     elif args.format == "csv":
         out.write(sw.table_to_csv(result.table))
     else:

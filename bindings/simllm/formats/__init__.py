@@ -1,8 +1,13 @@
-"""simllm.formats: the files of other tools, read and written.
+"""simllm.formats: the files of other tools, read and written, one module per tool.
 
-Owns reading measured results (vLLM bench serve, GuideLLM, EvalScope, genai-perf/AIPerf,
-aiconfigurator's CSV: :mod:`.measurements`) and writing simulated results in their formats
-(:mod:`.exports`).
+Per tool, its reader and its writer together: :mod:`.vllm_bench` (vllm bench serve result JSON),
+:mod:`.guidellm` (benchmarks.json), :mod:`.evalscope` (perf benchmark_summary.json, read),
+:mod:`.genai_perf` (genai-perf and AIPerf profile exports, read), :mod:`.aiconfigurator`
+(silicon_sample.csv, read), :mod:`.table` (simllm's own summary and per-request tables).
+Beneath them :mod:`.common` (the Measurement row and what several tools share); above them the
+dispatch: :mod:`.measurements` (which tool wrote a measured file, read into Measurement rows) and
+:mod:`.exports` (which writer a file name and format ask for). A tool's module never imports
+another tool's.
 
 May import: :mod:`simllm.sim`, :mod:`simllm.config` and the foundation modules.
 """

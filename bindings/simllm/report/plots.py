@@ -12,7 +12,7 @@ import numpy as np
 
 from simllm.analysis.compare import build_comparison
 from simllm.calibration.validate import METRICS
-from simllm.errors import ConfigError
+from simllm.errors import ConfigError, optional_import
 from simllm.search import pareto as fr
 from simllm.search.sweep import format_cell
 
@@ -33,12 +33,9 @@ def require_matplotlib():
     ConfigError
         When matplotlib is not installed.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ConfigError('plotting needs matplotlib, which is not installed: pip install "simllm[plot]"') from None
-    return Figure, FigureCanvasAgg
+    agg = optional_import("matplotlib.backends.backend_agg", "plotting", package="matplotlib", install='"simllm[plot]"')
+    figure = optional_import("matplotlib.figure", "plotting", package="matplotlib", install='"simllm[plot]"')
+    return figure.Figure, agg.FigureCanvasAgg
 
 
 def _figure(title, xlabel, ylabel, size=(6.4, 6.0)):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simllm.errors import ConfigError
-from simllm.fileio import output_path, write_output
+from simllm.errors import ConfigError, optional_import
+from simllm.fileio import csv_text, write_output, write_table
 
 JOURNAL_SUFFIX = ".partial.csv"
 RECORD_SUFFIX = ".sweep.json"
@@ -40,12 +40,10 @@ def _fmt(v):
 
 
 def table_csv(table, out):
-    w = csv.writer(out, lineterminator="\n")
+    """Write the table's CSV text (as :func:`save_table` writes it) to the stream ``out``."""
     names = table.dtype.names
-    w.writerow(names)
     cols = [table[n].tolist() for n in names]
-    for i in range(len(table)):
-        w.writerow([_fmt(c[i]) for c in cols])
+    out.write(csv_text(names, ([_fmt(c[i]) for c in cols] for i in range(len(table)))))
 
 
 def _parse_column(name, texts):
@@ -78,13 +76,10 @@ def _columns_to_table(names, columns, metrics=()):
 
 
 def _pyarrow():
-    try:
-        import pyarrow  # noqa: PLC0415 - optional dependency
-        import pyarrow.parquet  # noqa: PLC0415
-    except ImportError:
-        raise ConfigError("writing or reading Parquet needs pyarrow, which is not installed: pip install pyarrow",
-                          source="command line", key="--output") from None
-    return pyarrow
+    """pyarrow with pyarrow.parquet loaded, or the one-line error naming ``--output``."""
+    optional_import("pyarrow.parquet", "writing or reading Parquet", package="pyarrow", source="command line",
+                    key="--output")
+    return optional_import("pyarrow", "writing or reading Parquet", source="command line", key="--output")
 
 
 def check_output_path(path):
@@ -97,16 +92,8 @@ def check_output_path(path):
 
 def save_table(table, path, meta):
     check_output_path(path)
-    if Path(path).suffix.lower() == ".csv":
-        with output_path(path) as tmp:
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                table_csv(table, f)
-        return
-    pa = _pyarrow()
-    cols = {n: pa.array(table[n].tolist() if table[n].dtype.kind == "U" else table[n]) for n in table.dtype.names}
-    tab = pa.table(cols).replace_schema_metadata({"simllm.sweep": json.dumps(meta)})
-    with output_path(path) as tmp:
-        pa.parquet.write_table(tab, str(tmp))
+    write_table(path, {n: table[n] for n in table.dtype.names}, cell=_fmt,
+                metadata={"simllm.sweep": json.dumps(meta)})
 
 
 def load_table(path):

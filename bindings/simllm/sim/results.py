@@ -1,6 +1,5 @@
 """Simulation results: per-request arrays, the summary with ``vllm bench serve``'s keys (plus
 utilisation and memory), the ITL and batch-size distributions, and the time series."""
-import csv
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -9,6 +8,7 @@ import numpy as np
 
 from simcore import codes
 from simllm.errors import ConfigError
+from simllm.fileio import write_table
 from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplace
 
 
@@ -22,6 +22,12 @@ def output_throughput_per_gpu(summary):
     """``output_throughput`` / :func:`summary_gpus` (None when the summary has no throughput)."""
     value = summary.get("output_throughput")
     return None if value is None else value / summary_gpus(summary)
+
+
+
+def _blank_nan(v):
+    """A CSV cell: NaN as an empty cell, anything else as it is."""
+    return "" if isinstance(v, float) and math.isnan(v) else v
 
 
 def percentile_key(p):
@@ -267,8 +273,8 @@ class SimResult:
         return df
 
     def save_detailed(self, path):
-        """Write per-request rows to ``path``: ``.csv`` (no extra dependency) or ``.parquet``
-        (needs pandas and pyarrow)."""
+        """Write per-request rows to ``path``: ``.csv`` (no extra dependency; atomically, through
+        :func:`simllm.fileio.write_table`) or ``.parquet`` (needs pandas and pyarrow)."""
         self._require_requests()
         path = str(path)
         if path.endswith(".parquet"):
@@ -280,15 +286,9 @@ class SimResult:
             return
         if not path.endswith(".csv"):
             raise ConfigError("a .csv or .parquet file name", source="command line", key="--save-detailed", value=path)
-        cols = list(self.requests)
-        arrays = [self.requests[c] for c in cols]
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["request"] + cols)
-            names = codes.STATUS_NAMES
-            for i in range(len(arrays[0])):
-                row = [i]
-                for c, a in zip(cols, arrays):
-                    v = a[i]
-                    row.append(names[int(v)] if c == "status" else ("" if isinstance(v, float) and math.isnan(v) else v))
-                writer.writerow(row)
+        names = codes.STATUS_NAMES
+        columns = {"request": np.arange(len(self.requests["status"]))}
+        for c, a in self.requests.items():
+            columns[c] = [names[int(v)] for v in a] if c == "status" else a
+        # The csv module's default line ending (\r\n), as this file has always been written.
+        write_table(path, columns, cell=_blank_nan, lineterminator="\r\n")

@@ -34,7 +34,7 @@ from simllm.config.hardware import HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
-from simllm.errors import ConfigError, SimulatedOOM
+from simllm.errors import ConfigError, SimulatedOOM, optional_import
 from simllm.sim.simulate import simulate
 
 log = logging.getLogger("simllm")
@@ -153,15 +153,12 @@ def make_executor(kind="threads", scheduler=None, workers=None, *, context_key=N
         return ThreadPoolExecutor(max_workers=n, thread_name_prefix="simllm-run")
     if kind == "processes":
         return ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(context_key, context))
-    try:
-        from dask.distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
-    except ImportError:
-        raise ConfigError('the dask executor needs dask.distributed: pip install "simllm[dask]"',
-                          source="command line", key="--executor", value="dask") from None
+    distributed = optional_import("dask.distributed", "the dask executor", package="dask.distributed",
+                                  install='"simllm[dask]"', source="command line", key="--executor", value="dask")
     if scheduler:
-        return DaskExecutor(Client(scheduler))
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-    return DaskExecutor(Client(cluster), cluster)
+        return DaskExecutor(distributed.Client(scheduler))
+    cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+    return DaskExecutor(distributed.Client(cluster), cluster)
 
 
 def dask_client(executor):

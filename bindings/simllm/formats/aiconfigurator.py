@@ -1,0 +1,47 @@
+"""NVIDIA aiconfigurator's measured results: its ``silicon_sample.csv``, read into
+:class:`~simllm.formats.common.Measurement` rows.
+
+One row per measured point: model, system, backend, precision, mode, isl/osl, concurrency
+``batch_size``, TP/PP/DP, mean TTFT and TPOT. Disaggregated rows describe their workers in
+``prefill_*``/``decode_*`` columns instead, so their TP and batch size may be absent.
+"""
+import csv
+import math
+
+from simllm.errors import ConfigError
+from simllm.formats.common import Measurement, field_number
+
+#: The columns a silicon_sample.csv must have.
+SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size",
+                   "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def read_silicon_csv(path):
+    """Rows of an aiconfigurator-style ``silicon_sample.csv``."""
+    out = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in SILICON_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"expected the silicon_sample.csv columns; missing {', '.join(missing)}",
+                              source=str(path), line=1)
+        for row in reader:
+            line = reader.line_num
+            # Disaggregated rows describe their workers in prefill_*/decode_* columns instead.
+            opt = 0 if row.get("mode") != "agg" else None
+            out.append(Measurement(
+                source=str(path), line=line, model=row["model_path"], hardware=row["system"], backend=row["backend"],
+                precision=row["precision"], mode=row["mode"],
+                tp=field_number(row, "tp_size", path, line, integer=True, default=opt),
+                pp=field_number(row, "pp_size", path, line, integer=True, default=1),
+                dp=field_number(row, "attention_dp_size", path, line, integer=True, default=1),
+                input_len=field_number(row, "isl", path, line, integer=True),
+                output_len=field_number(row, "osl", path, line, integer=True),
+                concurrency=field_number(row, "batch_size", path, line, integer=True, default=opt),
+                request_rate=math.inf, num_prompts=0,
+                ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
+                tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
+            ))
+    if not out:
+        raise ConfigError("at least one measured row, got none", source=str(path))
+    return out
