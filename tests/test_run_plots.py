@@ -124,7 +124,7 @@ def test_loadtest_open_loop_and_loadtest_row_keys(tmp_path, mpl, monkeypatch):
 
 
 def test_loadtest_accepts_loadtest_rows(tmp_path, mpl):
-    loadtest = pytest.importorskip("simllm.loadtest")
+    loadtest = pytest.importorskip("simllm.analysis.loadtest")
     row_cls = getattr(loadtest, "LoadTestRow", None)
     if row_cls is None:
         pytest.skip("no LoadTestRow")

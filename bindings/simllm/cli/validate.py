@@ -21,14 +21,7 @@ def add_parser(sub):
 
 def cmd(args, out):
     points, shape = common.measured_points(args, args.hardware)
-    hardware_for = None
-    if args.factors_from:
-        source = load_hardware(args.factors_from)
-        factors = {k: getattr(source, k) for k in FACTOR_KEYS}
-
-        def hardware_for(name):
-            return replace(load_hardware(name), frameworks=source.frameworks, **factors)
-
+    hardware_for = _with_factors_of(args.factors_from) if args.factors_from else None
     run_on = common.executor(args)
     bounded = accuracy.with_bounds(points, args.num_prompts, shape, run_on["workers"] or 0,
                                    executor=run_on["executor"], scheduler=run_on["scheduler"])
@@ -48,3 +41,14 @@ def cmd(args, out):
     else:
         out.write(report.format_validation(points, summary, by) + "\n")
     return 0
+
+
+def _with_factors_of(profile):
+    """Point hardware -> that preset with ``profile``'s efficiency factors (the cross-system test)."""
+    source = load_hardware(profile)
+    factors = {k: getattr(source, k) for k in FACTOR_KEYS}
+
+    def hardware_for(name):
+        return replace(load_hardware(name), frameworks=source.frameworks, **factors)
+
+    return hardware_for
