@@ -1,9 +1,11 @@
-"""simllm.sim: one simulation, from validated configs to results.
+"""simllm.sim: simulations, from validated configs to results.
 
 Owns packing configs into the kernels' NamedTuples (:mod:`.pack`), the GPU memory plan
-(:mod:`.memory`), :func:`~.simulate.simulate` (the engine run), :func:`~.estimate.estimate`
-(one prefill and one decode step, closed form), and :class:`~.results.SimResult` with the
-summary statistics (:mod:`.results`).
+(:mod:`.memory`), :func:`~.simulate.simulate` (one engine run), :func:`~.estimate.estimate`
+(one prefill and one decode step, closed form), :class:`~.results.SimResult` with the summary,
+the one runner for many simulations (:mod:`.runner`: threads, processes, Dask, row statuses,
+``progress(done, total)``), the one SLO type (:mod:`.slo`) and the one statistics module
+(:mod:`.stats`).
 
 May import: :mod:`simcore`, :mod:`simllm.config` and the foundation modules (:mod:`simllm.errors`,
 :mod:`simllm.fileio`, :mod:`simllm.text`).
