@@ -31,6 +31,7 @@ from simllm.calibration import validate as accuracy
 from simllm.config.hardware import hardware_from_dict
 from simllm.errors import ConfigError
 from simllm.fileio import write_text_atomic
+from simllm.sim.stats import abs_error_stats
 
 HUBER = 0.25  # log-error beyond which a residual counts linearly (about 28%)
 FIT_METRICS = ("ttft", "tpot")
@@ -134,9 +135,7 @@ def _summary(points, r):
         e = np.expm1(r[:, j])
         e = np.abs(e[~np.isnan(e)])
         if e.size:
-            out[metric] = {"points": int(e.size), "median_abs_pct_error": float(np.median(e) * 100),
-                           "mean_abs_pct_error": float(np.mean(e) * 100),
-                           "within_10pct": float(np.mean(e <= 0.10)), "within_20pct": float(np.mean(e <= 0.20))}
+            out[metric] = abs_error_stats(e)
     return out
 
 

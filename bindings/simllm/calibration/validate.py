@@ -17,6 +17,7 @@ from simllm.config.workload import LengthDist, Workload, fixed
 from simllm.errors import ConfigError
 from simllm.sim.runner import run_many
 from simllm.sim.simulate import simulate
+from simllm.sim.stats import abs_error_stats
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _SUFFIXES = ("-instruct", "-chat", "-hf", "-fp8", "-fp4", "-nvfp4", "-awq", "-gptq")
@@ -264,14 +265,7 @@ def error_summary(points):
                 out[metric] = {"points": 0, "median_abs_pct_error": math.nan, "mean_abs_pct_error": math.nan,
                                "within_10pct": math.nan, "within_20pct": math.nan, "below_bound": below}
             continue
-        out[metric] = {
-            "points": int(errs.size),
-            "median_abs_pct_error": float(np.median(errs) * 100),
-            "mean_abs_pct_error": float(np.mean(errs) * 100),
-            "within_10pct": float(np.mean(errs <= 0.10)),
-            "within_20pct": float(np.mean(errs <= 0.20)),
-            "below_bound": below,
-        }
+        out[metric] = {**abs_error_stats(errs), "below_bound": below}
     return out
 
 

@@ -62,6 +62,7 @@ from simllm.formats.common import (
     token_count,
     value_at,
 )
+from simllm.sim.stats import weighted_lower_quantile
 from simllm.text import jsonable
 
 #: The metrics of a GuideLLM generative benchmark.
@@ -202,7 +203,7 @@ def distribution(values, weights=None):
     cdf = np.cumsum(p)
 
     def at(level):
-        return float(v[int(np.argmax(cdf >= level))])
+        return weighted_lower_quantile(v, cdf, level)
 
     mean = float(np.sum(v * p))
     variance = float(np.sum((v - mean) ** 2 * p))

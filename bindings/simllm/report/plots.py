@@ -15,6 +15,7 @@ from simllm.calibration.validate import METRICS
 from simllm.errors import ConfigError, optional_import
 from simllm.search import pareto as fr
 from simllm.search.sweep import format_cell
+from simllm.sim.stats import percentiles_inplace
 
 #: How each metric is named on an axis.
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
@@ -239,7 +240,7 @@ def _cdf_figure(values_ms, name, summary):
     ax.step(x, y, where="post", color="C0", linewidth=1.5, label=f"{finite.size:,} requests")
     if finite.size:
         for q, style in ((50, ":"), (99, "--")):
-            v = float(np.percentile(finite, q))
+            v = float(percentiles_inplace(finite.copy(), (q,))[0])
             ax.axvline(v, color="0.3", linestyle=style, linewidth=1.0, label=f"P{q} {v:,.2f} ms")
     ax.set_ylim(0.0, 1.02)
     ax.legend(loc="lower right", fontsize="small", framealpha=0.9)
