@@ -434,9 +434,8 @@ def test_parquet_round_trip(tmp_path):
 def test_sweep_cli_runs_the_shipped_example_and_resumes(tmp_path, capsys):
     import shutil
 
-    from conftest import ROOT
-
     import simllm.cli
+    from helpers import ROOT
 
     spec = tmp_path / "s.yaml"
     shutil.copy(ROOT / "configs" / "sweeps" / "concurrency.yaml", spec)

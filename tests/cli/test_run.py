@@ -5,16 +5,15 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import simllm
 import simllm.cli
+from helpers import ROOT
 from simllm.report import text as report
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = str(ROOT / "configs" / "model.yaml")
 HARDWARE = str(ROOT / "configs" / "hardware.yaml")
 N = 50

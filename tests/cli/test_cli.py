@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 
 import simllm.cli
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
+from helpers import DATA, ROOT
 
 GOOD_MODEL = {
     "name": "tiny",

@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT
 
 import simllm
 import simllm.cli
+from helpers import SHARED_DATA
 from simllm.calibration import validate as accuracy
 from simllm.formats.measurements import load_measurements
 
-SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
+SHARED = SHARED_DATA / "silicon_sample.csv"
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
           "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,"
           "prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"

@@ -1,10 +1,10 @@
 """The memory plan: KV pool sizing, simulated OOM with its breakdown, dtype and TP effects."""
 import pytest
-from conftest import ROOT, build
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simllm
+from helpers import ROOT, build
 from simllm.sim.memory import plan_memory
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import simllm
+from helpers import ROOT
 from simllm.config.workload import LengthDist, Workload, fixed, generate, random_range, read_lengths
 from simllm.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = sorted((ROOT / "configs" / "workloads").glob("*.yaml"))
 SEED_MODEL = ROOT / "configs" / "model.yaml"  # Jalapeño, max_sequence_length 2048
 SEED_HARDWARE = ROOT / "configs" / "hardware.yaml"

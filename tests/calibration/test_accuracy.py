@@ -7,14 +7,14 @@ import dataclasses
 import re
 
 import pytest
-from conftest import REPORT, ROOT
 
 import simllm
+from helpers import REPORT, SHARED_DATA
 from simllm.calibration import validate as accuracy
 from simllm.config.hardware import FACTOR_KEYS
 from simllm.formats.measurements import load_measurements
 
-SHARED = ROOT.parent / "shared" / "data" / "silicon_sample.csv"
+SHARED = SHARED_DATA / "silicon_sample.csv"
 DENSE = re.compile(r"Llama-3\.1-(8|70)B|Qwen3-32B")
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm"}
 OTHER = {"h100-sxm": "h200-sxm", "h200-sxm": "h100-sxm"}

@@ -4,12 +4,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT, build
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import reference_time
 
 import simllm
+from helpers import ROOT, build
+from reference import reference_time
 from simcore import (
     batch_aggregates_nb,
     codes,

@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import build
-from engine_reference import reference_simulate
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import simllm
+from engine_reference import reference_simulate
+from helpers import build
 from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
 from simcore.layout import accumulator_layout, split_accumulator, workspace_layout

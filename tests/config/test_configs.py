@@ -1,15 +1,13 @@
 """Loading configurations: shipped presets, HuggingFace config.json files, the seed's YAML
 examples, and preset-name lookup."""
 import shutil
-from pathlib import Path
 
 import pytest
 
 import simllm
+from helpers import DATA, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-DATA = Path(__file__).resolve().parent / "data"
 
 MODEL_PRESETS = sorted(p.stem for p in (CONFIGS / "models").glob("*.yaml"))
 HARDWARE_PRESETS = sorted(p.stem for p in (CONFIGS / "hardware").glob("*.yaml"))

@@ -3,7 +3,7 @@ recorded run (tests/data/golden/*.out), wall-clock fields aside and numbers to 1
 
 A change that is meant to change an output regenerates the files and shows the diff in review::
 
-    SIMLLM_REGEN_GOLDEN=1 python -m pytest tests/test_golden.py
+    SIMLLM_REGEN_GOLDEN=1 python -m pytest tests/cli/test_golden.py
 """
 import contextlib
 import io
@@ -11,14 +11,12 @@ import math
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
 import simllm.cli
+from helpers import GOLDEN, ROOT
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
-ROOT = Path(__file__).resolve().parents[1]
 REGEN = os.environ.get("SIMLLM_REGEN_GOLDEN") == "1"
 MEASURED = [f"vllm_run{i}.json" for i in range(4)]
 
