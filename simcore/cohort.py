@@ -28,7 +28,6 @@ from simcore.codes import (
     FREE_BLOCKS,
     NEVER,
     PREFILLING_COUNT,
-    RF_ARRIVAL,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_BLOCKS,
@@ -44,22 +43,21 @@ from simcore.codes import (
     SCHED_NEW_TOKENS,
     SCHED_PREFILLING,
     SCHED_REQUEST,
+    STATUS_RUNNING,
     STAT_DECODE_TOKENS,
     STAT_MIN_FREE_BLOCKS,
     STAT_PREFILL_TOKENS,
-    STATUS_DONE,
-    STATUS_RUNNING,
-    STATUS_TIMED_OUT,
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_nb
 from simcore.layout import phase_slot_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
+    admission_nb,
     admit_waiting_nb,
     blocks_for_nb,
-    finish_nb,
     peek_nb,
+    retire_nb,
     schedule_aggregates_nb,
     schedule_row_nb,
 )
@@ -152,10 +150,7 @@ def _complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
             if done == d:
                 leave_nb(e, lay, reqi, ws, r)
                 reqf[r, RF_LAST_EMIT] = t_end
-                ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
-                reqi[r, RI_BLOCKS] = 0
-                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, lay, t_end, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT if late else STATUS_DONE)
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
                 finished += 1
                 continue
             if done < nxt:
@@ -195,10 +190,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
             reqi[r, RI_GENERATED] = g + 1
             win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
-                ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
-                reqi[r, RI_BLOCKS] = 0
-                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, lay, t_end, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT if late else STATUS_DONE)
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
                 finished += 1
                 any_done = True
             else:
@@ -255,12 +247,14 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     if not e.chunked_prefill:
         if n_pre > 0:
             return False, now
+        # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
         head = peek_nb(lay, reqi, ws)
-        if head >= 0 and ws[RUNNING_COUNT] < e.max_num_seqs:
-            # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
-            need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - reqi[head, RI_COMPUTED]
-            x = blocks_for_nb(reqi[head, RI_COMPUTED] + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-            if need <= e.max_num_batched_tokens and x <= free:
+        if head >= 0:
+            c = reqi[head, RI_COMPUTED]
+            new, _ = admission_nb(e, ws[RUNNING_COUNT], e.max_num_batched_tokens, free, True, c,
+                                  reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c, reqi[head, RI_CACHED],
+                                  reqi[head, RI_BLOCKS])
+            if new > 0:
                 return _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
     for i in range(n_pre):
         r = sched_nb(lay, ws, SCHED_PREFILLING, i)

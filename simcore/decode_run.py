@@ -59,7 +59,7 @@ from simcore.cohort import needs_block_class_nb
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
-from simcore.scheduler import blocks_for_nb, peek_nb
+from simcore.scheduler import admission_nb, peek_nb
 
 
 @jit_inline
@@ -74,22 +74,20 @@ def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
     if ws[COHORT_NEXT_DONE] - ws[COHORT_ADVANCES] <= 1 or now >= next_arrival or now >= next_deadline:
         return False
     head = peek_nb(lay, reqi, ws)
-    if head < 0 or B >= e.max_num_seqs:
+    if head < 0:
         return True
-    bs = e.block_size
-    free = ws[FREE_BLOCKS]
-    c = reqi[head, RI_COMPUTED]
-    need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c
+    # The admission rule as the fast iteration would apply it: with chunked prefill the head
+    # comes after the cohort's tokens and the blocks they take; in v0 it would run alone.
     if e.chunked_prefill:
         budget = e.max_num_batched_tokens - B
-        if budget <= 0:
-            return True
-        new = need if need < budget else budget
-        extra = blocks_for_nb(c + new, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-        return extra > free - ws[phase_slot_nb(lay, needs_block_class_nb(ws[COHORT_ADVANCES], bs))]
-    if need > e.max_num_batched_tokens:
-        return True
-    return blocks_for_nb(c + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS] > free
+        free = ws[FREE_BLOCKS] - ws[phase_slot_nb(lay, needs_block_class_nb(ws[COHORT_ADVANCES], e.block_size))]
+    else:
+        budget = e.max_num_batched_tokens
+        free = ws[FREE_BLOCKS]
+    c = reqi[head, RI_COMPUTED]
+    new, _ = admission_nb(e, B, budget, free, not e.chunked_prefill, c, reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c,
+                          reqi[head, RI_CACHED], reqi[head, RI_BLOCKS])
+    return new == 0
 
 
 @jit

@@ -26,8 +26,8 @@ from simcore.codes import (
     FREE_BLOCKS,
     GLOBAL_ENDED,
     GLOBAL_NEXT_SEND,
-    N_GLOBALS,
     NEVER,
+    N_GLOBALS,
     POLICY_CONTINUOUS,
     POLICY_DYNAMIC,
     PREEMPTED_COUNT,
@@ -38,7 +38,6 @@ from simcore.codes import (
     RF_FINISH,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
-    RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
     RI_EPOCH,
@@ -51,23 +50,22 @@ from simcore.codes import (
     RUNNING_COUNT,
     SCHED_NEW_TOKENS,
     SCHED_REQUEST,
+    STATUS_REJECTED,
+    STATUS_RUNNING,
+    STATUS_TIMED_OUT,
+    STATUS_WAITING,
     STAT_DECODE_TOKENS,
     STAT_END_S,
     STAT_MIN_FREE_BLOCKS,
     STAT_PREEMPTIONS,
     STAT_PREFILL_TOKENS,
-    STATUS_DONE,
-    STATUS_REJECTED,
-    STATUS_RUNNING,
-    STATUS_TIMED_OUT,
-    STATUS_WAITING,
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_nb
 from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.decode_run import decode_run_nb, pure_decode_nb
-from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
+from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     blocks_for_nb,
@@ -76,6 +74,8 @@ from simcore.scheduler import (
     form_static_batch_nb,
     peek_nb,
     pop_front_nb,
+    release_blocks_nb,
+    retire_nb,
     schedule_aggregates_nb,
     schedule_continuous_nb,
     schedule_row_nb,
@@ -96,8 +96,7 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
             continue
         deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
         if deadline <= now:
-            ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
-            reqi[r, RI_BLOCKS] = 0
+            release_blocks_nb(reqi, ws, r)
             finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT)
         else:
             set_running_nb(lay, ws, k, r)
@@ -147,11 +146,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
             reqi[r, RI_GENERATED] = g + 1
             win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
-                if not emit_all:
-                    ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
-                    reqi[r, RI_BLOCKS] = 0
-                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, lay, t_end, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT if late else STATUS_DONE)
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
                 finished += 1
     ws[FINISHED_LAST_STEP] = finished
     k = 0

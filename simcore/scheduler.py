@@ -7,6 +7,14 @@ A replica's own integers live in one int64 workspace ``ws`` (slots in codes.py, 
 running list in admission order, the schedule rows (``SCHED_*``) and the waiting queue, a ring
 buffer whose front takes preempted requests. One array instead of five keeps kernel calls cheap:
 each array argument costs two atomic reference-count updates per call.
+
+Two rules are written once here and called by both the explicit path (this module and
+engine.py) and the fast path (the cohort and decode runs): whether the waiting head can be
+admitted now (:func:`admission_nb`), and how a request that emitted its last token ends
+(:func:`retire_nb`: its blocks freed, done or timed out when its client gave up first). The
+admission rule takes scalars only: inlined helpers with array arguments, or a ``while True``
+loop around one, leave reference-count updates in the hot loops that cost 5-10% of the engine's
+speed.
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
@@ -32,6 +40,7 @@ from simcore.codes import (
     SCHED_REQUEST,
     STATUS_DONE,
     STATUS_RUNNING,
+    STATUS_TIMED_OUT,
     STATUS_WAITING,
     WIN_COMPLETED,
 )
@@ -144,22 +153,68 @@ def schedule_row_nb(lay, ws, j, r, new):
 
 
 @jit_inline
+def release_blocks_nb(reqi, ws, r):
+    """``r``'s KV blocks go back to the pool."""
+    ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
+    reqi[r, RI_BLOCKS] = 0
+
+
+# ------------------------------------------------------------------ rules both paths call
+@jit_inline
+def admission_nb(e, n_running, budget, free, whole, computed, need, cached, blocks):
+    """The admission rule: whether the waiting head can be admitted now, with ``n_running``
+    requests running, ``budget`` tokens left in the iteration and ``free`` KV blocks for it; it has
+    ``computed`` tokens, ``need`` more to compute, a ``cached`` prefix and ``blocks`` blocks. It
+    needs a sequence slot, some budget, and blocks for its next chunk within the budget (with
+    ``whole``, v0 without chunked prefill: for its whole prompt, which must fit the budget).
+
+    Returns (new tokens, extra blocks); new tokens is 0 when it cannot be admitted. (Scalars
+    only: an array argument of an inlined helper costs reference counting in its caller's loop.)
+    """
+    new = 0
+    extra = 0
+    if n_running < e.max_num_seqs and budget > 0 and not (whole and need > budget):
+        n = need if need < budget else budget
+        x = blocks_for_nb(computed + n, cached, e.block_size) - blocks
+        if x <= free:
+            new = n
+            extra = x
+    return new, extra
+
+
+@jit_inline
+def end_status_nb(e, t, arrival):
+    """The retire rule: a request that emitted its last token at ``t`` ends done, or timed out
+    when its client (whose request reached the engine at ``arrival``) gave up before."""
+    return STATUS_TIMED_OUT if e.timeout_s > 0.0 and t - arrival > e.timeout_s else STATUS_DONE
+
+
+@jit_inline
+def retire_nb(e, lay, t, reqi, reqf, ws, glob, acc, r, release):
+    """The retire rule: ``r`` emitted its last token at ``t``. Its blocks go back to the pool
+    (``release``; a static batch keeps its rows' blocks until it ends) and it ends done, or timed
+    out when its client gave up before."""
+    if release:
+        release_blocks_nb(reqi, ws, r)
+    finish_nb(e, lay, t, reqi, reqf, glob, acc, r, end_status_nb(e, t, reqf[r, RF_ARRIVAL]))
+
+
+# ------------------------------------------------------------------------ the explicit scheduler
+@jit_inline
 def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
-    """Admit waiting requests FCFS while sequences, token budget and free blocks allow, writing
-    each to schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with
-    ``whole`` (v0, no chunked prefill) its whole prompt or nothing. Returns (n, budget left)."""
-    bs = e.block_size
+    """Admit waiting requests FCFS while :func:`admission_nb` allows, writing each to
+    schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with ``whole`` (v0,
+    no chunked prefill) its whole prompt. Returns (n, budget left)."""
+    # The guard repeats the rule's cheapest test; it keeps the loop in the shape numba prunes
+    # reference counts in (a ``while True`` loop here costs ~5% of the engine's speed).
     while ws[RUNNING_COUNT] < e.max_num_seqs and budget > 0:
         r = peek_nb(lay, reqi, ws)
         if r < 0:
             break
         c = reqi[r, RI_COMPUTED]
-        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        if whole and need > budget:
-            break
-        new = need if need < budget else budget
-        extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if extra > ws[FREE_BLOCKS]:
+        new, extra = admission_nb(e, ws[RUNNING_COUNT], budget, ws[FREE_BLOCKS], whole, c,
+                                  reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c, reqi[r, RI_CACHED], reqi[r, RI_BLOCKS])
+        if new == 0:
             break
         admit_nb(lay, now, reqi, reqf, ws, r)
         ws[FREE_BLOCKS] -= extra
