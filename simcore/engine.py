@@ -1,5 +1,5 @@
 """The serving engine: a discrete-event loop over engine iterations (see ``scheduler.py`` for
-who runs in an iteration and ``decode_run.py`` for the closed-form fast path).
+who runs in an iteration and ``fast/`` for the fast path, the cohort and closed-form decode runs).
 
 Continuous batching follows vLLM. With chunked prefill (v1) every iteration first schedules the
 running requests in admission order (a decode token each, or the next prefill chunk, within the
@@ -63,8 +63,8 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_nb
-from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
-from simcore.decode_run import decode_run_nb, pure_decode_nb
+from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
+from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
@@ -166,7 +166,7 @@ def _step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
     ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
-    ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (cohort.py) and
+    ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide.
     """
     ws[FINISHED_LAST_STEP] = 0

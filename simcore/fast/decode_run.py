@@ -55,7 +55,7 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
 )
-from simcore.cohort import needs_block_class_nb
+from simcore.fast.cohort import needs_block_class_nb
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
