@@ -1,5 +1,11 @@
 """simcore: the compiled core of simllm. numba kernels over plain arrays and NamedTuples of
-scalars; no files, no YAML, no printing. simllm builds the inputs and reads the outputs."""
+scalars; no files, no YAML, no printing. simllm builds the inputs and reads the outputs.
+
+Kernels take their arguments in one order: cost params ``p``, engine settings ``e``, layout ``lay``,
+times (``now`` or ``t_end`` first, then bounds such as ``next_arrival``), request arrays ``reqi``,
+``reqf``, the replica's workspace ``ws``, the shared counters ``glob``, the accumulator ``acc``, then
+the kernel's own operands (a request, a count, a value, a flag). A kernel takes only those it uses.
+"""
 from simcore import codes
 from simcore.cost import (
     batch_aggregates_nb,
@@ -20,16 +26,16 @@ from simcore.memory import (
     streamed_weight_bytes_nb,
 )
 from simcore.engine import simulate_nb
-from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
-from simcore.params import CostParams, EngineParams
+from simcore.layout import Layout, make_layout, split_accumulator
+from simcore.params import CostParams, EngineSettings
 
 __all__ = [
     "CostParams",
-    "EngineParams",
-    "accumulator_layout",
+    "EngineSettings",
+    "Layout",
+    "make_layout",
     "simulate_nb",
     "split_accumulator",
-    "workspace_layout",
     "activation_workspace_bytes_nb",
     "batch_aggregates_nb",
     "decode_run_time_nb",

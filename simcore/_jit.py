@@ -6,7 +6,7 @@ would change results between runs of the reference tests.
 
 Small helpers called per operator, per request or per token inside the hot loops use
 :data:`jit_inline`: the same policy, inlined into their callers at numba-IR level. A real call
-copies every field of the CostParams/EngineParams tuples into its arguments and increments and
+copies every field of the CostParams/EngineSettings/Layout tuples into its arguments and increments and
 decrements each array argument's reference count atomically, which cost more than the helpers'
 own arithmetic.
 

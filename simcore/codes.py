@@ -1,4 +1,11 @@
-"""Enum-like integer codes shared by the kernels and the bindings. The only place they are defined."""
+"""Every integer code and every fixed slot index of simcore, shared by the kernels and the
+bindings: the only place they are defined.
+
+Codes name a kind (``OP_*``, ``BOUND_*``, ``UNIT_*``, ``POLICY_*``, ``ROUTER_*``, ``STATUS_*``); slots
+name a position in an array (``STAT_*``, ``CLOCK_*``, ``MEMO_*`` and ``WIN_*`` in the float
+accumulator, ``RI_*``/``RF_*`` in the request arrays, the workspace slots, ``SCHED_*`` rows and
+``GLOBAL_*`` counters). Offsets that depend on sizes (where the time series or the schedule rows
+start) are computed once, in :mod:`simcore.layout`."""
 
 # Operators of one forward pass. Layer operators repeat once per layer (or per dense / MoE layer);
 # the last four run once per iteration.
@@ -101,7 +108,7 @@ STAT_FAST_ITERATIONS = 14  # iterations advanced in closed-form decode runs
 STAT_MIN_FREE_BLOCKS = 15
 N_STATS = 16
 
-# Slots of a replica's clock in its accumulator (at EngineParams.off_clock).
+# Slots of a replica's clock in its accumulator (at Layout.off_clock).
 CLOCK_NOW = 0  # when the replica's next iteration starts
 CLOCK_DEADLINE = 1  # the next client deadline among its requests
 CLOCK_COHORT = 2  # time of the decode cohort's last advance
@@ -139,3 +146,46 @@ RF_FINISH = 3  # finish, rejection or time-out time; before that, in a closed lo
 #               time the request may be sent (0, or its open-loop time under a rate limit)
 RF_LAST_EMIT = 4  # time of the last token emitted
 N_RF = 5
+
+# Slots of the decode-run coefficients kept per batch size in the accumulator (at
+# Layout.off_memo + batch size * N_MEMO; NaN until computed): an iteration of the run takes
+# MEMO_REST_S + attention time, attention's FLOPs and bytes being affine in the context sum.
+MEMO_REST_S = 0  # time of every operator but attention
+MEMO_REST_FLOPS = 1
+MEMO_REST_BYTES = 2
+MEMO_ATTN_FLOPS = 3  # attention FLOPs at context sum 0 ...
+MEMO_ATTN_BYTES = 4
+MEMO_ATTN_FLOPS_SLOPE = 5  # ... and per token of context sum
+MEMO_ATTN_BYTES_SLOPE = 6
+N_MEMO = 7
+
+# Slots of a replica's int64 workspace ``ws`` (then, at the offsets of Layout: the cohort's
+# block-phase counts, the running list, the schedule rows and the waiting queue).
+QUEUE_HEAD = 0  # ring-buffer head of the waiting queue
+QUEUE_ENTRIES = 1  # entries in the ring (timed-out ones are dropped lazily)
+QUEUE_WAITING = 2  # entries still waiting
+FREE_BLOCKS = 3  # free KV blocks
+RUNNING_COUNT = 4  # running requests
+PREEMPTED_COUNT = 5  # preemptions so far
+FINISHED_LAST_STEP = 6  # requests that ended with the replica's last iteration
+COHORT_SIZE = 7  # decode cohort (fast/cohort.py): members
+COHORT_ADVANCES = 8  # cohort advances so far
+COHORT_CONTEXT_SUM = 9  # sum of the members' computed tokens
+COHORT_NEXT_DONE = 10  # advance count at which the first member completes (NEVER if none)
+COHORT_JOINERS = 11  # members that joined since the last advance (listed in row SCHED_JOINER)
+PREFILLING_COUNT = 12  # running requests outside the cohort (listed in row SCHED_PREFILLING)
+N_WORKSPACE_SLOTS = 13
+NEVER = 1 << 62  # an advance count no run reaches
+
+# Rows of the workspace's schedule (Layout.off_sched, Layout.sched_cap entries each).
+SCHED_REQUEST = 0  # this iteration's requests ...
+SCHED_NEW_TOKENS = 1  # ... and the tokens each computes in it
+SCHED_JOINER = 2  # cohort members that joined since the last advance
+SCHED_PREFILLING = 3  # running requests outside the cohort, in admission order
+N_SCHED_ROWS = 4
+
+# Slots of the counters all replicas share (int64, ``glob``): another thread may read
+# GLOBAL_ENDED while the kernel runs.
+GLOBAL_ENDED = 0  # requests finished, rejected or timed out
+GLOBAL_NEXT_SEND = 1  # closed loop: next request to hand to a free client
+N_GLOBALS = 2

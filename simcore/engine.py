@@ -1,5 +1,5 @@
 """The serving engine: a discrete-event loop over engine iterations (see ``scheduler.py`` for
-who runs in an iteration and ``decode_run.py`` for the closed-form fast path).
+who runs in an iteration and ``fast/`` for the fast path, the cohort and closed-form decode runs).
 
 Continuous batching follows vLLM. With chunked prefill (v1) every iteration first schedules the
 running requests in admission order (a decode token each, or the next prefill chunk, within the
@@ -18,13 +18,26 @@ import numpy as np
 
 from simcore._jit import jit
 from simcore.codes import (
+    CLOCK_COHORT,
+    CLOCK_DEADLINE,
+    CLOCK_NOW,
+    COHORT_NEXT_DONE,
+    FINISHED_LAST_STEP,
+    FREE_BLOCKS,
+    GLOBAL_ENDED,
+    GLOBAL_NEXT_SEND,
+    NEVER,
+    N_GLOBALS,
     POLICY_CONTINUOUS,
     POLICY_DYNAMIC,
+    PREEMPTED_COUNT,
+    QUEUE_ENTRIES,
+    QUEUE_HEAD,
+    QUEUE_WAITING,
     RF_ARRIVAL,
     RF_FINISH,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
-    RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
     RI_EPOCH,
@@ -34,93 +47,85 @@ from simcore.codes import (
     RI_REPLICA,
     RI_STATUS,
     ROUTER_LEAST_OUTSTANDING,
+    RUNNING_COUNT,
+    SCHED_NEW_TOKENS,
+    SCHED_REQUEST,
+    STATUS_REJECTED,
+    STATUS_RUNNING,
+    STATUS_TIMED_OUT,
+    STATUS_WAITING,
     STAT_DECODE_TOKENS,
     STAT_END_S,
     STAT_MIN_FREE_BLOCKS,
     STAT_PREEMPTIONS,
     STAT_PREFILL_TOKENS,
-    STATUS_DONE,
-    STATUS_REJECTED,
-    STATUS_RUNNING,
-    STATUS_TIMED_OUT,
-    STATUS_WAITING,
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
-    CLOCK_COHORT,
-    CLOCK_DEADLINE,
-    CLOCK_NOW,
 )
 from simcore.cost import iteration_totals_nb
-from simcore.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
-from simcore.decode_run import decode_run_nb, pure_decode_nb
+from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
+from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
+from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
-    C_MIN_DONE,
-    DONE,
-    FREE,
-    N_RUN,
-    N_STATE,
-    NEXT_ASSIGN,
-    LAST_DONE,
-    PREEMPTED,
-    Q_ALIVE,
-    Q_COUNT,
-    Q_HEAD,
     blocks_for_nb,
-    finish_nb,
     enqueue_nb,
+    finish_nb,
     form_static_batch_nb,
     peek_nb,
+    pop_front_nb,
+    release_blocks_nb,
+    retire_nb,
     schedule_aggregates_nb,
     schedule_continuous_nb,
+    schedule_row_nb,
 )
 
 
 @jit
-def _time_out_nb(e, now, reqi, reqf, ws, glob, acc):
+def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
     """Abort every request of this replica whose client gave up by ``now``. Returns the next
     deadline among those left."""
     nxt = np.inf
     k = 0
-    for i in range(ws[N_RUN]):
-        r = ws[e.off_run + i]
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
         if reqi[r, RI_STATUS] != STATUS_RUNNING:  # a finished row kept as static-batch padding
-            ws[e.off_run + k] = r
+            set_running_nb(lay, ws, k, r)
             k += 1
             continue
         deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
         if deadline <= now:
-            ws[FREE] += reqi[r, RI_BLOCKS]
-            reqi[r, RI_BLOCKS] = 0
-            finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
+            release_blocks_nb(reqi, ws, r)
+            finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT)
         else:
-            ws[e.off_run + k] = r
+            set_running_nb(lay, ws, k, r)
             k += 1
             nxt = min(nxt, deadline)
-    ws[N_RUN] = k
-    cap = e.wq_cap
-    for i in range(ws[Q_COUNT]):  # waiting requests leave the queue lazily
-        r = ws[e.off_wq + ((ws[Q_HEAD] + i) % cap)]
+    ws[RUNNING_COUNT] = k
+    cap = lay.wq_cap
+    for i in range(ws[QUEUE_ENTRIES]):  # waiting requests leave the queue lazily
+        r = queue_entry_nb(lay, ws, (ws[QUEUE_HEAD] + i) % cap)
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:
-                ws[Q_ALIVE] -= 1
-                finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_TIMED_OUT)
+                ws[QUEUE_WAITING] -= 1
+                finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_TIMED_OUT)
             else:
                 nxt = min(nxt, deadline)
     return nxt
 
 
 @jit
-def _advance_nb(e, t_end, reqi, reqf, ws, glob, n_sched, acc, emit_all):
+def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
-    finished (their number goes to ``ws[LAST_DONE]``). Static batches keep finished rows as
-    padding (``emit_all``)."""
-    w_end = window_of_nb(e, t_end)
+    finished (their number goes to ``ws[FINISHED_LAST_STEP]``). Static batches keep finished rows
+    as padding (``emit_all``)."""
+    w_end = window_of_nb(e, lay, t_end)
     finished = 0
     for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        new = ws[e.off_sched + e.sched_cap + j]
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
         before = reqi[r, RI_COMPUTED]
         after = before + new
         reqi[r, RI_COMPUTED] = after
@@ -136,111 +141,102 @@ def _advance_nb(e, t_end, reqi, reqf, ws, glob, n_sched, acc, emit_all):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             else:
-                record_itl_nb(e, t_end - reqf[r, RF_LAST_EMIT], 1.0, acc)
+                record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + 1
-            win_add_nb(e, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
+            win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
             if g + 1 == reqi[r, RI_OUTPUT]:
-                if not emit_all:
-                    ws[FREE] += reqi[r, RI_BLOCKS]
-                    reqi[r, RI_BLOCKS] = 0
-                late = e.timeout_s > 0.0 and t_end - reqf[r, RF_ARRIVAL] > e.timeout_s
-                finish_nb(e, reqi, reqf, glob, acc, r, t_end, STATUS_TIMED_OUT if late else STATUS_DONE)
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
                 finished += 1
-    ws[LAST_DONE] = finished
+    ws[FINISHED_LAST_STEP] = finished
     k = 0
-    for i in range(ws[N_RUN]):
-        r = ws[e.off_run + i]
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
         if reqi[r, RI_STATUS] == STATUS_RUNNING:
             k += 1
             if not emit_all:
-                ws[e.off_run + (k - 1)] = r
+                set_running_nb(lay, ws, k - 1, r)
     if not emit_all or k == 0:
-        ws[N_RUN] = k  # a static batch keeps its rows until all of them are done
+        ws[RUNNING_COUNT] = k  # a static batch keeps its rows until all of them are done
 
 
 @jit
-def _step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc):
+def _step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
     ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
-    ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (cohort.py) and
+    ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide.
     """
-    ws[LAST_DONE] = 0
+    ws[FINISHED_LAST_STEP] = 0
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
     if cohort:
-        deadline = acc[e.off_clock + CLOCK_DEADLINE]
+        deadline = acc[lay.off_clock + CLOCK_DEADLINE]
         if now < deadline:
-            if pure_decode_nb(e, now, next_arrival, deadline, reqi, ws):
-                k, t = decode_run_nb(p, e, now, next_arrival, deadline, reqi, reqf, ws,
-                                     acc)
+            if pure_decode_nb(e, lay, now, next_arrival, deadline, reqi, ws):
+                k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, acc)
                 if k > 0:
                     return t
-            handled, t = fast_iteration_nb(p, e, now, reqi, reqf, ws, glob,
-                                           acc)
+            handled, t = fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
             if handled:
                 return t
-        materialize_nb(e, reqi, reqf, ws, acc[e.off_clock + CLOCK_COHORT])
-        t = _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc)
-        rebuild_nb(e, reqi, ws)
+        materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
+        t = _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+        rebuild_nb(e, lay, reqi, ws)
         return t
-    return _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc)
+    return _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
 
 
 @jit
-def _explicit_step_nb(p, e, now, next_arrival, reqi, reqf, ws, glob, acc):
+def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
-    if now >= acc[e.off_clock + CLOCK_DEADLINE]:
-        acc[e.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, now, reqi, reqf, ws, glob, acc)
+    if now >= acc[lay.off_clock + CLOCK_DEADLINE]:
+        acc[lay.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc)
         return now
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
     if continuous:
-        n_sched, preempted = schedule_continuous_nb(e, now, reqi, reqf, ws)
+        n_sched, preempted = schedule_continuous_nb(e, lay, now, reqi, reqf, ws)
         if n_sched == 0:
-            if not preempted and ws[N_RUN] == 0:
+            if not preempted and ws[RUNNING_COUNT] == 0:
                 # The head cannot get blocks with the engine empty: it can never run.
-                r = peek_nb(reqi, e, ws)
-                ws[Q_HEAD] = (ws[Q_HEAD] + 1) % e.wq_cap
-                ws[Q_COUNT] -= 1
-                ws[Q_ALIVE] -= 1
-                finish_nb(e, reqi, reqf, glob, acc, r, now, STATUS_REJECTED)
+                r = peek_nb(lay, reqi, ws)
+                pop_front_nb(lay, ws)
+                finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_REJECTED)
             return now
-        used = e.num_blocks - ws[FREE]
+        used = e.num_blocks - ws[FREE_BLOCKS]
     else:
-        if ws[N_RUN] == 0:
-            if e.policy == POLICY_DYNAMIC and ws[Q_ALIVE] < e.batch_max:
-                start = reqf[peek_nb(reqi, e, ws), RF_ARRIVAL] + e.batch_window_s
+        if ws[RUNNING_COUNT] == 0:
+            if e.policy == POLICY_DYNAMIC and ws[QUEUE_WAITING] < e.batch_max:
+                start = reqf[peek_nb(lay, reqi, ws), RF_ARRIVAL] + e.batch_window_s
                 if now < start:
                     return min(start, next_arrival)
-            n_sched = form_static_batch_nb(e, now, reqi, reqf, ws)
+            n_sched = form_static_batch_nb(e, lay, now, reqi, reqf, ws)
             if e.pad_prompts:
                 for j in range(n_sched):
-                    pad_to = max(pad_to, ws[e.off_sched + e.sched_cap + j])
+                    pad_to = max(pad_to, sched_nb(lay, ws, SCHED_NEW_TOKENS, j))
         else:
-            n_sched = ws[N_RUN]
+            n_sched = ws[RUNNING_COUNT]
             for j in range(n_sched):
-                ws[e.off_sched + j] = ws[e.off_run + j]
-                ws[e.off_sched + e.sched_cap + j] = 1
-        used = ws[N_RUN] * ((e.max_model_len + e.block_size - 1) // e.block_size)
+                schedule_row_nb(lay, ws, j, running_nb(lay, ws, j), 1)
+        used = ws[RUNNING_COUNT] * ((e.max_model_len + e.block_size - 1) // e.block_size)
 
     # The iteration's cost from its batch aggregates (a static batch emits on every row).
-    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to)
+    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to)
     if not continuous:
         n_emit = float(n_sched)
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
-    account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used, acc)
-    if ws[FREE] < acc[STAT_MIN_FREE_BLOCKS]:
-        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE]
-    _advance_nb(e, t_end, reqi, reqf, ws, glob, n_sched, acc, not continuous)
+    account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
+    if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
+    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, not continuous)
     return t_end
 
 
 @jit
-def simulate_nb(p, e, reqi, reqf, acc):
+def simulate_nb(p, e, lay, reqi, reqf, acc):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
 
@@ -252,8 +248,10 @@ def simulate_nb(p, e, reqi, reqf, acc):
     Parameters
     ----------
     p : CostParams
-    e : EngineParams
-    reqi : ndarray of int64, shape (n, N_RI)
+    e : EngineSettings
+    lay : Layout
+        Offsets of ``acc`` and of the replicas' workspaces (``simcore.layout.make_layout``).
+    reqi : ndarray of int32, shape (n, N_RI)
         Per-request integer state (columns ``RI_*``). In: ``RI_INPUT``, ``RI_OUTPUT`` (>= 1),
         ``RI_CACHED`` (a multiple of ``block_size``, below the prompt), the rest 0. Out:
         ``RI_GENERATED``, ``RI_PREEMPTIONS``, ``RI_STATUS``, ``RI_REPLICA``.
@@ -261,8 +259,8 @@ def simulate_nb(p, e, reqi, reqf, acc):
         Per-request times (columns ``RF_*``). In: ``RF_ARRIVAL`` non-decreasing (closed loop: the
         first ``n_clients`` set, the rest ``inf``, filled in as clients free up); ``RF_FINISH`` the
         closed loop's ready times (0, or open-loop times under a rate limit) or -1; the others -1. Out: first scheduled, first token and finish times.
-    acc : ndarray of float64, shape (n_replicas, e.acc_len)
-        Per replica, zeroed: the ``STAT_*`` totals, then (at the offsets in ``e``) the batch-size
+    acc : ndarray of float64, shape (n_replicas, lay.acc_len)
+        Per replica, zeroed: the ``STAT_*`` totals, then (at the offsets in ``lay``) the batch-size
         histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of
         ``N_WIN`` columns, by ``window_s``; the last row takes all later times), the
         inter-token-latency histogram (``metrics.itl_bin_nb``) and the clock.
@@ -272,39 +270,39 @@ def simulate_nb(p, e, reqi, reqf, acc):
     float
         Time the last request ended.
     """
-    glob = np.zeros(N_STATE, dtype=np.int64)
-    return simulate_into_nb(p, e, reqi, reqf, acc, glob)
+    glob = np.zeros(N_GLOBALS, dtype=np.int64)
+    return simulate_into_nb(p, e, lay, reqi, reqf, glob, acc)
 
 
 @jit
-def simulate_into_nb(p, e, reqi, reqf, acc, glob):
-    """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_STATE``, zeroed) given by
-    the caller: ``glob[DONE]`` counts ended requests as the run goes, so another thread can
+def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
+    """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
+    the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
     report progress while this one (which holds no GIL) simulates."""
     n = reqi.shape[0]
     R = e.n_replicas
     continuous = e.policy == POLICY_CONTINUOUS
-    ws = np.zeros((R, e.ws_len), dtype=np.int64)  # per replica: state, cohort phases, lists, queue
-    glob[NEXT_ASSIGN] = e.n_clients if e.n_clients < n else n  # DONE, NEXT_ASSIGN: shared by replicas
-    clk = e.off_clock
+    ws = np.zeros((R, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
+    glob[GLOBAL_NEXT_SEND] = e.n_clients if e.n_clients < n else n
+    clk = lay.off_clock
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
     for k in range(R):
-        acc[k, e.off_memo:] = np.nan
-        ws[k, FREE] = pool
-        ws[k, C_MIN_DONE] = np.int64(1) << 62
+        acc[k, lay.off_memo:] = np.nan
+        ws[k, FREE_BLOCKS] = pool
+        ws[k, COHORT_NEXT_DONE] = NEVER
         acc[k, clk + CLOCK_DEADLINE] = np.inf
         acc[k, STAT_MIN_FREE_BLOCKS] = pool
     ws0, acc0 = ws[0], acc[0]
     nxt = 0  # next request to arrive (requests arrive in index order)
     routed = 0
-    while glob[DONE] < n:
+    while glob[GLOBAL_ENDED] < n:
         a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
         best = -1
         t_best = np.inf
         for k in range(R):
-            if (ws[k, N_RUN] > 0 or ws[k, Q_ALIVE] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
+            if (ws[k, RUNNING_COUNT] > 0 or ws[k, QUEUE_WAITING] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
                 best = k
                 t_best = acc[k, clk + CLOCK_NOW]
         if best < 0 or a <= t_best:
@@ -312,40 +310,41 @@ def simulate_into_nb(p, e, reqi, reqf, acc, glob):
                 break  # nothing left that can arrive
             r = nxt
             nxt += 1
-            win_add_nb(e, acc0, window_of_nb(e, a), WIN_ARRIVALS, 1.0)
+            win_add_nb(lay, acc0, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
             tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
             if tokens > e.max_model_len or (
                 continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
             ):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
-                finish_nb(e, reqi, reqf, glob, acc0, r, a, STATUS_REJECTED)
+                finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)
                 continue
             k = routed % R
             if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
                 fewest = np.int64(1) << 62
                 for j in range(R):
                     # Requests that finish at the end of an iteration still running at `a` count.
-                    load = ws[j, N_RUN] + ws[j, Q_ALIVE] + (ws[j, LAST_DONE] if acc[j, clk + CLOCK_NOW] > a else 0)
+                    load = ws[j, RUNNING_COUNT] + ws[j, QUEUE_WAITING] + (
+                        ws[j, FINISHED_LAST_STEP] if acc[j, clk + CLOCK_NOW] > a else 0)
                     if load < fewest:
                         fewest = load
                         k = j
             routed += 1
             reqi[r, RI_REPLICA] = k
-            if ws[k, N_RUN] == 0 and ws[k, Q_ALIVE] == 0 and acc[k, clk + CLOCK_NOW] < a:
+            if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0 and acc[k, clk + CLOCK_NOW] < a:
                 acc[k, clk + CLOCK_NOW] = a  # an idle replica wakes up
-            enqueue_nb(reqi, e, ws[k], r)
+            enqueue_nb(lay, reqi, ws[k], r)
             if e.timeout_s > 0.0:
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
         if R == 1:  # the common case, without a per-step row view
-            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, ws0, glob, acc0)
+            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
-            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, t_best, a, reqi, reqf, ws[best], glob, acc[best])
+            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:
             end = reqf[r, RF_FINISH]
     for k in range(R):
-        acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED]
+        acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED_COUNT]
         acc[k, STAT_END_S] = end
     return end

@@ -1,46 +1,114 @@
-"""Offsets of a replica's float accumulator and int workspace (see ``EngineParams``): the one
-place they are computed, for simllm and the tests."""
-from simcore.codes import N_CLOCK, N_STATS, N_WIN
-from simcore.scheduler import N_STATE
+"""Where things live in a replica's two arrays: the :class:`Layout` NamedTuple of offsets and
+capacities, the one function that computes it (:func:`make_layout`, for simllm and the tests), and
+the small inline accessors kernels use instead of offset arithmetic.
+
+The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogram of
+``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
+the clock (``CLOCK_*``) and the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
+size). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
+decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
+schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
+``wq_cap`` entries whose front takes preempted requests. Fixed slot indices are in codes.py; the
+offsets here depend on sizes.
+"""
+from typing import NamedTuple
+
+from simcore._jit import jit_inline
+from simcore.codes import N_CLOCK, N_MEMO, N_SCHED_ROWS, N_STATS, N_WIN, N_WORKSPACE_SLOTS
 
 
-N_MEMO = 7  # per batch size: the decode-run time, FLOP and byte coefficients (decode_run.py)
+class Layout(NamedTuple):
+    """Offsets and capacities of a replica's accumulator ``acc`` and workspace ``ws``."""
+
+    # float64 accumulator
+    n_windows: int  # time-series rows
+    n_bins: int  # ITL histogram bins
+    off_batch: int  # batch-size histogram (max_num_seqs + 1 bins)
+    off_win: int  # time series (n_windows rows of N_WIN columns)
+    off_itl: int  # ITL histogram
+    off_clock: int  # CLOCK_* slots
+    off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
+    acc_len: int
+    # int64 workspace
+    sched_cap: int  # entries of a schedule row and of the running list
+    wq_cap: int  # entries of the waiting queue's ring
+    off_phase: int  # the cohort's members by block phase (block_size counts)
+    off_run: int  # running list
+    off_sched: int  # N_SCHED_ROWS schedule rows
+    off_queue: int  # waiting queue
+    ws_len: int
 
 
-def accumulator_layout(max_num_seqs, n_windows, n_bins):
-    """EngineParams fields (``n_windows``, ``n_bins``, ``off_batch``, ``off_win``, ``off_itl``,
-    ``off_clock``, ``off_memo``, ``acc_len``) for an accumulator holding the STAT_* totals, a
-    batch-size histogram of ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows,
-    ``n_bins`` ITL bins, the clock and the decode-run coefficients by batch size (NaN until
-    computed)."""
+def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins):
+    """The :class:`Layout` of a replica of an engine with these sizes."""
     off_batch = N_STATS
     off_win = off_batch + max_num_seqs + 1
     off_itl = off_win + n_windows * N_WIN
     off_clock = off_itl + n_bins
     off_memo = off_clock + N_CLOCK
-    return dict(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
-                off_clock=off_clock, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO)
+    cap = max(max_num_seqs, 1)
+    off_phase = N_WORKSPACE_SLOTS
+    off_run = off_phase + block_size
+    off_sched = off_run + cap
+    off_queue = off_sched + N_SCHED_ROWS * cap
+    wq_cap = max(n_requests, 1)
+    return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
+                  off_clock=off_clock, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
+                  sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
+                  off_queue=off_queue, ws_len=off_queue + wq_cap)
 
 
-def split_accumulator(e, acc):
+def split_accumulator(lay, acc):
     """Views of ``acc`` (shape (n_replicas, acc_len)): stats (n_replicas, N_STATS), batch-size
     histogram, time series (n_windows, N_WIN) and ITL histogram, each summed over replicas."""
     stats = acc[:, :N_STATS]
-    batch = acc[:, e.off_batch:e.off_win].sum(axis=0)
-    windows = acc[:, e.off_win:e.off_itl].sum(axis=0).reshape(e.n_windows, N_WIN)
-    itl = acc[:, e.off_itl:e.off_clock].sum(axis=0)
+    batch = acc[:, lay.off_batch:lay.off_win].sum(axis=0)
+    windows = acc[:, lay.off_win:lay.off_itl].sum(axis=0).reshape(lay.n_windows, N_WIN)
+    itl = acc[:, lay.off_itl:lay.off_clock].sum(axis=0)
     return stats, batch, windows, itl
 
 
-def workspace_layout(max_num_seqs, block_size, n_requests):
-    """EngineParams fields for a replica's int64 workspace: ``N_STATE`` state slots, the decode
-    cohort's ``block_size`` phase counts, the running list and four schedule rows of
-    ``max_num_seqs`` entries, and a waiting queue of ``n_requests``."""
-    cap = max(max_num_seqs, 1)
-    off_cnt = N_STATE
-    off_run = off_cnt + block_size
-    off_sched = off_run + cap
-    off_wq = off_sched + 4 * cap
-    wq_cap = max(n_requests, 1)
-    return dict(sched_cap=cap, wq_cap=wq_cap, off_cnt=off_cnt, off_run=off_run, off_sched=off_sched, off_wq=off_wq,
-                ws_len=off_wq + wq_cap)
+# ----------------------------------------------------------------------------- accessors of ws
+@jit_inline
+def sched_nb(lay, ws, row, j):
+    """Entry ``j`` of schedule row ``row`` (``SCHED_*``)."""
+    return ws[lay.off_sched + row * lay.sched_cap + j]
+
+
+@jit_inline
+def set_sched_nb(lay, ws, row, j, value):
+    ws[lay.off_sched + row * lay.sched_cap + j] = value
+
+
+@jit_inline
+def running_nb(lay, ws, i):
+    """The ``i``-th running request in admission order."""
+    return ws[lay.off_run + i]
+
+
+@jit_inline
+def set_running_nb(lay, ws, i, r):
+    ws[lay.off_run + i] = r
+
+
+@jit_inline
+def queue_entry_nb(lay, ws, pos):
+    """Position ``pos`` (0 .. wq_cap - 1) of the waiting queue's ring."""
+    return ws[lay.off_queue + pos]
+
+
+@jit_inline
+def set_queue_entry_nb(lay, ws, pos, r):
+    ws[lay.off_queue + pos] = r
+
+
+@jit_inline
+def phase_slot_nb(lay, phase):
+    """Index in ``ws`` of the count of cohort members in block phase ``phase``."""
+    return lay.off_phase + phase
+
+
+@jit_inline
+def memo_slot_nb(lay, batch_size):
+    """Index in ``acc`` of the decode-run coefficients (``MEMO_*``) of ``batch_size``."""
+    return lay.off_memo + batch_size * N_MEMO

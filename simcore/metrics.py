@@ -1,7 +1,7 @@
 """Metric accumulators shared by the engine loop and its fast decode path.
 
-Everything a replica accumulates lives in one float64 array ``acc`` (the layout is in
-``EngineParams``: STAT_* slots, then the batch-size histogram, the time series, the ITL histogram,
+Everything a replica accumulates lives in one float64 array ``acc`` (its layout is
+:class:`simcore.layout.Layout`: STAT_* slots, then the batch-size histogram, the time series, the ITL histogram,
 the clock), so kernels pass one array instead of five: each array argument of a call costs two
 atomic reference-count updates.
 
@@ -32,7 +32,7 @@ from simcore.codes import (
 
 
 @jit_inline
-def itl_bin_nb(e, itl):
+def itl_bin_nb(e, lay, itl):
     """Histogram bin of an inter-token latency (clamped to the first and last bins)."""
     if itl <= 0.0:
         return 0
@@ -41,42 +41,42 @@ def itl_bin_nb(e, itl):
     b = (ex - e.itl_min_exp) * sub + int((2.0 * mant - 1.0) * sub)
     if b < 0:
         return 0
-    if b >= e.n_bins:
-        return e.n_bins - 1
+    if b >= lay.n_bins:
+        return lay.n_bins - 1
     return b
 
 
 @jit_inline
-def record_itl_nb(e, itl, weight, acc):
+def record_itl_nb(e, lay, acc, itl, weight):
     """Add ``weight`` inter-token latencies of ``itl`` seconds."""
     acc[STAT_ITL_SUM] += weight * itl
     acc[STAT_ITL_SQSUM] += weight * itl * itl
     acc[STAT_ITL_COUNT] += weight
-    acc[e.off_itl + itl_bin_nb(e, itl)] += weight
+    acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += weight
 
 
 @jit_inline
-def window_of_nb(e, t):
+def window_of_nb(e, lay, t):
     """Row of the time series that time ``t`` falls in (the last row takes all later times)."""
-    last = e.n_windows - 1
+    last = lay.n_windows - 1
     w = t / e.window_s
     return int(w) if w < last else last
 
 
 @jit_inline
-def win_add_nb(e, acc, w, col, value):
+def win_add_nb(lay, acc, w, col, value):
     """Add ``value`` to column ``col`` (``WIN_*``) of time-series row ``w``."""
-    acc[e.off_win + w * N_WIN + col] += value
+    acc[lay.off_win + w * N_WIN + col] += value
 
 
 @jit_inline
-def batch_add_nb(e, acc, n_sched, count):
+def batch_add_nb(e, lay, acc, n_sched, count):
     """Count ``count`` iterations of ``n_sched`` sequences in the batch-size histogram."""
-    acc[e.off_batch + (n_sched if n_sched <= e.max_num_seqs else e.max_num_seqs)] += count
+    acc[lay.off_batch + (n_sched if n_sched <= e.max_num_seqs else e.max_num_seqs)] += count
 
 
 @jit_inline
-def account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used_blocks, acc):
+def account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used_blocks):
     """Add one iteration of ``dt`` seconds to the totals, histograms and its window."""
     acc[STAT_BUSY_S] += dt
     acc[STAT_FLOPS] += flops
@@ -86,9 +86,9 @@ def account_iteration_nb(e, dt, flops, nbytes, t_end, n_sched, used_blocks, acc)
     acc[STAT_SEQ_SECONDS] += n_sched * dt
     if used_blocks > acc[STAT_PEAK_BLOCKS]:
         acc[STAT_PEAK_BLOCKS] = used_blocks
-    batch_add_nb(e, acc, n_sched, 1.0)
-    w = window_of_nb(e, t_end)
-    win_add_nb(e, acc, w, WIN_BUSY_S, dt)
-    win_add_nb(e, acc, w, WIN_ITERATIONS, 1.0)
-    win_add_nb(e, acc, w, WIN_SEQ_SECONDS, n_sched * dt)
-    win_add_nb(e, acc, w, WIN_KV_BLOCK_SECONDS, used_blocks * dt)
+    batch_add_nb(e, lay, acc, n_sched, 1.0)
+    w = window_of_nb(e, lay, t_end)
+    win_add_nb(lay, acc, w, WIN_BUSY_S, dt)
+    win_add_nb(lay, acc, w, WIN_ITERATIONS, 1.0)
+    win_add_nb(lay, acc, w, WIN_SEQ_SECONDS, n_sched * dt)
+    win_add_nb(lay, acc, w, WIN_KV_BLOCK_SECONDS, used_blocks * dt)

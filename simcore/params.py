@@ -1,7 +1,9 @@
-"""The packed, per-GPU numbers a cost kernel needs: one NamedTuple of scalars.
+"""The kernels' settings, each a NamedTuple of scalars: the packed, per-GPU numbers a cost kernel
+needs (:class:`CostParams`) and an engine replica's scheduler settings (:class:`EngineSettings`).
 
 simllm builds a :class:`CostParams` from validated model, hardware and serving configs
-(``simllm.pack.pack_cost_params``); kernels only read it. Parameter counts are per GPU, i.e.
+(``simllm.sim.pack.pack_cost_params``) and an :class:`EngineSettings` from the serving settings;
+kernels only read them. Parameter counts are per GPU, i.e.
 already sharded by tensor parallelism; bytes are per element of the dtype in use.
 """
 from typing import NamedTuple
@@ -60,8 +62,9 @@ class CostParams(NamedTuple):
     link_latency_s: float  # latency of one collective
 
 
-class EngineParams(NamedTuple):
-    """Scheduler settings of one engine replica (scalars only)."""
+class EngineSettings(NamedTuple):
+    """Scheduler settings of one engine replica (scalars only; where things live in its arrays is
+    the separate :class:`simcore.layout.Layout`)."""
 
     policy: int  # POLICY_* code
     chunked_prefill: bool  # vLLM v1 (True) or v0 prefill-first iterations (False)
@@ -84,22 +87,3 @@ class EngineParams(NamedTuple):
     n_replicas: int = 1  # data-parallel engine replicas
     frontend_s: float = 0.0  # a request reaches the engine this long after its client sends it
     router: int = 0  # ROUTER_* code
-    # Layout of a replica's float accumulator ``acc`` (see simcore.layout): STAT_* slots first,
-    # then the batch-size histogram, the time series, the ITL histogram and the clock.
-    n_windows: int = 1
-    n_bins: int = 1
-    off_batch: int = 0
-    off_win: int = 0
-    off_itl: int = 0
-    off_clock: int = 0
-    off_memo: int = 0
-    acc_len: int = 0
-    # Layout of a replica's int64 workspace ``ws``: the scheduler's state slots (scheduler.py),
-    # the cohort's block-phase counts, the running list, the schedule rows and the waiting queue.
-    sched_cap: int = 1
-    wq_cap: int = 1
-    off_cnt: int = 0
-    off_run: int = 0
-    off_sched: int = 0
-    off_wq: int = 0
-    ws_len: int = 0

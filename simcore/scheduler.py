@@ -2,15 +2,29 @@
 and vLLM's per-iteration choice of who runs — chunked prefill (v1) or prefill-first (v0).
 
 Per-request state is the two arrays ``reqi``/``reqf`` (columns ``RI_*``/``RF_*`` in codes.py).
-A replica's own integers live in one int64 workspace ``ws`` (layout in ``EngineParams``, computed
-by simcore.layout): the state slots below, the decode cohort's block-phase counts, the running
-list in admission order (``off_run``), four schedule rows of ``sched_cap`` entries (``off_sched``:
-request, new tokens, cohort joiners, prefilling requests) and the waiting queue, a ring buffer
-(``off_wq``) whose front takes preempted requests. One array instead of five keeps kernel calls
-cheap: each array argument costs two atomic reference-count updates per call.
+A replica's own integers live in one int64 workspace ``ws`` (slots in codes.py, offsets in
+:class:`simcore.layout.Layout`): the workspace slots, the decode cohort's block-phase counts, the
+running list in admission order, the schedule rows (``SCHED_*``) and the waiting queue, a ring
+buffer whose front takes preempted requests. One array instead of five keeps kernel calls cheap:
+each array argument costs two atomic reference-count updates per call.
+
+Two rules are written once here and called by both the explicit path (this module and
+engine.py) and the fast path (the cohort and decode runs): whether the waiting head can be
+admitted now (:func:`admission_nb`), and how a request that emitted its last token ends
+(:func:`retire_nb`: its blocks freed, done or timed out when its client gave up first). The
+admission rule takes scalars only: inlined helpers with array arguments, or a ``while True``
+loop around one, leave reference-count updates in the hot loops that cost 5-10% of the engine's
+speed.
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
+    FREE_BLOCKS,
+    GLOBAL_ENDED,
+    GLOBAL_NEXT_SEND,
+    PREEMPTED_COUNT,
+    QUEUE_ENTRIES,
+    QUEUE_HEAD,
+    QUEUE_WAITING,
     RF_ARRIVAL,
     RF_FINISH,
     RF_FIRST_SCHED,
@@ -21,51 +35,46 @@ from simcore.codes import (
     RI_INPUT,
     RI_PREEMPTIONS,
     RI_STATUS,
+    RUNNING_COUNT,
+    SCHED_NEW_TOKENS,
+    SCHED_REQUEST,
     STATUS_DONE,
     STATUS_RUNNING,
+    STATUS_TIMED_OUT,
     STATUS_WAITING,
     WIN_COMPLETED,
 )
+from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_queue_entry_nb, set_running_nb, set_sched_nb
 from simcore.metrics import win_add_nb, window_of_nb
 
-# Slots of the scalar state vector ``st``.
-Q_HEAD = 0  # ring-buffer head of the waiting queue
-Q_COUNT = 1  # entries in the ring (timed-out ones are dropped lazily)
-Q_ALIVE = 2  # entries still waiting
-FREE = 3  # free KV blocks
-N_RUN = 4  # running requests
-DONE = 5  # requests finished, rejected or timed out
-NEXT_ASSIGN = 6  # closed loop: next request to hand to a free client
-PREEMPTED = 7  # preemptions so far
-LAST_DONE = 8  # requests that ended with the replica's last iteration
-C_N = 9  # decode cohort (cohort.py): members
-C_D = 10  # cohort advances so far
-C_S = 11  # sum of the members' computed tokens
-C_MIN_DONE = 12  # advance count at which the first member completes
-C_JOIN_N = 13  # members that joined since the last advance
-P_N = 14  # running requests outside the cohort (prefilling), listed in schedule row 3
-N_STATE = 15
+
+@jit_inline
+def push_back_nb(lay, ws, r):
+    cap = lay.wq_cap
+    set_queue_entry_nb(lay, ws, (ws[QUEUE_HEAD] + ws[QUEUE_ENTRIES]) % cap, r)
+    ws[QUEUE_ENTRIES] += 1
+    ws[QUEUE_WAITING] += 1
 
 
 @jit_inline
-def push_back_nb(e, ws, r):
-    cap = e.wq_cap
-    ws[e.off_wq + ((ws[Q_HEAD] + ws[Q_COUNT]) % cap)] = r
-    ws[Q_COUNT] += 1
-    ws[Q_ALIVE] += 1
-
-
-@jit_inline
-def peek_nb(reqi, e, ws):
+def peek_nb(lay, reqi, ws):
     """First request still waiting (dropping timed-out entries), or -1."""
-    cap = e.wq_cap
-    while ws[Q_COUNT] > 0:
-        r = ws[e.off_wq + (ws[Q_HEAD])]
+    cap = lay.wq_cap
+    while ws[QUEUE_ENTRIES] > 0:
+        r = queue_entry_nb(lay, ws, ws[QUEUE_HEAD])
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             return r
-        ws[Q_HEAD] = (ws[Q_HEAD] + 1) % cap
-        ws[Q_COUNT] -= 1
+        ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] + 1) % cap
+        ws[QUEUE_ENTRIES] -= 1
     return -1
+
+
+@jit_inline
+def pop_front_nb(lay, ws):
+    """The waiting head leaves the queue (admitted or rejected)."""
+    ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] + 1) % lay.wq_cap
+    ws[QUEUE_ENTRIES] -= 1
+    ws[QUEUE_WAITING] -= 1
 
 
 @jit_inline
@@ -75,118 +84,167 @@ def blocks_for_nb(tokens, cached, block_size):
 
 
 @jit_inline
-def enqueue_nb(reqi, e, ws, r):
+def enqueue_nb(lay, reqi, ws, r):
     """A request arrives: it waits with its cached prefix already computed."""
     reqi[r, RI_STATUS] = STATUS_WAITING
     reqi[r, RI_COMPUTED] = reqi[r, RI_CACHED]
-    push_back_nb(e, ws, r)
+    push_back_nb(lay, ws, r)
 
 
 @jit_inline
-def client_next_nb(e, reqf, ws, t):
+def client_next_nb(e, t, reqf, glob):
     """Closed loop: the client whose request ended at ``t`` sends the next request, once that
     request is ready (its open-loop time under a rate limit, else at once); the engine sees it
     ``e.frontend_s`` later."""
-    if e.n_clients > 0 and ws[NEXT_ASSIGN] < reqf.shape[0]:
-        i = ws[NEXT_ASSIGN]
+    if e.n_clients > 0 and glob[GLOBAL_NEXT_SEND] < reqf.shape[0]:
+        i = glob[GLOBAL_NEXT_SEND]
         ready = reqf[i, RF_FINISH]  # holds the ready time until the request ends
         reqf[i, RF_ARRIVAL] = (t if t > ready else ready) + e.frontend_s
-        ws[NEXT_ASSIGN] += 1
+        glob[GLOBAL_NEXT_SEND] += 1
 
 
 @jit_inline
-def finish_nb(e, reqi, reqf, glob, acc, r, t, code):
+def finish_nb(e, lay, t, reqi, reqf, glob, acc, r, code):
     """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next.
-    ``glob`` holds the counters all replicas share (``DONE``, ``NEXT_ASSIGN``)."""
+    ``glob`` holds the counters all replicas share (``GLOBAL_*``)."""
     reqi[r, RI_STATUS] = code
     reqf[r, RF_FINISH] = t
-    glob[DONE] += 1
+    glob[GLOBAL_ENDED] += 1
     if code == STATUS_DONE:
-        win_add_nb(e, acc, window_of_nb(e, t), WIN_COMPLETED, 1.0)
-    client_next_nb(e, reqf, glob, t)
+        win_add_nb(lay, acc, window_of_nb(e, lay, t), WIN_COMPLETED, 1.0)
+    client_next_nb(e, t, reqf, glob)
 
 
 @jit_inline
-def _preempt_last_nb(reqi, e, ws):
+def _preempt_last_nb(lay, reqi, ws):
     """Preempt (recompute) the most recently admitted running request; it goes back to the
     front of the waiting queue with its blocks freed. Returns it."""
-    ws[N_RUN] -= 1
-    v = ws[e.off_run + (ws[N_RUN])]
-    ws[FREE] += reqi[v, RI_BLOCKS]
+    ws[RUNNING_COUNT] -= 1
+    v = running_nb(lay, ws, ws[RUNNING_COUNT])
+    ws[FREE_BLOCKS] += reqi[v, RI_BLOCKS]
     reqi[v, RI_BLOCKS] = 0
     reqi[v, RI_PREEMPTIONS] += 1
     reqi[v, RI_STATUS] = STATUS_WAITING
     reqi[v, RI_COMPUTED] = reqi[v, RI_CACHED]
-    cap = e.wq_cap
-    ws[Q_HEAD] = (ws[Q_HEAD] - 1 + cap) % cap
-    ws[e.off_wq + (ws[Q_HEAD])] = v
-    ws[Q_COUNT] += 1
-    ws[Q_ALIVE] += 1
-    ws[PREEMPTED] += 1
+    cap = lay.wq_cap
+    ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] - 1 + cap) % cap
+    set_queue_entry_nb(lay, ws, ws[QUEUE_HEAD], v)
+    ws[QUEUE_ENTRIES] += 1
+    ws[QUEUE_WAITING] += 1
+    ws[PREEMPTED_COUNT] += 1
     return v
 
 
 @jit_inline
-def admit_nb(reqi, reqf, e, ws, r, now):
-    cap = e.wq_cap
-    ws[Q_HEAD] = (ws[Q_HEAD] + 1) % cap
-    ws[Q_COUNT] -= 1
-    ws[Q_ALIVE] -= 1
+def admit_nb(lay, now, reqi, reqf, ws, r):
+    pop_front_nb(lay, ws)
     reqi[r, RI_STATUS] = STATUS_RUNNING
-    ws[e.off_run + (ws[N_RUN])] = r
-    ws[N_RUN] += 1
+    set_running_nb(lay, ws, ws[RUNNING_COUNT], r)
+    ws[RUNNING_COUNT] += 1
     if reqf[r, RF_FIRST_SCHED] < 0.0:
         reqf[r, RF_FIRST_SCHED] = now
 
 
 @jit_inline
-def admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, whole):
-    """Admit waiting requests FCFS while sequences, token budget and free blocks allow, writing
-    each to schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with
-    ``whole`` (v0, no chunked prefill) its whole prompt or nothing. Returns (n, budget left)."""
-    bs = e.block_size
-    while ws[N_RUN] < e.max_num_seqs and budget > 0:
-        r = peek_nb(reqi, e, ws)
+def schedule_row_nb(lay, ws, j, r, new):
+    """Schedule row ``j``: request ``r`` computes ``new`` tokens in this iteration."""
+    set_sched_nb(lay, ws, SCHED_REQUEST, j, r)
+    set_sched_nb(lay, ws, SCHED_NEW_TOKENS, j, new)
+
+
+@jit_inline
+def release_blocks_nb(reqi, ws, r):
+    """``r``'s KV blocks go back to the pool."""
+    ws[FREE_BLOCKS] += reqi[r, RI_BLOCKS]
+    reqi[r, RI_BLOCKS] = 0
+
+
+# ------------------------------------------------------------------ rules both paths call
+@jit_inline
+def admission_nb(e, n_running, budget, free, whole, computed, need, cached, blocks):
+    """The admission rule: whether the waiting head can be admitted now, with ``n_running``
+    requests running, ``budget`` tokens left in the iteration and ``free`` KV blocks for it; it has
+    ``computed`` tokens, ``need`` more to compute, a ``cached`` prefix and ``blocks`` blocks. It
+    needs a sequence slot, some budget, and blocks for its next chunk within the budget (with
+    ``whole``, v0 without chunked prefill: for its whole prompt, which must fit the budget).
+
+    Returns (new tokens, extra blocks); new tokens is 0 when it cannot be admitted. (Scalars
+    only: an array argument of an inlined helper costs reference counting in its caller's loop.)
+    """
+    new = 0
+    extra = 0
+    if n_running < e.max_num_seqs and budget > 0 and not (whole and need > budget):
+        n = need if need < budget else budget
+        x = blocks_for_nb(computed + n, cached, e.block_size) - blocks
+        if x <= free:
+            new = n
+            extra = x
+    return new, extra
+
+
+@jit_inline
+def end_status_nb(e, t, arrival):
+    """The retire rule: a request that emitted its last token at ``t`` ends done, or timed out
+    when its client (whose request reached the engine at ``arrival``) gave up before."""
+    return STATUS_TIMED_OUT if e.timeout_s > 0.0 and t - arrival > e.timeout_s else STATUS_DONE
+
+
+@jit_inline
+def retire_nb(e, lay, t, reqi, reqf, ws, glob, acc, r, release):
+    """The retire rule: ``r`` emitted its last token at ``t``. Its blocks go back to the pool
+    (``release``; a static batch keeps its rows' blocks until it ends) and it ends done, or timed
+    out when its client gave up before."""
+    if release:
+        release_blocks_nb(reqi, ws, r)
+    finish_nb(e, lay, t, reqi, reqf, glob, acc, r, end_status_nb(e, t, reqf[r, RF_ARRIVAL]))
+
+
+# ------------------------------------------------------------------------ the explicit scheduler
+@jit_inline
+def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
+    """Admit waiting requests FCFS while :func:`admission_nb` allows, writing each to
+    schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with ``whole`` (v0,
+    no chunked prefill) its whole prompt. Returns (n, budget left)."""
+    # The guard repeats the rule's cheapest test; it keeps the loop in the shape numba prunes
+    # reference counts in (a ``while True`` loop here costs ~5% of the engine's speed).
+    while ws[RUNNING_COUNT] < e.max_num_seqs and budget > 0:
+        r = peek_nb(lay, reqi, ws)
         if r < 0:
             break
         c = reqi[r, RI_COMPUTED]
-        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        if whole and need > budget:
+        new, extra = admission_nb(e, ws[RUNNING_COUNT], budget, ws[FREE_BLOCKS], whole, c,
+                                  reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c, reqi[r, RI_CACHED], reqi[r, RI_BLOCKS])
+        if new == 0:
             break
-        new = need if need < budget else budget
-        extra = blocks_for_nb(c + new, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
-        if extra > ws[FREE]:
-            break
-        admit_nb(reqi, reqf, e, ws, r, now)
-        ws[FREE] -= extra
+        admit_nb(lay, now, reqi, reqf, ws, r)
+        ws[FREE_BLOCKS] -= extra
         reqi[r, RI_BLOCKS] += extra
-        ws[e.off_sched + n] = r
-        ws[e.off_sched + e.sched_cap + n] = new
+        schedule_row_nb(lay, ws, n, r, new)
         n += 1
         budget -= new
     return n, budget
 
 
 @jit_inline
-def _allocate_running_nb(e, reqi, ws, r, new):
+def _allocate_running_nb(e, lay, reqi, ws, r, new):
     """Blocks for running request ``r`` to compute ``new`` more tokens, preempting the most
     recently admitted requests while they are short. Returns (``r`` got them, anything was
     preempted); ``r`` itself may be the last one preempted."""
     extra = blocks_for_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], e.block_size) - reqi[r, RI_BLOCKS]
     victim = -1
     preempted = False
-    while extra > ws[FREE] and victim != r:
-        victim = _preempt_last_nb(reqi, e, ws)
+    while extra > ws[FREE_BLOCKS] and victim != r:
+        victim = _preempt_last_nb(lay, reqi, ws)
         preempted = True
     if victim == r:
         return False, preempted
-    ws[FREE] -= extra
+    ws[FREE_BLOCKS] -= extra
     reqi[r, RI_BLOCKS] += extra
     return True, preempted
 
 
 @jit_inline
-def schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to):
+def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
     """The cost kernels' batch aggregates of schedule rows 0..n_sched-1 (``pad_to`` > 0 pads every
     row to that many new tokens): (tokens, attention pairs, KV tokens read, rows whose tokens so
     far are then all computed). Same reduction as cost.batch_aggregates_nb, over the workspace."""
@@ -195,8 +253,8 @@ def schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to):
     kv_read = 0.0
     caught_up = 0.0
     for j in range(n_sched):
-        r = ws[e.off_sched + j]
-        new = ws[e.off_sched + e.sched_cap + j]
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
         q = float(pad_to if pad_to > 0 else new)
         c = float(reqi[r, RI_COMPUTED])
         n_tokens += q
@@ -208,10 +266,10 @@ def schedule_aggregates_nb(e, reqi, ws, n_sched, pad_to):
 
 
 @jit
-def schedule_continuous_nb(e, now, reqi, reqf, ws):
+def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
     """Choose this iteration's requests and their new tokens (continuous batching).
 
-    Writes request ids to ``sched[0]`` and new tokens to ``sched[1]``.
+    Writes request ids to schedule row ``SCHED_REQUEST`` and new tokens to ``SCHED_NEW_TOKENS``.
 
     Returns
     -------
@@ -225,45 +283,43 @@ def schedule_continuous_nb(e, now, reqi, reqf, ws):
     if e.chunked_prefill:
         # Running requests first, in admission order: a decode token or the next chunk.
         i = 0
-        while i < ws[N_RUN] and budget > 0:
-            r = ws[e.off_run + i]
+        while i < ws[RUNNING_COUNT] and budget > 0:
+            r = running_nb(lay, ws, i)
             need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - reqi[r, RI_COMPUTED]
             new = need if need < budget else budget
-            ok, pre = _allocate_running_nb(e, reqi, ws, r, new)
+            ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, new)
             preempted = preempted or pre
             if not ok:
                 break
-            ws[e.off_sched + n] = r
-            ws[e.off_sched + e.sched_cap + n] = new
+            schedule_row_nb(lay, ws, n, r, new)
             n += 1
             budget -= new
             i += 1
         if preempted:
             return n, preempted
         # Then waiting requests, FCFS, while sequences, budget and blocks allow.
-        n, budget = admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, False)
+        n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, False)
         return n, preempted
     # v0: admit whole prompts first; an iteration with prefills runs only those.
-    n, budget = admit_waiting_nb(e, now, reqi, reqf, ws, n, budget, True)
+    n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, True)
     if n > 0:
         return n, preempted
     # Otherwise decode every running request, preempting from the back when blocks run out.
     i = 0
-    while i < ws[N_RUN]:
-        r = ws[e.off_run + i]
-        ok, pre = _allocate_running_nb(e, reqi, ws, r, 1)
+    while i < ws[RUNNING_COUNT]:
+        r = running_nb(lay, ws, i)
+        ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, 1)
         preempted = preempted or pre
         if not ok:
             break
-        ws[e.off_sched + n] = r
-        ws[e.off_sched + e.sched_cap + n] = 1
+        schedule_row_nb(lay, ws, n, r, 1)
         n += 1
         i += 1
     return n, preempted
 
 
 @jit
-def form_static_batch_nb(e, now, reqi, reqf, ws):
+def form_static_batch_nb(e, lay, now, reqi, reqf, ws):
     """Static / dynamic batching: admit up to the batch limit from the waiting queue and schedule
     their prompts. Returns the number admitted."""
     cap = min(e.max_num_seqs, e.static_slots)
@@ -271,11 +327,10 @@ def form_static_batch_nb(e, now, reqi, reqf, ws):
         cap = min(cap, e.batch_max)
     n = 0
     while n < cap:
-        r = peek_nb(reqi, e, ws)
+        r = peek_nb(lay, reqi, ws)
         if r < 0:
             break
-        admit_nb(reqi, reqf, e, ws, r, now)
-        ws[e.off_sched + n] = r
-        ws[e.off_sched + e.sched_cap + n] = reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED]
+        admit_nb(lay, now, reqi, reqf, ws, r)
+        schedule_row_nb(lay, ws, n, r, reqi[r, RI_INPUT] - reqi[r, RI_COMPUTED])
         n += 1
     return n

@@ -13,8 +13,8 @@ from engine_reference import reference_simulate
 from helpers import build
 from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
-from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
-from simcore.params import EngineParams
+from simcore.layout import make_layout, split_accumulator
+from simcore.params import EngineSettings
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
 
@@ -25,7 +25,7 @@ def engine(**kw):
                 pad_prompts=False, batch_max=0, batch_window_s=0.0, timeout_s=0.0, n_clients=0, fast_forward=True,
                 itl_min_exp=-20, itl_sub_bits=9, window_s=1.0)
     base.update(kw)
-    return EngineParams(**base)
+    return EngineSettings(**base)
 
 
 def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
@@ -37,10 +37,10 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
-    e = e._replace(**accumulator_layout(e.max_num_seqs, 50, 34 << 9), **workspace_layout(e.max_num_seqs, e.block_size, n))
-    acc = np.zeros((e.n_replicas, e.acc_len))
-    simulate_nb(p, e, reqi, reqf, acc)
-    stats, batch, windows, itl = split_accumulator(e, acc)
+    lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9)
+    acc = np.zeros((e.n_replicas, lay.acc_len))
+    simulate_nb(p, e, lay, reqi, reqf, acc)
+    stats, batch, windows, itl = split_accumulator(lay, acc)
     return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 
 

@@ -9,9 +9,8 @@ import numpy as np
 
 from simcore import codes
 from simcore.engine import simulate_into_nb, simulate_nb
-from simcore.layout import accumulator_layout, split_accumulator, workspace_layout
-from simcore.params import EngineParams
-from simcore.scheduler import DONE, N_STATE
+from simcore.layout import make_layout, split_accumulator
+from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload, generate
@@ -78,14 +77,14 @@ def _window_s(workload, requests, est_request_s):
     return max(span / 100.0, 1e-3)
 
 
-def _run_reporting(params, e, reqi, reqf, acc, progress, interval_s=0.1):
+def _run_reporting(params, e, lay, reqi, reqf, acc, progress, interval_s=0.1):
     """Run the kernel on a worker thread and report its count of ended requests."""
-    glob = np.zeros(N_STATE, dtype=np.int64)
+    glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
     failure = []
 
     def work():
         try:
-            simulate_into_nb(params, e, reqi, reqf, acc, glob)
+            simulate_into_nb(params, e, lay, reqi, reqf, glob, acc)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             failure.append(exc)
 
@@ -94,7 +93,7 @@ def _run_reporting(params, e, reqi, reqf, acc, progress, interval_s=0.1):
     n = reqi.shape[0]
     while worker.is_alive():
         worker.join(interval_s)
-        progress(int(glob[DONE]), n)
+        progress(int(glob[codes.GLOBAL_ENDED]), n)
     if failure:
         raise failure[0]
     progress(n, n)
@@ -157,7 +156,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
 
     est_request_s = estimate_request_s(params, workload, requests)
     frontend_s = hardware.frontend_latency_ms / 1e3
-    e = EngineParams(
+    e = EngineSettings(
         policy=_POLICY[serving.batching],
         chunked_prefill=serving.enable_chunked_prefill,
         max_num_seqs=serving.max_num_seqs,
@@ -198,20 +197,19 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients] + frontend_s
     else:
         np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
-    e = e._replace(**accumulator_layout(serving.max_num_seqs, N_WINDOWS, ITL_BINS),
-                   **workspace_layout(serving.max_num_seqs, bs, n))
-    acc = np.zeros((replicas, e.acc_len))
+    lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS)
+    acc = np.zeros((replicas, lay.acc_len))
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
     if progress is None:
-        simulate_nb(params, e, reqi, reqf, acc)
+        simulate_nb(params, e, lay, reqi, reqf, acc)
     else:
-        _run_reporting(params, e, reqi, reqf, acc, progress)
+        _run_reporting(params, e, lay, reqi, reqf, acc, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send
         reqf[:, codes.RF_ARRIVAL] -= frontend_s
-    stats, batch_hist, windows, itl_hist = split_accumulator(e, acc)
+    stats, batch_hist, windows, itl_hist = split_accumulator(lay, acc)
     status = reqi[:, codes.RI_STATUS].astype(np.int8)
     out_tok = reqi[:, codes.RI_GENERATED].copy()
     ints = None

@@ -11,13 +11,30 @@ that iteration gets it.
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
+    CLOCK_COHORT,
+    COHORT_ADVANCES,
+    COHORT_CONTEXT_SUM,
+    COHORT_JOINERS,
+    COHORT_NEXT_DONE,
+    COHORT_SIZE,
+    FREE_BLOCKS,
+    MEMO_ATTN_BYTES,
+    MEMO_ATTN_BYTES_SLOPE,
+    MEMO_ATTN_FLOPS,
+    MEMO_ATTN_FLOPS_SLOPE,
+    MEMO_REST_BYTES,
+    MEMO_REST_FLOPS,
+    MEMO_REST_S,
     OP_ATTENTION,
+    PREFILLING_COUNT,
     RF_LAST_EMIT,
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
     RI_GENERATED,
     RI_INPUT,
+    RUNNING_COUNT,
+    SCHED_JOINER,
     STAT_BUSY_S,
     STAT_DECODE_TOKENS,
     STAT_FAST_ITERATIONS,
@@ -37,47 +54,44 @@ from simcore.codes import (
     WIN_KV_BLOCK_SECONDS,
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
-    CLOCK_COHORT,
 )
-from simcore.cohort import needs_block_class_nb
-from simcore.layout import N_MEMO
+from simcore.fast.cohort import needs_block_class_nb
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
+from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
-from simcore.scheduler import C_D, C_JOIN_N, C_MIN_DONE, C_N, C_S, FREE, N_RUN, P_N, blocks_for_nb, peek_nb
+from simcore.scheduler import admission_nb, peek_nb
 
 
 @jit_inline
-def pure_decode_nb(e, now, next_arrival, next_deadline, reqi, ws):
+def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
     """Whether the next iteration is a cohort-only decode with nothing else to do: every running
     request decodes, none completes in it, no event is due, and the waiting head (if any) could
     not be admitted. Free blocks only shrink during such a run, so what holds for its first
     iteration holds for all of them."""
-    B = ws[C_N]
-    if B == 0 or ws[P_N] > 0 or B != ws[N_RUN] or B > e.max_num_batched_tokens:
+    B = ws[COHORT_SIZE]
+    if B == 0 or ws[PREFILLING_COUNT] > 0 or B != ws[RUNNING_COUNT] or B > e.max_num_batched_tokens:
         return False
-    if ws[C_MIN_DONE] - ws[C_D] <= 1 or now >= next_arrival or now >= next_deadline:
+    if ws[COHORT_NEXT_DONE] - ws[COHORT_ADVANCES] <= 1 or now >= next_arrival or now >= next_deadline:
         return False
-    head = peek_nb(reqi, e, ws)
-    if head < 0 or B >= e.max_num_seqs:
+    head = peek_nb(lay, reqi, ws)
+    if head < 0:
         return True
-    bs = e.block_size
-    free = ws[FREE]
-    c = reqi[head, RI_COMPUTED]
-    need = reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c
+    # The admission rule as the fast iteration would apply it: with chunked prefill the head
+    # comes after the cohort's tokens and the blocks they take; in v0 it would run alone.
     if e.chunked_prefill:
         budget = e.max_num_batched_tokens - B
-        if budget <= 0:
-            return True
-        new = need if need < budget else budget
-        extra = blocks_for_nb(c + new, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS]
-        return extra > free - ws[e.off_cnt + (needs_block_class_nb(ws[C_D], bs))]
-    if need > e.max_num_batched_tokens:
-        return True
-    return blocks_for_nb(c + need, reqi[head, RI_CACHED], bs) - reqi[head, RI_BLOCKS] > free
+        free = ws[FREE_BLOCKS] - ws[phase_slot_nb(lay, needs_block_class_nb(ws[COHORT_ADVANCES], e.block_size))]
+    else:
+        budget = e.max_num_batched_tokens
+        free = ws[FREE_BLOCKS]
+    c = reqi[head, RI_COMPUTED]
+    new, _ = admission_nb(e, B, budget, free, not e.chunked_prefill, c, reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c,
+                          reqi[head, RI_CACHED], reqi[head, RI_BLOCKS])
+    return new == 0
 
 
 @jit
-def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
+def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     """Advance as many cohort-only decode iterations as nothing else happens in (call it when
     :func:`pure_decode_nb` holds).
 
@@ -89,38 +103,38 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     now : float
         Time at the end of the run.
     """
-    B = ws[C_N]
+    B = ws[COHORT_SIZE]
     bs = e.block_size
-    d0 = ws[C_D]
-    free = ws[FREE]
-    k_max = ws[C_MIN_DONE] - d0 - 1  # stop before the advance that completes a member
+    d0 = ws[COHORT_ADVANCES]
+    free = ws[FREE_BLOCKS]
+    k_max = ws[COHORT_NEXT_DONE] - d0 - 1  # stop before the advance that completes a member
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
     # The coefficients depend on B only: computed once per batch size and kept in acc.
     fb = float(B)
-    x = float(ws[C_S]) + fb
+    x = float(ws[COHORT_CONTEXT_SUM]) + fb
     n_att = float(op_count_nb(p, OP_ATTENTION))
-    m = e.off_memo + B * N_MEMO
+    m = memo_slot_nb(lay, B)
     if acc[m] != acc[m]:  # NaN: not computed yet
         t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
         fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
         fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
         att, _ = op_time_nb(p, fa0 + (fa1 - fa0) * x, ba0 + (ba1 - ba0) * x, UNIT_ATTN)
-        acc[m] = t_all - n_att * att
-        acc[m + 1] = f_all - n_att * (fa0 + (fa1 - fa0) * x)
-        acc[m + 2] = b_all - n_att * (ba0 + (ba1 - ba0) * x)
-        acc[m + 3] = fa0
-        acc[m + 4] = ba0
-        acc[m + 5] = fa1 - fa0
-        acc[m + 6] = ba1 - ba0
-    t_rest = acc[m]
-    f_rest = acc[m + 1]
-    b_rest = acc[m + 2]
-    fa0 = acc[m + 3]
-    ba0 = acc[m + 4]
-    f_slope = acc[m + 5]
-    b_slope = acc[m + 6]
+        acc[m + MEMO_REST_S] = t_all - n_att * att
+        acc[m + MEMO_REST_FLOPS] = f_all - n_att * (fa0 + (fa1 - fa0) * x)
+        acc[m + MEMO_REST_BYTES] = b_all - n_att * (ba0 + (ba1 - ba0) * x)
+        acc[m + MEMO_ATTN_FLOPS] = fa0
+        acc[m + MEMO_ATTN_BYTES] = ba0
+        acc[m + MEMO_ATTN_FLOPS_SLOPE] = fa1 - fa0
+        acc[m + MEMO_ATTN_BYTES_SLOPE] = ba1 - ba0
+    t_rest = acc[m + MEMO_REST_S]
+    f_rest = acc[m + MEMO_REST_FLOPS]
+    b_rest = acc[m + MEMO_REST_BYTES]
+    fa0 = acc[m + MEMO_ATTN_FLOPS]
+    ba0 = acc[m + MEMO_ATTN_BYTES]
+    f_slope = acc[m + MEMO_ATTN_FLOPS_SLOPE]
+    b_slope = acc[m + MEMO_ATTN_BYTES_SLOPE]
 
-    last_window = e.n_windows - 1
+    last_window = lay.n_windows - 1
     window = -1
     k = 0
     busy = 0.0
@@ -130,9 +144,9 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     itl_sum = 0.0
     itl_sq = 0.0
     n_itl = 0.0
-    t_cohort = acc[e.off_clock + CLOCK_COHORT]
+    t_cohort = acc[lay.off_clock + CLOCK_COHORT]
     while k < k_max and now < next_arrival and now < next_deadline:
-        new_blocks = ws[e.off_cnt + (needs_block_class_nb(d0 + k, bs))]
+        new_blocks = ws[phase_slot_nb(lay, needs_block_class_nb(d0 + k, bs))]
         if new_blocks > free:
             break
         fa = fa0 + f_slope * x
@@ -140,7 +154,7 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
         att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)
         dt = t_rest + n_att * att
         t_end = now + dt
-        w = window_of_nb(e, t_end)
+        w = window_of_nb(e, lay, t_end)
         if window < 0:
             window = w
         elif w != window and window != last_window:
@@ -151,27 +165,27 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
         nbytes += b_rest + n_att * ba
         kv_seconds += (e.num_blocks - free) * dt
         if k == 0:
-            regular = B - ws[C_JOIN_N]
+            regular = B - ws[COHORT_JOINERS]
             if regular > 0:
-                record_itl_nb(e, t_end - t_cohort, float(regular), acc)
-            for j in range(ws[C_JOIN_N]):
-                record_itl_nb(e, t_end - reqf[ws[e.off_sched + 2 * e.sched_cap + j], RF_LAST_EMIT], 1.0, acc)
+                record_itl_nb(e, lay, acc, t_end - t_cohort, float(regular))
+            for j in range(ws[COHORT_JOINERS]):
+                record_itl_nb(e, lay, acc, t_end - reqf[sched_nb(lay, ws, SCHED_JOINER, j), RF_LAST_EMIT], 1.0)
         else:
             itl = t_end - now
             itl_sum += fb * itl
             itl_sq += fb * itl * itl
             n_itl += fb
-            acc[e.off_itl + itl_bin_nb(e, itl)] += fb
+            acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fb
         now = t_end
         x += fb
         k += 1
     if k == 0:
         return 0, now
-    ws[C_D] = d0 + k
-    ws[C_S] += B * k
-    ws[C_JOIN_N] = 0
-    acc[e.off_clock + CLOCK_COHORT] = now
-    ws[FREE] = free
+    ws[COHORT_ADVANCES] = d0 + k
+    ws[COHORT_CONTEXT_SUM] += B * k
+    ws[COHORT_JOINERS] = 0
+    acc[lay.off_clock + CLOCK_COHORT] = now
+    ws[FREE_BLOCKS] = free
     used = e.num_blocks - free
     acc[STAT_BUSY_S] += busy
     acc[STAT_FLOPS] += flops
@@ -185,12 +199,12 @@ def decode_run_nb(p, e, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
     acc[STAT_ITL_COUNT] += n_itl
     if used > acc[STAT_PEAK_BLOCKS]:
         acc[STAT_PEAK_BLOCKS] = used
-    batch_add_nb(e, acc, B, k)
-    win_add_nb(e, acc, window, WIN_BUSY_S, busy)
-    win_add_nb(e, acc, window, WIN_ITERATIONS, k)
-    win_add_nb(e, acc, window, WIN_SEQ_SECONDS, fb * busy)
-    win_add_nb(e, acc, window, WIN_KV_BLOCK_SECONDS, kv_seconds)
-    win_add_nb(e, acc, window, WIN_OUTPUT_TOKENS, fb * k)
+    batch_add_nb(e, lay, acc, B, k)
+    win_add_nb(lay, acc, window, WIN_BUSY_S, busy)
+    win_add_nb(lay, acc, window, WIN_ITERATIONS, k)
+    win_add_nb(lay, acc, window, WIN_SEQ_SECONDS, fb * busy)
+    win_add_nb(lay, acc, window, WIN_KV_BLOCK_SECONDS, kv_seconds)
+    win_add_nb(lay, acc, window, WIN_OUTPUT_TOKENS, fb * k)
     if free < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = free
     acc[STAT_FAST_ITERATIONS] += k

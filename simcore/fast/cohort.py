@@ -1,0 +1,309 @@
+"""The decode cohort: running requests that are decoding, kept lazily so that an iteration costs
+O(1) in them instead of O(batch).
+
+Every cohort member gets exactly one token in every cohort *advance*, so a member's state is its
+state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
+values at joining and ``RI_EPOCH`` the replica's advance count ``ws[COHORT_ADVANCES]`` then. The
+replica keeps what iterations need in aggregate: members (``COHORT_SIZE``), the sum of their
+contexts (``COHORT_CONTEXT_SUM``), when the first of them completes (``COHORT_NEXT_DONE``), and how
+many need a new KV block at each advance (the phase counts at ``Layout.off_phase``, by
+``(computed - epoch) mod block_size``). Members that joined since the last advance (listed in
+schedule row ``SCHED_JOINER``) get their first inter-token latency individually; the others share
+``t_cohort``, the time of the last advance.
+
+Anything the aggregate path does not cover (preemption, a budget too small for everyone, client
+timeouts, v0 prefill iterations, static batches) first materialises every member
+(:func:`materialize_nb`), runs the explicit scheduler, and rebuilds the cohort
+(:func:`rebuild_nb`). Results are identical to the explicit path (the tests check it).
+"""
+from simcore._jit import jit, jit_inline
+from simcore.codes import (
+    CLOCK_COHORT,
+    COHORT_ADVANCES,
+    COHORT_CONTEXT_SUM,
+    COHORT_JOINERS,
+    COHORT_NEXT_DONE,
+    COHORT_SIZE,
+    FINISHED_LAST_STEP,
+    FREE_BLOCKS,
+    NEVER,
+    PREFILLING_COUNT,
+    RF_FIRST_TOKEN,
+    RF_LAST_EMIT,
+    RI_BLOCKS,
+    RI_CACHED,
+    RI_COMPUTED,
+    RI_EPOCH,
+    RI_GENERATED,
+    RI_INPUT,
+    RI_OUTPUT,
+    RI_STATUS,
+    RUNNING_COUNT,
+    SCHED_JOINER,
+    SCHED_NEW_TOKENS,
+    SCHED_PREFILLING,
+    SCHED_REQUEST,
+    STATUS_RUNNING,
+    STAT_DECODE_TOKENS,
+    STAT_MIN_FREE_BLOCKS,
+    STAT_PREFILL_TOKENS,
+    WIN_OUTPUT_TOKENS,
+)
+from simcore.cost import iteration_totals_nb
+from simcore.layout import phase_slot_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
+from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.scheduler import (
+    admission_nb,
+    admit_waiting_nb,
+    blocks_for_nb,
+    peek_nb,
+    retire_nb,
+    schedule_aggregates_nb,
+    schedule_row_nb,
+)
+
+
+@jit_inline
+def needs_block_class_nb(d, bs):
+    """Cohort class whose members need a new block at the advance after ``d`` advances."""
+    return (bs - d % bs) % bs
+
+
+@jit_inline
+def join_nb(e, lay, reqi, ws, r):
+    """``r`` (decoding, state explicit) joins the cohort."""
+    d = ws[COHORT_ADVANCES]
+    bs = e.block_size
+    c = reqi[r, RI_COMPUTED]
+    reqi[r, RI_EPOCH] = d
+    ws[phase_slot_nb(lay, (c - d) % bs)] += 1
+    ws[COHORT_SIZE] += 1
+    ws[COHORT_CONTEXT_SUM] += c
+    done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+    if done < ws[COHORT_NEXT_DONE]:
+        ws[COHORT_NEXT_DONE] = done
+    set_sched_nb(lay, ws, SCHED_JOINER, ws[COHORT_JOINERS], r)
+    ws[COHORT_JOINERS] += 1
+
+
+@jit_inline
+def leave_nb(e, lay, reqi, ws, r):
+    """``r`` leaves the cohort: its explicit state is brought up to date (blocks included)."""
+    d = ws[COHORT_ADVANCES]
+    bs = e.block_size
+    k = d - reqi[r, RI_EPOCH]
+    c0 = reqi[r, RI_COMPUTED]
+    ws[phase_slot_nb(lay, (c0 - reqi[r, RI_EPOCH]) % bs)] -= 1
+    ws[COHORT_SIZE] -= 1
+    c = c0 + k
+    ws[COHORT_CONTEXT_SUM] -= c
+    reqi[r, RI_COMPUTED] = c
+    reqi[r, RI_GENERATED] += k
+    reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], bs)
+    reqi[r, RI_EPOCH] = -1
+
+
+@jit
+def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
+    """Every member leaves the cohort with its explicit state (and last emit time) restored."""
+    if ws[COHORT_SIZE] == 0:
+        return
+    d = ws[COHORT_ADVANCES]
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
+        if reqi[r, RI_EPOCH] >= 0:
+            if reqi[r, RI_EPOCH] < d:  # took part in the last advance
+                reqf[r, RF_LAST_EMIT] = t_cohort
+            leave_nb(e, lay, reqi, ws, r)
+    ws[COHORT_JOINERS] = 0
+    ws[COHORT_NEXT_DONE] = NEVER
+
+
+@jit
+def rebuild_nb(e, lay, reqi, ws):
+    """After an explicit iteration: running requests that are decoding (all their tokens so far
+    computed but the last one emitted) join the cohort; the others are listed in schedule row
+    ``SCHED_PREFILLING``."""
+    ws[PREFILLING_COUNT] = 0
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
+        g = reqi[r, RI_GENERATED]
+        if g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1:
+            join_nb(e, lay, reqi, ws, r)
+        else:
+            set_sched_nb(lay, ws, SCHED_PREFILLING, ws[PREFILLING_COUNT], r)
+            ws[PREFILLING_COUNT] += 1
+
+
+@jit
+def _complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
+    """Members whose last token came with the advance just made finish; returns how many."""
+    d = ws[COHORT_ADVANCES]
+    finished = 0
+    nxt = NEVER
+    k = 0
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
+        ep = reqi[r, RI_EPOCH]
+        if ep >= 0:
+            done = ep + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+            if done == d:
+                leave_nb(e, lay, reqi, ws, r)
+                reqf[r, RF_LAST_EMIT] = t_end
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
+                finished += 1
+                continue
+            if done < nxt:
+                nxt = done
+        set_running_nb(lay, ws, k, r)
+        k += 1
+    ws[RUNNING_COUNT] = k
+    ws[COHORT_NEXT_DONE] = nxt
+    return finished
+
+
+@jit_inline
+def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
+    """The explicitly scheduled rows of an iteration: new tokens, emission, then joining the cohort
+    or finishing. Keeps the prefilling list (row ``SCHED_PREFILLING``) and the running list up to
+    date; returns how many requests finished."""
+    finished = 0
+    any_done = False
+    for j in range(n_sched):
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        before = reqi[r, RI_COMPUTED]
+        after = before + new
+        reqi[r, RI_COMPUTED] = after
+        g = reqi[r, RI_GENERATED]
+        total = reqi[r, RI_INPUT] + g
+        if new == 1 and g >= 1 and before == total - 1:
+            acc[STAT_DECODE_TOKENS] += 1.0
+        else:
+            acc[STAT_PREFILL_TOKENS] += new
+        if after == total:
+            if g == 0:
+                reqf[r, RF_FIRST_TOKEN] = t_end
+            else:
+                record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
+            reqf[r, RF_LAST_EMIT] = t_end
+            reqi[r, RI_GENERATED] = g + 1
+            win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
+            if g + 1 == reqi[r, RI_OUTPUT]:
+                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
+                finished += 1
+                any_done = True
+            else:
+                join_nb(e, lay, reqi, ws, r)
+    # The prefilling list keeps those still prefilling, in admission order; the running list
+    # drops requests that finished.
+    k = 0
+    for j in range(n_sched):
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
+            set_sched_nb(lay, ws, SCHED_PREFILLING, k, r)
+            k += 1
+    ws[PREFILLING_COUNT] = k
+    if any_done:
+        k = 0
+        for i in range(ws[RUNNING_COUNT]):
+            r = running_nb(lay, ws, i)
+            if reqi[r, RI_STATUS] == STATUS_RUNNING:
+                set_running_nb(lay, ws, k, r)
+                k += 1
+        ws[RUNNING_COUNT] = k
+    return finished
+
+
+@jit
+def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
+    """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
+    and nothing else (the cohort waits; it does not advance)."""
+    n_sched, _ = admit_waiting_nb(e, lay, now, reqi, reqf, ws, 0, e.max_num_batched_tokens, True)
+    n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, float(n_sched))
+    t_end = now + dt
+    account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, e.num_blocks - ws[FREE_BLOCKS])
+    if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
+    ws[FINISHED_LAST_STEP] = _advance_rows_nb(e, lay, t_end, window_of_nb(e, lay, t_end), reqi, reqf, ws, glob,
+                                              acc, n_sched)
+    return True, t_end
+
+
+@jit
+def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
+    """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
+    explicit scheduler: every running request gets all its demand within the token budget and
+    the free blocks (no preemption). Returns (handled, end time)."""
+    bs = e.block_size
+    n_c = ws[COHORT_SIZE]
+    d = ws[COHORT_ADVANCES]
+    free = ws[FREE_BLOCKS]
+    need_c = ws[phase_slot_nb(lay, needs_block_class_nb(d, bs))] if n_c > 0 else 0
+    budget = e.max_num_batched_tokens - n_c
+    extra = need_c
+    n_pre = ws[PREFILLING_COUNT]
+    if not e.chunked_prefill:
+        if n_pre > 0:
+            return False, now
+        # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
+        head = peek_nb(lay, reqi, ws)
+        if head >= 0:
+            c = reqi[head, RI_COMPUTED]
+            new, _ = admission_nb(e, ws[RUNNING_COUNT], e.max_num_batched_tokens, free, True, c,
+                                  reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c, reqi[head, RI_CACHED],
+                                  reqi[head, RI_BLOCKS])
+            if new > 0:
+                return _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
+    for i in range(n_pre):
+        r = sched_nb(lay, ws, SCHED_PREFILLING, i)
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        budget -= need
+        extra += blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+    if budget < 0 or extra > free:
+        return False, now
+    n_sched = 0
+    for i in range(n_pre):
+        r = sched_nb(lay, ws, SCHED_PREFILLING, i)
+        c = reqi[r, RI_COMPUTED]
+        need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
+        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        reqi[r, RI_BLOCKS] += x
+        schedule_row_nb(lay, ws, n_sched, r, need)
+        n_sched += 1
+    free -= extra
+    ws[FREE_BLOCKS] = free
+    # Admissions, FCFS, while sequences, budget and blocks allow.
+    if e.chunked_prefill:
+        n_sched, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n_sched, budget, False)
+    # Cost: the cohort in aggregate plus the explicit rows.
+    fc = float(n_c)
+    ctx = float(ws[COHORT_CONTEXT_SUM]) + fc
+    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
+    dt, flops, nbytes = iteration_totals_nb(p, fc + n_tokens, ctx + pairs, ctx + kv_read, fc + n_emit)
+    t_end = now + dt
+    account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_c + n_sched, e.num_blocks - ws[FREE_BLOCKS])
+    if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
+    w_end = window_of_nb(e, lay, t_end)
+    finished = 0
+    if n_c > 0:
+        regular = n_c - ws[COHORT_JOINERS]
+        if regular > 0:
+            record_itl_nb(e, lay, acc, t_end - acc[lay.off_clock + CLOCK_COHORT], float(regular))
+        for j in range(ws[COHORT_JOINERS]):
+            r = sched_nb(lay, ws, SCHED_JOINER, j)
+            record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
+        ws[COHORT_JOINERS] = 0
+        ws[COHORT_ADVANCES] = d + 1
+        ws[COHORT_CONTEXT_SUM] += n_c
+        acc[lay.off_clock + CLOCK_COHORT] = t_end
+        acc[STAT_DECODE_TOKENS] += fc
+        win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, fc)
+        if ws[COHORT_ADVANCES] >= ws[COHORT_NEXT_DONE]:
+            finished += _complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc)
+    finished += _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched)
+    ws[FINISHED_LAST_STEP] = finished
+    return True, t_end
