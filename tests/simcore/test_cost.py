@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import naive
 import simllm
 from helpers import ROOT, build
-from reference import reference_time
 from simcore import (
     batch_aggregates_nb,
     codes,
@@ -184,7 +184,7 @@ batches = st.lists(
 def test_kernels_match_the_reference(name, hw_name, tp, dtype, kv_dtype, batch):
     model, hw, s, r, p = build(name, hw_name, tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_dtype)
     ops, total, agg = costs(p, batch)
-    ref_total, ref_ops = reference_time(
+    ref_total, ref_ops = naive.iteration_time(
         model, hw, batch, tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype
     )
     assert set(ops) == set(ref_ops)

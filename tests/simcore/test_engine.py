@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import naive
 import simllm
-from engine_reference import reference_simulate
 from helpers import build
 from simcore import codes, iteration_time_nb
 from simcore.engine import simulate_nb
@@ -61,7 +61,7 @@ def workload(rng, n, rate, max_in, max_out, clients=0):
 
 def assert_same(e, arrival, ready, prompt, output, cached=None):
     cached = np.zeros(len(prompt), dtype=np.int64) if cached is None else cached
-    ref = reference_simulate(P, e, arrival.copy(), ready, prompt, output, cached)
+    ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, cached)
     for ff in (False, True):
         reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready)
         for r in ref:
