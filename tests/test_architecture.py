@@ -85,6 +85,9 @@ def test_no_private_names_across_modules():
             if mod.startswith("simllm") or mod.startswith("simcore"):
                 bad += [f"{path.relative_to(ROOT)}:{node.lineno} {mod}.{n}" for n in names
                         if n.startswith("_") and not n.startswith("__")]
+                if isinstance(node, ast.ImportFrom):  # nor a public name renamed private
+                    bad += [f"{path.relative_to(ROOT)}:{node.lineno} {mod}.{a.name} as {a.asname}" for a in node.names
+                            if a.asname and a.asname.startswith("_")]
     assert not bad, "\n".join(bad)
 
 

@@ -4,17 +4,16 @@ import math
 
 from simllm.calibration.fit import describe_points
 from simllm.sim.results import percentile_key
-from simllm.text import fixed as _num
-from simllm.text import table
+from simllm.text import fixed, table
 
 
 def _step_table(step):
     rows = []
     for op in step.ops:
         share = op.seconds / step.seconds if step.seconds else 0.0
-        rows.append([op.name, op.count, _num(op.flops / 1e9, 3), _num(op.bytes / 1e6, 2), _num(op.seconds * 1e3, 4),
+        rows.append([op.name, op.count, fixed(op.flops / 1e9, 3), fixed(op.bytes / 1e6, 2), fixed(op.seconds * 1e3, 4),
                      f"{share:6.1%}", op.bound])
-    rows.append(["total", "", _num(step.flops / 1e9, 3), _num(step.memory_bytes / 1e6, 2), _num(step.seconds * 1e3, 4),
+    rows.append(["total", "", fixed(step.flops / 1e9, 3), fixed(step.memory_bytes / 1e6, 2), fixed(step.seconds * 1e3, 4),
                  "100.0%", ""])
     return table(["operator", "count", "GFLOP", "MB", "time ms", "share", "bound"], rows, "lrrrrrl")
 
@@ -48,11 +47,11 @@ def format_estimate(est):
         + (" (kv_cache.max_cache_size)" if mem.preallocated else "")
     )
     out.append(table(["", "GB", ""], [
-        ["weights", _num(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
-        ["activations", _num(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
-        ["runtime overhead", _num(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
-        ["KV cache pool", _num(mem.kv_pool_bytes / 1e9), kv_line],
-        ["free", _num(mem.free_bytes / 1e9), ""],
+        ["weights", fixed(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
+        ["activations", fixed(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
+        ["runtime overhead", fixed(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
+        ["KV cache pool", fixed(mem.kv_pool_bytes / 1e9), kv_line],
+        ["free", fixed(mem.free_bytes / 1e9), ""],
     ], "lrl"))
     kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size
     bw = hw.memory_bandwidth_gbps
