@@ -14,7 +14,6 @@ from simllm.config.workload import ARRIVALS, Workload, load_workload, random_ran
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
 from simllm.sim.runner import EXECUTORS
-from simllm.sim.slo import parse_goodput
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -218,11 +217,6 @@ def workload(args):
     if args.output_len is not None or ratio > 0:
         changes["output_len"] = random_range(int(args.output_len or w.output_len.mean_value), ratio)
     return replace(w, **changes) if changes else w
-
-
-def goodput(items):
-    """``--goodput KEY:MS ...`` (:func:`simllm.sim.slo.parse_goodput`)."""
-    return parse_goodput(items)
 
 
 def percentiles(text):

@@ -3,6 +3,7 @@ from simllm.analysis import compare as cmp
 from simllm.cli import common
 from simllm.report import text as report
 from simllm.report.plots import plot_compare
+from simllm.sim.slo import parse_goodput
 
 
 def add_parser(sub):
@@ -34,7 +35,7 @@ def cmd(args, out):
     if args.output:
         cmp.check_save_path(args.output)  # a bad name fails before simulating
     comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
-                             percentiles=percentiles, goodput=common.goodput(args.goodput), **common.executor(args))
+                             percentiles=percentiles, goodput=parse_goodput(args.goodput), **common.executor(args))
     if args.output:
         cmp.save_comparison(comparison, args.output)
     if args.plot:

@@ -10,6 +10,7 @@ from simllm.report import text as report
 from simllm.report.plots import plot_run
 from simllm.report.progress import Progress
 from simllm.sim.simulate import simulate
+from simllm.sim.slo import parse_goodput
 
 
 def add_parser(sub):
@@ -49,7 +50,7 @@ def cmd(args, out):
     long_run = workload.num_prompts >= common.PROGRESS_MIN_REQUESTS and not args.quiet
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
         result = simulate(model, hardware, serving, workload, fast_forward=not args.no_fast_forward,
-                          percentiles=percentiles, goodput=common.goodput(args.goodput), keep_requests=keep_requests,
+                          percentiles=percentiles, goodput=parse_goodput(args.goodput), keep_requests=keep_requests,
                           progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else None)
     if args.save_detailed:
         result.save_detailed(args.save_detailed)

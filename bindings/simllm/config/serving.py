@@ -34,11 +34,6 @@ def setting(default, flag, check=None, expected="", normalize=None):
                                             "normalize": normalize})
 
 
-def flag_of(name):
-    """The command-line flag of ServingConfig field ``name`` (``--max-num-seqs``)."""
-    return SERVING_FLAGS[name]
-
-
 @dataclass(frozen=True)
 class ServingConfig:
     """vLLM-style engine arguments (same names, same defaults where vLLM has one).

@@ -238,7 +238,7 @@ class _ContextKey(NamedTuple):
 
 
 def run_many(evaluate, context, items, executor=None, *, workers=None, scheduler=None, chunk_size=None,
-             cost_s=None, progress=None, on_chunk=None, describe_error=str, indices=None):
+             cost_s=None, progress=None, on_chunk=None, describe_error=str):
     """``evaluate(context, item)`` for every item, in chunks, on an executor.
 
     Parameters
@@ -270,8 +270,6 @@ def run_many(evaluate, context, items, executor=None, *, workers=None, scheduler
         ``on_chunk([(index, Outcome), ...])`` in the caller's thread as chunks finish (a journal).
     describe_error : callable
         The one-line text of a ConfigError in a row (default ``str``).
-    indices : sequence of int, optional
-        The index each item reports under (default ``range(len(items))``).
 
     Returns
     -------
@@ -285,10 +283,8 @@ def run_many(evaluate, context, items, executor=None, *, workers=None, scheduler
         propagates and cancels what has not started.
     """
     items = list(items)
-    keys = list(indices) if indices is not None else list(range(len(items)))
-    pending = list(zip(keys, items))
+    pending = list(enumerate(items))
     total = len(pending)
-    position = {k: i for i, k in enumerate(keys)}
     results = [None] * total
     if not pending:
         return results
@@ -301,7 +297,7 @@ def run_many(evaluate, context, items, executor=None, *, workers=None, scheduler
         if on_chunk is not None:
             on_chunk(out)
         for index, outcome in out:
-            results[position[index]] = outcome
+            results[index] = outcome
         done += len(out)
         if progress is not None:
             progress(done, total)
