@@ -17,6 +17,7 @@ from simcore.cost import (
     new_cost_arrays,
     op_cost_nb,
     op_count_nb,
+    op_seconds_nb,
     op_time_nb,
 )
 from simcore.memory import (
@@ -48,6 +49,7 @@ __all__ = [
     "new_cost_arrays",
     "op_cost_nb",
     "op_count_nb",
+    "op_seconds_nb",
     "op_time_nb",
     "resident_weight_bytes_nb",
     "streamed_weight_bytes_nb",

@@ -71,6 +71,24 @@ UNIT_ATTN = 1  # tensor cores at the activation dtype's rate
 UNIT_VECTOR = 2  # elementwise / reductions on the vector units
 UNIT_LINK = 3  # interconnect (collectives)
 
+# Shape-aware efficiency (``CostParams.eff``): the achieved fraction of the roofline
+# ``max(flops / peak, bytes / bandwidth)`` by operator shape, fitted from measured kernel
+# latencies and interpolated linearly over log2 of each axis (clamped at both ends). One float64
+# array; each table starts at its ``EFF_*`` offset.
+EFF_M_POINTS = 18  # GEMM rows M (tokens; the LM head's emitting rows): 2**0 .. 2**17
+EFF_LINK_LOG2_MIN = 7  # collectives: bytes each GPU sends (bus bytes), 2**7 ...
+EFF_LINK_POINTS = 24  # ... 2**30
+EFF_PF_LOG2_MIN = 20  # prefill attention: FLOPs of one layer, 2**20 ...
+EFF_PF_POINTS = 28  # ... 2**47
+EFF_CTX_POINTS = 18  # attention: mean keys per query (context), 2**0 .. 2**17
+EFF_DEC_POINTS = 24  # decode attention: rows x KV heads, 2**0 .. 2**23
+EFF_GEMM = 0  # N_OPS rows of EFF_M_POINTS: one curve over M per weight GEMM (the rest unused)
+EFF_LINK = EFF_GEMM + N_OPS * EFF_M_POINTS  # one curve over log2 bus bytes at this TP degree
+EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
+EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side
+EFF_SIZE = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS
+EFF_FLOOR = 1e-4  # smallest efficiency a table may hold (a kernel 10,000x slower than its roofline)
+
 # Batching policies of the engine.
 POLICY_CONTINUOUS = 0  # vLLM-like continuous batching (chunked prefill on = v1, off = v0)
 POLICY_STATIC = 1  # a batch runs to completion before the next one forms

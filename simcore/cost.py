@@ -14,7 +14,22 @@ A batch is described by four aggregates (see :func:`batch_aggregates_nb`):
 Each operator's time is ``max(flops / (peak * eff_compute), bytes / (bw * eff_bw)) + launch``;
 collectives are ``latency + 2 (tp - 1) / tp * message / (link_bw * eff_link)`` (ring all-reduce).
 Weights are read once per iteration whatever the batch, which is why batching pays in decode.
+
+With shape-aware tables (``p.eff`` not empty, see ``codes.EFF_*``) the measured operators take
+their efficiency from the shape instead, as a fraction of the datasheet roofline that already
+holds the kernel's fixed latency (no launch or collective latency is added on top):
+
+- weight GEMMs: ``max(flops / peak, bytes / bw) / eff(op, M)``, one curve over the rows M per
+  operator (its N, K and dtype were folded in when the parameters were packed);
+- attention: ``max(flops / (peak * eff_prefill(flops, ctx)), bytes / (bw * eff_decode(rows x
+  kv_heads, ctx)))`` with ``ctx`` the mean keys per query (prefill side) or per emitting row
+  (decode side): long prefills sit on the compute side, decode batches on the memory side;
+- collectives: ``bus_bytes / (link_bw * eff_link(bus_bytes))``.
+
+Elementwise operators keep the scalar efficiencies and the launch overhead.
 """
+import math
+
 import numpy as np
 
 from simcore._jit import jit, jit_inline
@@ -23,6 +38,17 @@ from simcore.codes import (
     BOUND_COMPUTE,
     BOUND_MEMORY,
     BOUND_NONE,
+    EFF_CTX_POINTS,
+    EFF_DEC_POINTS,
+    EFF_DECODE,
+    EFF_GEMM,
+    EFF_LINK,
+    EFF_LINK_LOG2_MIN,
+    EFF_LINK_POINTS,
+    EFF_M_POINTS,
+    EFF_PF_LOG2_MIN,
+    EFF_PF_POINTS,
+    EFF_PREFILL,
     N_OPS,
     OP_ALLREDUCE_ATTN,
     OP_ALLREDUCE_FFN,
@@ -222,6 +248,108 @@ def op_time_nb(p, flops, nbytes, unit):
 
 
 @jit_inline
+def log2_nb(x):
+    """``log2(x)`` for ``x >= 1``, else 0 (a table's first point)."""
+    return math.log2(x) if x > 1.0 else 0.0
+
+
+@jit_inline
+def grid_pos_nb(x, n):
+    """Segment ``i`` and fraction ``f`` of grid coordinate ``x`` on an ``n``-point grid, clamped:
+    the value there is ``v[i] + f * (v[i + 1] - v[i])``."""
+    if x <= 0.0:
+        return 0, 0.0
+    if x >= n - 1.0:
+        return n - 2, 1.0
+    i = int(x)
+    return i, x - i
+
+
+@jit_inline
+def lerp_nb(tab, off, i, f):
+    """``tab[off + i] + f * (tab[off + i + 1] - tab[off + i])``."""
+    a = tab[off + i]
+    return a + f * (tab[off + i + 1] - a)
+
+
+@jit_inline
+def interp1_nb(tab, off, n, x):
+    """Linear interpolation of the curve ``tab[off:off + n]`` at grid coordinate ``x``, clamped to
+    its ends."""
+    i, f = grid_pos_nb(x, n)
+    return lerp_nb(tab, off, i, f)
+
+
+@jit_inline
+def interp2_nb(tab, off, n1, n2, x1, x2):
+    """Bilinear interpolation of the row-major ``n1 x n2`` table at ``tab[off]`` at grid
+    coordinates ``(x1, x2)``, clamped to its edges."""
+    x1 = min(max(x1, 0.0), n1 - 1.0)
+    x2 = min(max(x2, 0.0), n2 - 1.0)
+    i1 = min(int(x1), n1 - 2)
+    i2 = min(int(x2), n2 - 2)
+    f1 = x1 - i1
+    f2 = x2 - i2
+    r0 = off + i1 * n2 + i2
+    r1 = r0 + n2
+    a = tab[r0] + f2 * (tab[r0 + 1] - tab[r0])
+    b = tab[r1] + f2 * (tab[r1 + 1] - tab[r1])
+    return a + f1 * (b - a)
+
+
+@jit_inline
+def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Time of one operator instance with the shape-aware tables (``p.eff`` not empty); see the
+    module docstring. Elementwise operators fall back to :func:`op_time_nb`.
+
+    Returns
+    -------
+    seconds : float
+    bound : int
+    """
+    if unit == UNIT_LINK:
+        e = interp1_nb(p.eff, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN)
+        return nbytes / (p.link_bw * e), BOUND_COMM
+    if unit == UNIT_GEMM:
+        rows = n_emit if op == OP_LM_HEAD else n_tokens
+        e = interp1_nb(p.eff, EFF_GEMM + op * EFF_M_POINTS, EFF_M_POINTS, log2_nb(rows))
+        t_compute = flops / p.gemm_flops
+        t_memory = nbytes / p.mem_bw
+        if t_compute > t_memory:
+            return t_compute / e, BOUND_COMPUTE
+        return t_memory / e, BOUND_MEMORY
+    if unit == UNIT_ATTN:
+        return shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return op_time_nb(p, flops, nbytes, unit)
+
+
+@jit_inline
+def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Attention's time with the tables: the compute side at the prefill table's efficiency for
+    its FLOPs and keys per query, the memory side at the decode table's for its rows x KV heads
+    and keys per row; the slower side sets it. Returns ``(seconds, bound)``."""
+    ef = interp2_nb(p.eff, EFF_PREFILL, EFF_PF_POINTS, EFF_CTX_POINTS, log2_nb(flops) - EFF_PF_LOG2_MIN,
+                    log2_nb(attn_pairs / n_tokens))
+    rows = n_emit if n_emit > 1.0 else 1.0
+    ed = interp2_nb(p.eff, EFF_DECODE, EFF_DEC_POINTS, EFF_CTX_POINTS, log2_nb(rows * p.kv_heads),
+                    log2_nb(kv_read_tokens / rows))
+    t_compute = flops / (p.attn_flops * ef)
+    t_memory = nbytes / (p.mem_bw * ed)
+    if t_compute > t_memory:
+        return t_compute, BOUND_COMPUTE
+    return t_memory, BOUND_MEMORY
+
+
+@jit_inline
+def op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Time and bound of one instance of ``op`` in a batch: :func:`shaped_time_nb` when the
+    parameters carry efficiency tables, else the scalar roofline :func:`op_time_nb`."""
+    if p.eff.shape[0] == 0:
+        return op_time_nb(p, flops, nbytes, unit)
+    return shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit_inline
 def _op_runs_nb(op, n_tokens, n_emit):
     if n_tokens <= 0.0:
         return False
@@ -230,19 +358,57 @@ def _op_runs_nb(op, n_tokens, n_emit):
     return True
 
 
+@jit_inline
+def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`iteration_totals_nb` with the tables: the GEMM curves' grid position is found once
+    per iteration (all weight GEMMs share the row count; the LM head uses the emitting rows)."""
+    total = 0.0
+    total_flops = 0.0
+    total_bytes = 0.0
+    tab = p.eff
+    it, ft = grid_pos_nb(log2_nb(n_tokens), EFF_M_POINTS)
+    ie, fe = grid_pos_nb(log2_nb(n_emit), EFF_M_POINTS)
+    per_vector = 1.0 / (p.vector_flops * p.eff_compute)
+    per_byte = 1.0 / (p.mem_bw * p.eff_bw)
+    for op in range(N_OPS):
+        count = op_count_nb(p, op)
+        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+            continue
+        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        if unit == UNIT_GEMM:
+            if op == OP_LM_HEAD:
+                e = lerp_nb(tab, EFF_GEMM + op * EFF_M_POINTS, ie, fe)
+            else:
+                e = lerp_nb(tab, EFF_GEMM + op * EFF_M_POINTS, it, ft)
+            seconds = max(flops / p.gemm_flops, nbytes / p.mem_bw) / e
+        elif unit == UNIT_ATTN:
+            seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        elif unit == UNIT_LINK:
+            seconds = nbytes / (p.link_bw * interp1_nb(tab, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN))
+        else:
+            seconds = max(flops * per_vector, nbytes * per_byte) + p.launch_s
+        total += count * seconds
+        total_flops += count * flops
+        if unit != UNIT_LINK:
+            total_bytes += count * nbytes
+    return total, total_flops, total_bytes
+
+
 @jit
 def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Seconds, FLOPs and memory bytes of one engine iteration, summed over its operators.
 
     Interconnect bytes of collectives are not memory bytes and are left out of the third value.
-    Allocates nothing; an empty batch costs 0. Same roofline as :func:`op_time_nb`, with the
-    divisions by peak rates hoisted out of the operator loop (they dominated its cost).
+    Allocates nothing; an empty batch costs 0. Same times as :func:`op_seconds_nb`; without tables
+    the divisions by peak rates are hoisted out of the operator loop (they dominated its cost).
     """
     total = 0.0
     total_flops = 0.0
     total_bytes = 0.0
     if n_tokens <= 0.0:
         return total, total_flops, total_bytes
+    if p.eff.shape[0] != 0:
+        return _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     per_gemm = 1.0 / (p.gemm_flops * p.eff_compute)
     per_attn = 1.0 / (p.attn_flops * p.eff_compute)
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
@@ -301,7 +467,7 @@ def iteration_costs_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit, flops, n
             bound[op] = BOUND_NONE
             continue
         f, b, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        s, bd = op_time_nb(p, f, b, unit)
+        s, bd = op_seconds_nb(p, op, f, b, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         flops[op] = count * f
         nbytes[op] = count * b
         seconds[op] = count * s

@@ -1,5 +1,6 @@
-"""The kernels' settings, each a NamedTuple of scalars: the packed, per-GPU numbers a cost kernel
-needs (:class:`CostParams`) and an engine replica's scheduler settings (:class:`EngineSettings`).
+"""The kernels' settings, each a NamedTuple: the packed, per-GPU numbers a cost kernel needs
+(:class:`CostParams`: scalars plus one read-only array of shape-aware efficiency tables) and an
+engine replica's scheduler settings (:class:`EngineSettings`, scalars only).
 
 simllm builds a :class:`CostParams` from validated model, hardware and serving configs
 (``simllm.sim.pack.pack_cost_params``) and an :class:`EngineSettings` from the serving settings;
@@ -7,6 +8,12 @@ kernels only read them. Parameter counts are per GPU, i.e.
 already sharded by tensor parallelism; bytes are per element of the dtype in use.
 """
 from typing import NamedTuple
+
+import numpy as np
+
+# No shape-aware tables: every operator runs at the scalar efficiencies (``eff_compute``, ...).
+NO_EFF_TABLE = np.zeros(0, dtype=np.float64)
+NO_EFF_TABLE.flags.writeable = False
 
 
 class CostParams(NamedTuple):
@@ -60,6 +67,8 @@ class CostParams(NamedTuple):
     link_bw: float  # interconnect bandwidth per direction per GPU, B/s
     eff_link: float  # achieved fraction of link bandwidth in collectives
     link_latency_s: float  # latency of one collective
+    # --- shape-aware efficiency (codes.EFF_*): empty = the scalar factors above for every shape ---
+    eff: np.ndarray = NO_EFF_TABLE  # float64, shape (0,) or (codes.EFF_SIZE,)
 
 
 class EngineSettings(NamedTuple):

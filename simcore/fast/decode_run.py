@@ -3,7 +3,8 @@
 When every running request is in the decode cohort (cohort.py) and nothing can join (no
 admissible waiting request), the next iterations differ only in that each adds one token to every
 context. Only attention depends on the context, and its FLOPs and bytes are affine in the context
-sum, so an iteration's time is ``C + attention(x)`` for the context sum ``x``: no operator loop
+sum, so an iteration's time is ``C + attention(x)`` for the context sum ``x`` (with shape-aware
+tables, attention's efficiency is looked up at each ``x`` too): no operator loop
 and no per-request work. The run stops before anything else must happen: a completion, an
 arrival, a client timeout, a KV block that is not free, the end of a time-series window.
 Per-token timing stays exact: each iteration's time is computed, and each member's token of
@@ -56,7 +57,7 @@ from simcore.codes import (
     WIN_SEQ_SECONDS,
 )
 from simcore.fast.cohort import needs_block_class_nb
-from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_time_nb
+from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_seconds_nb
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, peek_nb
@@ -118,7 +119,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
         fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
         fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
-        att, _ = op_time_nb(p, fa0 + (fa1 - fa0) * x, ba0 + (ba1 - ba0) * x, UNIT_ATTN)
+        att, _ = op_seconds_nb(p, OP_ATTENTION, fa0 + (fa1 - fa0) * x, ba0 + (ba1 - ba0) * x, UNIT_ATTN, fb, x, x, fb)
         acc[m + MEMO_REST_S] = t_all - n_att * att
         acc[m + MEMO_REST_FLOPS] = f_all - n_att * (fa0 + (fa1 - fa0) * x)
         acc[m + MEMO_REST_BYTES] = b_all - n_att * (ba0 + (ba1 - ba0) * x)
@@ -151,7 +152,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
             break
         fa = fa0 + f_slope * x
         ba = ba0 + b_slope * x
-        att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)
+        att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
         dt = t_rest + n_att * att
         t_end = now + dt
         w = window_of_nb(e, lay, t_end)
