@@ -230,9 +230,11 @@ def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShap
 
 
 def peak_hardware(hardware):
-    """``hardware`` at 100% of its datasheet peaks with no latencies: the fastest it can be."""
+    """``hardware`` at 100% of its datasheet peaks with no latencies and no kernel tables (whose
+    efficiencies are at most 1): the fastest it can be."""
     return replace(hardware, compute_utilization=1.0, bandwidth_utilization=1.0, interconnect_utilization=1.0,
-                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=())
+                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=(),
+                   kernel_tables=())
 
 
 def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None, scheduler=None):

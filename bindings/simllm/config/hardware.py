@@ -3,6 +3,7 @@
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from simllm.config import kernels as kernel_tables_mod
 from simllm.config import presets
 from simllm.config.sections import Section
 from simllm.config.serving import FRAMEWORKS
@@ -16,7 +17,7 @@ _KEYS = {
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
-    "frontend_latency_ms", "frameworks",
+    "frontend_latency_ms", "frameworks", "kernel_tables",
 }
 # The efficiency factors calibration fits; a ``frameworks`` entry may override any of them.
 FACTOR_KEYS = ("compute_utilization", "bandwidth_utilization", "launch_overhead_us", "interconnect_latency_us",
@@ -61,6 +62,9 @@ class HardwareConfig:
     # presets: what TensorRT-LLM or SGLang achieve where it differs from vLLM), as
     # ((framework, ((key, value), ...)), ...).
     frameworks: tuple = ()
+    # Shape-aware efficiency tables per serving framework, ((framework, KernelTables), ...), read
+    # from the folder the YAML's ``kernel_tables`` names; empty: the scalar factors above.
+    kernel_tables: tuple = ()
     interconnect_given: bool = True
     source: str = "<dict>"
 
@@ -85,6 +89,14 @@ class HardwareConfig:
 
     def with_overrides(self, **changes):
         return replace(self, **changes)
+
+    def tables_for(self, framework):
+        """The :class:`~simllm.config.kernels.KernelTables` measured with ``framework``'s kernels,
+        or None (the scalar efficiencies then apply)."""
+        for name, tables in self.kernel_tables:
+            if name == framework:
+                return tables
+        return None
 
     def for_framework(self, framework):
         """This profile with ``framework``'s calibrated factors, if it has any (else itself)."""
@@ -114,7 +126,23 @@ def _frameworks(sec):
     return tuple(out)
 
 
-def hardware_from_dict(data, source="<dict>"):
+def _kernel_tables(sec, source):
+    if not sec.has("kernel_tables"):
+        return ()
+    folder = Path(sec.string("kernel_tables"))
+    if not folder.is_absolute():
+        folder = Path(source).parent / folder
+    try:
+        found = kernel_tables_mod.load_table_folder(folder, FRAMEWORKS)
+    except ConfigError as exc:
+        raise sec.error("kernel_tables", sec.raw("kernel_tables"), str(exc)) from None
+    if not found:
+        raise sec.error("kernel_tables", sec.raw("kernel_tables"),
+                        "a folder holding <framework>.json tables (" + ", ".join(FRAMEWORKS) + ")")
+    return found
+
+
+def hardware_from_dict(data, source="<dict>", *, with_tables=True):
     """Validate a hardware mapping (``{"hardware": {...}}`` or the inner mapping).
 
     Raises
@@ -157,12 +185,14 @@ def hardware_from_dict(data, source="<dict>"):
         runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
         frontend_latency_ms=sec.number("frontend_latency_ms", 0.0, minimum=0),
         frameworks=_frameworks(sec),
+        kernel_tables=_kernel_tables(sec, source) if with_tables else (),
         interconnect_given=given,
         source=source,
     )
 
-def load_hardware(name_or_path):
+def load_hardware(name_or_path, *, with_tables=True):
     """Load and validate a hardware profile: a preset name (``"h100-sxm"``) or a YAML file.
+    ``with_tables=False`` leaves its kernel tables unread (the importer that writes them).
 
     Raises
     ------
@@ -174,4 +204,4 @@ def load_hardware(name_or_path):
     data = load_file(path)
     if data is None:
         raise ConfigError("a hardware profile, got an empty file", source=str(path))
-    return hardware_from_dict(data, str(path))
+    return hardware_from_dict(data, str(path), with_tables=with_tables)

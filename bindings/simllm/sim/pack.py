@@ -2,6 +2,7 @@
 from simcore import CostParams
 from simllm.config import dtypes
 from simllm.config import serving as serving_mod
+from simllm.sim.efficiency import efficiency_array
 
 
 def pack_cost_params(model, hardware, serving, resolved=None):
@@ -9,7 +10,9 @@ def pack_cost_params(model, hardware, serving, resolved=None):
 
     Tensor parallelism shards the attention heads, the FFN and expert widths and the vocabulary
     (embedding and LM head) across ``tensor_parallel_size`` GPUs; KV heads are replicated when
-    there are fewer of them than GPUs; norms and the router are replicated.
+    there are fewer of them than GPUs; norms and the router are replicated. When the hardware
+    carries kernel tables for ``serving.framework``, ``eff`` holds them folded to this model's
+    shapes (:mod:`simllm.sim.efficiency`).
 
     Parameters
     ----------
@@ -38,7 +41,7 @@ def pack_cost_params(model, hardware, serving, resolved=None):
     if peak_gemm <= 0.0:  # no tensor cores for this dtype: weight-only, computed at the activation dtype
         peak_gemm = peak_act
     vector = hardware.fp32_tflops * 1e12 or hardware.fp16_tflops * 1e12
-    return CostParams(
+    params = CostParams(
         n_layers=model.layers,
         n_moe_layers=model.moe_layers,
         hidden=float(h),
@@ -87,3 +90,8 @@ def pack_cost_params(model, hardware, serving, resolved=None):
         eff_link=hardware.interconnect_utilization,
         link_latency_s=hardware.interconnect_latency_us * 1e-6,
     )
+    tables = hardware.tables_for(serving.framework)
+    if tables is None:
+        return params
+    return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if hardware.peak_flops(r.weight_dtype) > 0
+                                                else r.activation_dtype))

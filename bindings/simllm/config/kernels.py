@@ -1,0 +1,236 @@
+"""Shape-aware kernel efficiency tables: what fraction of the datasheet roofline each operator
+shape achieves on one GPU with one serving framework's kernels.
+
+A table set is one JSON file (``configs/kernels/<gpu>/<framework>.json``, written by
+``simllm kernels import`` from aiconfigurator-core's measured latencies or by ``simllm profile``
+from torch timings) that a hardware preset names with ``kernel_tables: <folder>``. It holds:
+
+- ``gemm``: per dtype (``bf16``, ``fp8``), efficiency over log2 M x log2 N x log2 K
+  (:data:`GEMM_LOG2_M` x :data:`GEMM_LOG2_NK` x :data:`GEMM_LOG2_NK`), relative to
+  ``max(2 M N K / peak(dtype), bytes / bandwidth)``;
+- ``attention_prefill``: over log2 FLOPs of one layer x log2 mean keys per query, relative to
+  ``flops / peak(bf16)`` (the grids of ``simcore.codes.EFF_PF_*`` and ``EFF_CTX_POINTS``);
+- ``attention_decode``: over log2 (rows x KV heads) x log2 context, relative to
+  ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
+- ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
+  ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message.
+
+Every efficiency lies in ``[simcore.codes.EFF_FLOOR, 1]``: a measured kernel faster than the
+datasheet roofline is clipped to 1 by the importer, which reports how many were. The numpy
+interpolators here are the ones the importer's held-out check and the packing use; they match the
+kernel's (:func:`simcore.cost.interp1_nb`, :func:`simcore.cost.interp2_nb`) point for point.
+"""
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simcore import codes
+from simllm.errors import ConfigError
+
+FORMAT = "simllm-kernel-tables/1"
+GEMM_DTYPES = ("bf16", "fp8")
+GEMM_LOG2_M = tuple(range(0, 16))  # M = 1 .. 32768
+GEMM_LOG2_NK = tuple(range(7, 17))  # N, K = 128 .. 65536
+GEMM_SHAPE = (len(GEMM_LOG2_M), len(GEMM_LOG2_NK), len(GEMM_LOG2_NK))
+PREFILL_SHAPE = (codes.EFF_PF_POINTS, codes.EFF_CTX_POINTS)
+DECODE_SHAPE = (codes.EFF_DEC_POINTS, codes.EFF_CTX_POINTS)
+LINK_SHAPE = (codes.EFF_LINK_POINTS,)
+
+
+@dataclass(frozen=True, eq=False)
+class KernelTables:
+    """One GPU's efficiency tables for one serving framework (see the module docstring).
+
+    Arrays are read-only float64. ``provenance`` is the file's free-form record (source package
+    and version, rows used, held-out fit errors) as a JSON string.
+    """
+
+    gpu: str
+    framework: str
+    framework_version: str
+    gemm: tuple  # ((dtype, ndarray GEMM_SHAPE), ...)
+    attention_prefill: np.ndarray
+    attention_decode: np.ndarray
+    allreduce: tuple  # ((n_gpus, ndarray LINK_SHAPE), ...) in increasing n_gpus
+    provenance: str = "{}"
+    source: str = "<dict>"
+
+    def gemm_table(self, dtype):
+        """The GEMM table for weights of ``dtype`` (fp8 → ``fp8``, anything else → ``bf16``)."""
+        tables = dict(self.gemm)
+        key = "fp8" if dtype == "fp8" and "fp8" in tables else "bf16"
+        return tables[key]
+
+    def allreduce_curve(self, n_gpus):
+        """The all-reduce curve measured on the nearest GPU count at or below ``n_gpus`` (the
+        smallest one measured when ``n_gpus`` is below all)."""
+        best = self.allreduce[0][1]
+        for n, curve in self.allreduce:
+            if n <= n_gpus:
+                best = curve
+        return best
+
+
+def _array(value, shape, where, source):
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: a numeric table of shape {shape}, got {str(value)[:100]}", source=source)
+    if arr.shape != shape:
+        raise ConfigError(f"{where}: a table of shape {shape}, got shape {arr.shape}", source=source)
+    bad = ~np.isfinite(arr) | (arr < codes.EFF_FLOOR) | (arr > 1.0)
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ConfigError(f"{where}{list(i)}: an efficiency in [{codes.EFF_FLOOR:g}, 1], got {arr[i]!r}", source=source)
+    arr.flags.writeable = False
+    return arr
+
+
+def tables_from_dict(data, source="<dict>"):
+    """Validate a kernel-table mapping (the JSON form) into :class:`KernelTables`.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, the key and the allowed values for a wrong format, shape or efficiency.
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(f"format: {FORMAT!r}, got {str(got)[:100]!r}", source=source)
+    for key in ("gpu", "framework", "framework_version", "gemm", "attention_prefill", "attention_decode", "allreduce"):
+        if key not in data:
+            raise ConfigError(f"missing key {key!r} (a kernel-table file needs it)", source=source)
+    gemm = data["gemm"]
+    if not isinstance(gemm, dict) or "bf16" not in gemm or set(gemm) - set(GEMM_DTYPES):
+        raise ConfigError(f"gemm: a mapping of {', '.join(GEMM_DTYPES)} (bf16 required), got {str(gemm)[:100]}",
+                          source=source)
+    link = data["allreduce"]
+    if not isinstance(link, dict) or not link:
+        raise ConfigError(f"allreduce: a mapping of GPU count to a curve, got {str(link)[:100]}", source=source)
+    curves = []
+    for n, curve in link.items():
+        if not str(n).isdigit() or not 2 <= int(n) <= 1024:
+            raise ConfigError(f"allreduce: GPU counts 2 .. 1024, got {str(n)[:100]!r}", source=source)
+        curves.append((int(n), _array(curve, LINK_SHAPE, f"allreduce.{n}", source)))
+    return KernelTables(
+        gpu=str(data["gpu"]),
+        framework=str(data["framework"]),
+        framework_version=str(data["framework_version"]),
+        gemm=tuple((d, _array(gemm[d], GEMM_SHAPE, f"gemm.{d}", source)) for d in GEMM_DTYPES if d in gemm),
+        attention_prefill=_array(data["attention_prefill"], PREFILL_SHAPE, "attention_prefill", source),
+        attention_decode=_array(data["attention_decode"], DECODE_SHAPE, "attention_decode", source),
+        allreduce=tuple(sorted(curves)),
+        provenance=json.dumps(data.get("provenance", {}), sort_keys=True),
+        source=source,
+    )
+
+
+def load_tables(path):
+    """Read and validate one kernel-table JSON file.
+
+    Raises
+    ------
+    ConfigError
+        For a missing or unreadable file, invalid JSON (with its line) or an invalid table.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"a readable kernel-table JSON file ({exc.__class__.__name__})", source=str(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"line {exc.lineno}: valid JSON ({exc.msg})", source=str(path))
+    return tables_from_dict(data, str(path))
+
+
+def load_table_folder(folder, frameworks):
+    """The table sets of ``frameworks`` found in ``folder`` (``<framework>.json``), as
+    ``((framework, KernelTables), ...)``; frameworks without a file are left out."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError("kernel_tables: an existing folder of <framework>.json tables", source=str(folder))
+    return tuple((fw, load_tables(folder / f"{fw}.json")) for fw in frameworks if (folder / f"{fw}.json").is_file())
+
+
+# --- interpolation (numpy mirrors of simcore.cost.interp1_nb / interp2_nb) ---------------------
+
+def grid_coordinate(values, log2_min):
+    """Grid coordinate of ``values`` on a grid starting at ``2**log2_min`` with one point per
+    octave (``log2`` clamped below at 0 as the kernel's ``log2_nb`` does)."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.log2(np.maximum(v, 1.0)) - log2_min
+
+
+def interp1(curve, x):
+    """Linear interpolation of ``curve`` at grid coordinates ``x``, clamped to its ends."""
+    n = curve.shape[0]
+    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, n - 1.0)
+    i = np.minimum(x.astype(np.int64), n - 2)
+    return curve[i] + (x - i) * (curve[i + 1] - curve[i])
+
+
+def interp2(table, x1, x2):
+    """Bilinear interpolation of a 2-D table at grid coordinates ``(x1, x2)``, clamped."""
+    n1, n2 = table.shape
+    x1 = np.clip(np.asarray(x1, dtype=np.float64), 0.0, n1 - 1.0)
+    x2 = np.clip(np.asarray(x2, dtype=np.float64), 0.0, n2 - 1.0)
+    i1 = np.minimum(x1.astype(np.int64), n1 - 2)
+    i2 = np.minimum(x2.astype(np.int64), n2 - 2)
+    f1 = x1 - i1
+    f2 = x2 - i2
+    a = table[i1, i2] + f2 * (table[i1, i2 + 1] - table[i1, i2])
+    b = table[i1 + 1, i2] + f2 * (table[i1 + 1, i2 + 1] - table[i1 + 1, i2])
+    return a + f1 * (b - a)
+
+
+def gemm_efficiency(table, m, n, k):
+    """Efficiency of GEMMs ``(m, n, k)`` from a :data:`GEMM_SHAPE` table (arrays broadcast)."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (m, n, k)))
+    x1 = grid_coordinate(m, GEMM_LOG2_M[0])
+    x2 = grid_coordinate(n, GEMM_LOG2_NK[0])
+    x3 = grid_coordinate(k, GEMM_LOG2_NK[0])
+    out = np.empty(m.shape)
+    flat = out.reshape(-1)
+    n1 = table.shape[0]
+    c1 = np.clip(x1.reshape(-1), 0.0, n1 - 1.0)
+    i1 = np.minimum(c1.astype(np.int64), n1 - 2)
+    f1 = c1 - i1
+    a = np.empty_like(c1)
+    b = np.empty_like(c1)
+    for j in np.unique(i1):
+        sel = i1 == j
+        a[sel] = interp2(table[j], x2.reshape(-1)[sel], x3.reshape(-1)[sel])
+        b[sel] = interp2(table[j + 1], x2.reshape(-1)[sel], x3.reshape(-1)[sel])
+    flat[:] = a + f1 * (b - a)
+    return out
+
+
+def prefill_efficiency(table, flops, ctx):
+    """Compute-side efficiency of prefill attention of ``flops`` per layer, ``ctx`` mean keys
+    per query."""
+    return interp2(table, grid_coordinate(flops, codes.EFF_PF_LOG2_MIN), grid_coordinate(ctx, 0))
+
+
+def decode_efficiency(table, rows_kv_heads, ctx):
+    """Memory-side efficiency of decode attention over ``rows x kv_heads`` and ``ctx`` tokens."""
+    return interp2(table, grid_coordinate(rows_kv_heads, 0), grid_coordinate(ctx, 0))
+
+
+def link_efficiency(curve, bus_bytes):
+    """Efficiency of a collective moving ``bus_bytes`` per GPU."""
+    return interp1(curve, grid_coordinate(bus_bytes, codes.EFF_LINK_LOG2_MIN))
+
+
+def bus_bytes(message_bytes, n_gpus):
+    """Bytes each GPU sends in a ring all-reduce of ``message_bytes``: ``2 (n - 1) / n`` x."""
+    return 2.0 * (n_gpus - 1.0) / n_gpus * np.asarray(message_bytes, dtype=np.float64)
+
+
+def log2_grid(log2_min, points):
+    """The grid's values: ``2**log2_min``, ``2**(log2_min + 1)``, ..."""
+    return np.exp2(np.arange(log2_min, log2_min + points, dtype=np.float64))
+

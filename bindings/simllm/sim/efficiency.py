@@ -1,0 +1,65 @@
+"""Folding a GPU's kernel tables into the one efficiency array a cost kernel reads
+(``CostParams.eff``, laid out by ``simcore.codes.EFF_*``).
+
+A GEMM's N, K and dtype are fixed by the model, its tensor-parallel sharding and the weight dtype,
+so each weight GEMM's 3-D table collapses here, once, to a curve over its rows M: the kernel then
+interpolates one curve per operator and an iteration stays O(1). MoE expert GEMMs take the
+efficiency at the tokens each hit expert receives (``tokens x experts_per_token / experts hit``),
+the grouped GEMM's per-expert M. The attention tables and the all-reduce curve of this TP degree
+are copied as they are.
+"""
+import numpy as np
+
+from simcore import codes
+from simcore.cost import experts_hit_nb
+from simllm.config import kernels as kt
+
+
+def _gemm_shapes(p):
+    """``{op: (N, K, weight_dtype_table?)}`` of the weight GEMMs of packed params ``p``; the
+    last item is True when the op's weights are in the weight dtype (False: activation dtype)."""
+    h = p.hidden
+    qkv = (p.q_heads + 2.0 * p.kv_heads) * p.head_dim
+    return {
+        codes.OP_QKV_PROJ: (qkv, h, True),
+        codes.OP_O_PROJ: (h, p.q_heads * p.head_dim, True),
+        codes.OP_FFN_UP: (p.ffn_up_width, h, True),
+        codes.OP_FFN_DOWN: (h, p.ffn_inner, True),
+        codes.OP_MOE_ROUTER: (p.n_experts, h, False),
+        codes.OP_MOE_UP: (p.expert_up_width + p.shared_up_width, h, True),
+        codes.OP_MOE_DOWN: (h, max(p.expert_inner, p.shared_inner), True),
+        codes.OP_LM_HEAD: (p.p_lm_head / h, h, False),
+    }
+
+
+def efficiency_array(tables, p, weight_dtype):
+    """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p``.
+
+    Parameters
+    ----------
+    tables : KernelTables
+    p : CostParams
+        Packed without tables (its shapes are what is looked up).
+    weight_dtype : str
+        The resolved weight dtype (``fp8`` picks the FP8 GEMM table when the tables have one and
+        the GPU's FP8 peak is what ``p.gemm_flops`` holds).
+    """
+    eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
+    rows = kt.log2_grid(0, codes.EFF_M_POINTS)
+    weights = tables.gemm_table(weight_dtype)
+    acts = tables.gemm_table("bf16")
+    for op, (n, k, in_weight_dtype) in _gemm_shapes(p).items():
+        if n <= 0 or k <= 0:
+            continue
+        m = rows
+        if op in (codes.OP_MOE_UP, codes.OP_MOE_DOWN) and p.n_experts > 0:
+            hit = np.array([experts_hit_nb(p.n_experts, p.experts_per_token, t) for t in rows])
+            m = np.maximum(rows * p.experts_per_token / np.maximum(hit, 1.0), 1.0)
+        start = codes.EFF_GEMM + op * codes.EFF_M_POINTS
+        eff[start:start + codes.EFF_M_POINTS] = kt.gemm_efficiency(weights if in_weight_dtype else acts, m, n, k)
+    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = tables.allreduce_curve(p.tp)
+    eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
+    eff[codes.EFF_DECODE:codes.EFF_SIZE] = tables.attention_decode.reshape(-1)
+    np.clip(eff, codes.EFF_FLOOR, 1.0, out=eff)
+    eff.flags.writeable = False
+    return eff
