@@ -10,6 +10,7 @@ from simllm.cli import (
     diagnose,
     estimate,
     frontier,
+    kernels,
     loadtest,
     optimize,
     presets,
@@ -22,6 +23,7 @@ from simllm.errors import ConfigError
 
 #: The subcommands in the order ``simllm --help`` lists them.
 COMMANDS = {"estimate": estimate, "run": run, "validate": validate, "calibrate": calibrate, "profile": profile,
+            "kernels": kernels,
             "loadtest": loadtest, "diagnose": diagnose, "compare": compare, "frontier": frontier,
             "optimize": optimize, "sweep": sweep, "presets": presets}
 

@@ -1,0 +1,438 @@
+"""``simllm kernels import``: shape-aware efficiency tables fitted from measured kernel latencies.
+
+Source: NVIDIA's aiconfigurator-core package (Apache-2.0; ``pip install "simllm[kernels]"``), which
+ships per-GPU, per-framework kernel latencies as Parquet under
+``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``. For one system and
+framework (the newest version of each table unless one is asked for) this module reads
+
+- ``gemm_perf`` (m, n, k, gemm_dtype, latency ms): BF16 and per-tensor FP8, the fastest kernel
+  source of each shape (what the framework's dispatch would pick);
+- ``context_attention_perf`` and ``generation_attention_perf`` (batch_size, isl, step, num_heads,
+  num_key_value_heads, head_dim, kv_cache_dtype, window_size, latency): full attention
+  (window 0), head_dim 128, BF16 KV cache;
+- ``custom_allreduce_perf`` (num_gpus, message_size in BF16 elements, latency), CUDA-graph
+  variants where the table has them,
+
+turns every row into an efficiency, the datasheet roofline of our hardware preset divided by the
+measured latency (:mod:`simllm.config.kernels` says against which roofline for each table), and
+resamples them onto the tables' log2 grids:
+
+- GEMM: at the power-of-two N and K of the grid, the efficiency over log2 M is interpolated
+  linearly between the measured M (clamped at the ends); a grid (N, K) pair without rows takes
+  its nearest measured pair's curve;
+- attention and collectives: each grid cell takes the median (in log space) of the rows that
+  round to it; empty cells take the nearest filled cell.
+
+Efficiencies above 1 (a kernel faster than the roofline of our datasheet figures) are clipped to
+1 and counted in the provenance: physics is not bent to fit.
+
+Held-out check (what ``--report`` prints and the provenance records): GEMM rows whose N or K is
+not a power of two, attention rows whose head count is not a power of two, and all-reduce
+message sizes of odd log2 (those refitted from the even ones alone) are never used to build the
+tables; the median |predicted / measured - 1| of their latencies is the fit error.
+"""
+import importlib.metadata
+import importlib.util
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from simcore import codes
+from simllm.config import kernels as kt
+from simllm.errors import ConfigError, optional_import
+from simllm.fileio import write_text_atomic
+
+PACKAGE = "aiconfigurator-core"
+# aiconfigurator-core system name -> simllm hardware preset.
+SYSTEMS = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200-sxm",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "a100_sxm": "a100-sxm-80gb",
+    "l40s": "l40s",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+}
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+_GEMM_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8"}
+_BF16 = 2.0
+
+
+def package_root():
+    """The installed aiconfigurator_core folder and its version.
+
+    Raises
+    ------
+    ConfigError
+        When the package is not installed (with the pip command).
+    """
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"importing kernel tables needs {PACKAGE}, which is not installed: "
+                          'pip install "simllm[kernels]"')
+    return Path(list(spec.submodule_search_locations)[0]), importlib.metadata.version(PACKAGE)
+
+
+def _version_key(name):
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.\-_a-z]+", name) if x)
+
+
+def table_file(data_dir, op, framework, filename, version=None):
+    """Path of ``<data_dir>/<op>/<framework>/<version>/<filename>``: the newest version holding the
+    file unless ``version`` is given; None when there is none."""
+    folder = data_dir / op / framework
+    if not folder.is_dir():
+        return None
+    versions = [version] if version else sorted((p.name for p in folder.iterdir() if p.is_dir()), key=_version_key)
+    for v in reversed(versions):
+        path = folder / v / filename
+        if path.is_file():
+            return path
+    return None
+
+
+_OPTIONAL_COLUMNS = {"window_size": 0}  # older tables have no sliding-window rows
+
+
+def read_columns(path, columns):
+    """Columns of a Parquet file as numpy arrays (strings as object arrays); a column of
+    ``_OPTIONAL_COLUMNS`` the file lacks takes its default."""
+    pq = optional_import("pyarrow.parquet", "reading kernel tables", install='"simllm[kernels]"')
+    names = set(pq.read_schema(path).names)
+    missing = [c for c in columns if c not in names]
+    for c in missing:
+        if c not in _OPTIONAL_COLUMNS:
+            raise ConfigError(f"{path}: a column {c!r} (found {', '.join(sorted(names))[:100]})")
+    table = pq.read_table(path, columns=[c for c in columns if c in names])
+    out = {c: np.asarray(table.column(c).to_pylist()) for c in columns if c in names}
+    for c in missing:
+        out[c] = np.full(table.num_rows, _OPTIONAL_COLUMNS[c])
+    return out
+
+
+def _fastest(keys, latency):
+    """Per distinct key row (a 2-D array of shape keys), the smallest latency."""
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    best = np.full(len(uniq), np.inf)
+    np.minimum.at(best, inverse.reshape(-1), latency)
+    return uniq, best
+
+
+def _clip(eff):
+    above = int(np.sum(eff > 1.0))
+    return np.clip(eff, codes.EFF_FLOOR, 1.0), above
+
+
+def _median_abs_error(pred_s, meas_s):
+    if len(meas_s) == 0:
+        return None
+    return float(np.median(np.abs(pred_s / meas_s - 1.0)))
+
+
+def _is_pow2(x):
+    x = np.asarray(x, dtype=np.int64)
+    return (x > 0) & ((x & (x - 1)) == 0)
+
+
+def _fill_nearest(table, filled):
+    """Fill the cells of ``table`` where ``filled`` is False with the nearest filled cell's value
+    (Euclidean distance in grid steps; ties go to the first in row-major order)."""
+    idx = np.argwhere(filled)
+    if len(idx) == 0:
+        raise ConfigError("the measured table has no usable rows")
+    for cell in np.argwhere(~filled):
+        d = np.sum((idx - cell) ** 2, axis=1)
+        table[tuple(cell)] = table[tuple(idx[int(np.argmin(d))])]
+    return table
+
+
+def _binned(x1, x2, eff, shape):
+    """Median-in-log efficiency of the rows rounding to each cell of a ``shape`` grid (coordinates
+    already relative to the grid's start); empty cells from their nearest filled cell."""
+    c1 = np.clip(np.rint(x1), 0, shape[0] - 1).astype(np.int64)
+    c2 = np.clip(np.rint(x2), 0, shape[1] - 1).astype(np.int64)
+    table = np.zeros(shape)
+    filled = np.zeros(shape, dtype=bool)
+    flat = c1 * shape[1] + c2
+    order = np.argsort(flat, kind="stable")
+    cells, starts = np.unique(flat[order], return_index=True)
+    logs = np.log(eff[order])
+    for cell, lo, hi in zip(cells, starts, list(starts[1:]) + [len(order)]):
+        table.flat[cell] = np.exp(np.median(logs[lo:hi]))
+        filled.flat[cell] = True
+    return _fill_nearest(table, filled)
+
+
+# --- GEMM ---------------------------------------------------------------------------------------
+
+def gemm_roofline_s(m, n, k, peak_flops, mem_bw, w_bytes):
+    """Datasheet roofline of a weight GEMM, as the cost kernel prices it: ``2 m n k`` FLOPs at
+    ``peak_flops``; the weights (``n k`` at ``w_bytes``) and the BF16 input and output rows moved
+    at ``mem_bw``."""
+    m, n, k = (np.asarray(a, dtype=np.float64) for a in (m, n, k))
+    return np.maximum(2.0 * m * n * k / peak_flops, (n * k * w_bytes + m * (n + k) * _BF16) / mem_bw)
+
+
+def fit_gemm(m, n, k, latency_s, peak_flops, mem_bw, w_bytes):
+    """A :data:`simllm.config.kernels.GEMM_SHAPE` table from measured GEMMs of one dtype.
+
+    Returns
+    -------
+    table : ndarray
+    report : dict
+        ``rows`` used, ``held_out_rows``, ``held_out_median_abs_error``, ``clipped_above_roofline``.
+    """
+    eff, above = _clip(gemm_roofline_s(m, n, k, peak_flops, mem_bw, w_bytes) / latency_s)
+    lo, hi = 2 ** kt.GEMM_LOG2_NK[0], 2 ** kt.GEMM_LOG2_NK[-1]
+    in_range = (n >= lo) & (n <= hi) & (k >= lo) & (k <= hi)
+    fit = in_range & _is_pow2(n) & _is_pow2(k)
+    held = in_range & ~fit
+    shape = kt.GEMM_SHAPE
+    table = np.zeros(shape)
+    filled = np.zeros(shape[1:], dtype=bool)
+    grid_m = np.asarray(kt.GEMM_LOG2_M, dtype=np.float64)
+    for j, ln in enumerate(kt.GEMM_LOG2_NK):
+        for l, lk in enumerate(kt.GEMM_LOG2_NK):
+            sel = fit & (n == 2**ln) & (k == 2**lk)
+            if not sel.any():
+                continue
+            ms, inv = np.unique(np.log2(m[sel]), return_inverse=True)
+            e = np.zeros(len(ms))
+            np.maximum.at(e, inv, eff[sel])  # the best kernel at each m
+            table[:, j, l] = np.exp(np.interp(grid_m, ms, np.log(e)))
+            filled[j, l] = True
+    idx = np.argwhere(filled)
+    if len(idx) == 0:
+        raise ConfigError("gemm_perf has no rows at power-of-two N and K in the grid")
+    for cell in np.argwhere(~filled):
+        near = idx[int(np.argmin(np.sum((idx - cell) ** 2, axis=1)))]
+        table[:, cell[0], cell[1]] = table[:, near[0], near[1]]
+    table = np.clip(table, codes.EFF_FLOOR, 1.0)
+    pred = gemm_roofline_s(m[held], n[held], k[held], peak_flops, mem_bw, w_bytes) / kt.gemm_efficiency(
+        table, m[held], n[held], k[held])
+    return table, {"rows": int(fit.sum()), "held_out_rows": int(held.sum()),
+                   "held_out_median_abs_error": _median_abs_error(pred, latency_s[held]),
+                   "clipped_above_roofline": above}
+
+
+# --- attention ------------------------------------------------------------------------------------
+
+def prefill_flops(batch, isl, heads, head_dim):
+    """FLOPs of one layer's causal prefill attention: ``4 d heads x pairs``, ``pairs = b s (s+1)/2``."""
+    b, s = np.asarray(batch, dtype=np.float64), np.asarray(isl, dtype=np.float64)
+    return 4.0 * head_dim * np.asarray(heads, dtype=np.float64) * b * s * (s + 1.0) / 2.0
+
+
+def decode_bytes(batch, ctx, heads, kv_heads, head_dim, kv_bytes):
+    """Bytes of one layer's decode attention as the cost kernel counts them: every cached K and V
+    once per KV head, plus the query and output rows in BF16."""
+    b = np.asarray(batch, dtype=np.float64)
+    return (b * np.asarray(ctx, dtype=np.float64) * 2.0 * np.asarray(kv_heads) * head_dim * kv_bytes
+            + 2.0 * b * np.asarray(heads) * head_dim * _BF16)
+
+
+def fit_prefill(batch, isl, heads, latency_s, peak_flops, head_dim=128):
+    """The prefill-attention table (compute side) and its report."""
+    flops = prefill_flops(batch, isl, heads, head_dim)
+    eff, above = _clip(flops / peak_flops / latency_s)
+    ctx = (np.asarray(isl, dtype=np.float64) + 1.0) / 2.0
+    fit = _is_pow2(heads)
+    x1 = kt.grid_coordinate(flops, codes.EFF_PF_LOG2_MIN)
+    x2 = kt.grid_coordinate(ctx, 0)
+    table = np.clip(_binned(x1[fit], x2[fit], eff[fit], kt.PREFILL_SHAPE), codes.EFF_FLOOR, 1.0)
+    pred = flops[~fit] / peak_flops / kt.prefill_efficiency(table, flops[~fit], ctx[~fit])
+    return table, {"rows": int(fit.sum()), "held_out_rows": int((~fit).sum()),
+                   "held_out_median_abs_error": _median_abs_error(pred, latency_s[~fit]),
+                   "clipped_above_roofline": above}
+
+
+def fit_decode(batch, ctx, heads, kv_heads, latency_s, mem_bw, head_dim=128, kv_bytes=_BF16):
+    """The decode-attention table (memory side) and its report."""
+    nbytes = decode_bytes(batch, ctx, heads, kv_heads, head_dim, kv_bytes)
+    eff, above = _clip(nbytes / mem_bw / latency_s)
+    fit = _is_pow2(heads)
+    rows = np.asarray(batch, dtype=np.float64) * kv_heads
+    table = np.clip(_binned(kt.grid_coordinate(rows[fit], 0), kt.grid_coordinate(ctx[fit], 0), eff[fit],
+                            kt.DECODE_SHAPE), codes.EFF_FLOOR, 1.0)
+    pred = nbytes[~fit] / mem_bw / kt.decode_efficiency(table, rows[~fit], ctx[~fit])
+    return table, {"rows": int(fit.sum()), "held_out_rows": int((~fit).sum()),
+                   "held_out_median_abs_error": _median_abs_error(pred, latency_s[~fit]),
+                   "clipped_above_roofline": above}
+
+
+# --- collectives ---------------------------------------------------------------------------------
+
+def _link_curve(bus, eff):
+    x = kt.grid_coordinate(bus, codes.EFF_LINK_LOG2_MIN)
+    grid = np.arange(codes.EFF_LINK_POINTS, dtype=np.float64)
+    order = np.argsort(x)
+    return np.clip(np.exp(np.interp(grid, x[order], np.log(eff[order]))), codes.EFF_FLOOR, 1.0)
+
+
+def fit_allreduce(n_gpus, message_elems, latency_s, link_bw):
+    """All-reduce curves per GPU count over log2 bus bytes, and the report (held out: odd log2
+    message sizes, predicted from curves fitted on the even ones)."""
+    msg = np.asarray(message_elems, dtype=np.float64) * _BF16
+    bus = kt.bus_bytes(msg, np.asarray(n_gpus, dtype=np.float64))
+    eff, above = _clip(bus / link_bw / latency_s)
+    odd = (np.rint(np.log2(msg)).astype(np.int64) % 2) == 1
+    curves, pred, meas = {}, [], []
+    for n in np.unique(n_gpus):
+        sel = n_gpus == n
+        curves[int(n)] = _link_curve(bus[sel], eff[sel])
+        train = sel & ~odd
+        test = sel & odd
+        if train.sum() >= 2 and test.any():
+            curve = _link_curve(bus[train], eff[train])
+            pred.append(bus[test] / link_bw / kt.link_efficiency(curve, bus[test]))
+            meas.append(latency_s[test])
+    pred = np.concatenate(pred) if pred else np.zeros(0)
+    meas = np.concatenate(meas) if meas else np.zeros(0)
+    return curves, {"rows": int(len(msg)), "held_out_rows": int(len(meas)),
+                    "held_out_median_abs_error": _median_abs_error(pred, meas), "clipped_above_roofline": above}
+
+
+# --- one system and framework ----------------------------------------------------------------------
+
+def import_tables(system, framework, hardware, *, root=None, package_version=None, version=None):
+    """Fit the efficiency tables of ``framework`` on ``system`` against ``hardware``'s peaks.
+
+    Parameters
+    ----------
+    system : str
+        An aiconfigurator-core system (``h100_sxm``, ...).
+    framework : str
+        ``vllm``, ``sglang`` or ``trtllm``.
+    hardware : HardwareConfig
+        Whose datasheet peaks define the roofline (the preset the tables will belong to).
+    root, package_version : optional
+        The aiconfigurator_core folder and version (found with :func:`package_root` if omitted).
+    version : str, optional
+        The framework version's folder; the newest one holding each table by default.
+
+    Returns
+    -------
+    dict
+        The kernel-table JSON mapping (:func:`simllm.config.kernels.tables_from_dict` reads it).
+    """
+    if root is None:
+        root, package_version = package_root()
+    data_dir = Path(root) / "systems" / "data" / system
+    if not data_dir.is_dir():
+        known = sorted(p.name for p in (Path(root) / "systems" / "data").iterdir() if p.is_dir())
+        raise ConfigError(f"--system: one of {', '.join(known)}, got {system[:100]!r}")
+    files, report = {}, {}
+
+    def need(op, filename):
+        path = table_file(data_dir, op, framework, filename, version)
+        if path is None:
+            raise ConfigError(f"{PACKAGE} {package_version} has no {filename} for {system}/{framework}"
+                              + (f" {version}" if version else ""))
+        files[filename] = str(path.relative_to(root))
+        return path
+
+    # GEMM
+    g = read_columns(need("gemm", "gemm_perf.parquet"), ("gemm_dtype", "m", "n", "k", "latency"))
+    gemm, fw_version = {}, Path(files["gemm_perf.parquet"]).parent.name
+    for src, dtype in (("bfloat16", "bf16"), ("fp8", "fp8")):
+        peak = hardware.peak_flops(dtype)
+        sel = g["gemm_dtype"] == src
+        if not sel.any() or peak <= 0:
+            continue
+        keys, lat = _fastest(np.stack([g["m"][sel], g["n"][sel], g["k"][sel]], axis=1).astype(np.int64),
+                             g["latency"][sel].astype(np.float64) * 1e-3)
+        table, rep = fit_gemm(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak, hardware.memory_bandwidth_bytes_per_s,
+                              1.0 if dtype == "fp8" else _BF16)
+        gemm[dtype] = table
+        report[f"gemm_{dtype}"] = rep
+    if "bf16" not in gemm:
+        raise ConfigError(f"{files['gemm_perf.parquet']}: no bfloat16 GEMM rows")
+
+    # attention
+    cols = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "window_size",
+            "latency")
+    peak_bf16 = hardware.peak_flops("bf16")
+    ctx_rows = read_columns(need("attention", "context_attention_perf.parquet"), cols)
+    sel = _attention_rows(ctx_rows)
+    keys, lat = _fastest(np.stack([ctx_rows["batch_size"][sel], ctx_rows["isl"][sel], ctx_rows["num_heads"][sel]],
+                                  axis=1).astype(np.int64), ctx_rows["latency"][sel].astype(np.float64) * 1e-3)
+    prefill, report["attention_prefill"] = fit_prefill(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak_bf16)
+    gen = read_columns(need("attention", "generation_attention_perf.parquet"), cols + ("step",))
+    sel = _attention_rows(gen)
+    ctx = gen["isl"][sel].astype(np.int64) + gen["step"][sel].astype(np.int64)
+    keys, lat = _fastest(np.stack([gen["batch_size"][sel], ctx, gen["num_heads"][sel],
+                                   gen["num_key_value_heads"][sel]], axis=1).astype(np.int64),
+                         gen["latency"][sel].astype(np.float64) * 1e-3)
+    decode, report["attention_decode"] = fit_decode(keys[:, 0], keys[:, 1].astype(np.float64), keys[:, 2], keys[:, 3],
+                                                    lat, hardware.memory_bandwidth_bytes_per_s)
+
+    # all-reduce
+    path = need("comm", "custom_allreduce_perf.parquet")
+    pq = optional_import("pyarrow.parquet", "reading kernel tables", install='"simllm[kernels]"')
+    names = set(pq.read_schema(path).names)
+    ar = read_columns(path, ("num_gpus", "message_size", "latency") + (("backend",) if "backend" in names else ()))
+    sel = np.ones(len(ar["latency"]), dtype=bool)
+    if "backend" in ar and any("graph" in str(b) for b in ar["backend"]):
+        sel = np.array(["graph" in str(b) for b in ar["backend"]])
+    keys, lat = _fastest(np.stack([ar["num_gpus"][sel], ar["message_size"][sel]], axis=1).astype(np.int64),
+                         ar["latency"][sel].astype(np.float64) * 1e-3)
+    link_bw = hardware.interconnect_bandwidth_gbps * 1e9
+    curves, report["allreduce"] = fit_allreduce(keys[:, 0], keys[:, 1], lat, link_bw)
+
+    gpu = SYSTEMS.get(system, hardware.gpu)
+    return {
+        "format": kt.FORMAT,
+        "gpu": gpu,
+        "framework": framework,
+        "framework_version": fw_version,
+        "provenance": {
+            "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
+            "files": files,
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "roofline": {"hardware": hardware.gpu, "bf16_tflops": hardware.bf16_tflops,
+                         "fp8_tflops": hardware.fp8_tflops, "memory_bandwidth_gbps": hardware.memory_bandwidth_gbps,
+                         "interconnect_bandwidth_gbps": hardware.interconnect_bandwidth_gbps},
+            "assumptions": ["custom_allreduce message_size counts BF16 elements",
+                            "attention tables: window_size 0, head_dim 128, BF16 KV cache",
+                            "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled"],
+            "fit": report,
+        },
+        "gemm": {d: _rounded(t) for d, t in gemm.items()},
+        "attention_prefill": _rounded(prefill),
+        "attention_decode": _rounded(decode),
+        "allreduce": {str(n): _rounded(c) for n, c in sorted(curves.items())},
+    }
+
+
+def _attention_rows(rows):
+    kv = rows["kv_cache_dtype"].astype(str)
+    full = rows["window_size"].astype(np.int64) == 0
+    return full & (rows["head_dim"].astype(np.int64) == 128) & np.isin(kv, ("bfloat16", "float16", "bf16", "fp16"))
+
+
+def _rounded(arr):
+    """Nested lists with 4 significant digits (the tables' precision is far coarser)."""
+    return json.loads(json.dumps(np.vectorize(lambda v: float(f"{v:.4g}"))(arr).tolist()))
+
+
+def write_tables(data, folder):
+    """Write the table mapping to ``<folder>/<framework>.json`` (atomically) and return the path."""
+    kt.tables_from_dict(data, "<import>")  # what is written must load
+    path = Path(folder) / f"{data['framework']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+    return path
+
+
+def fit_rows(data):
+    """``(table, rows, held_out_rows, median_abs_error, clipped)`` rows of a table mapping's fit."""
+    out = []
+    for name, rep in data["provenance"]["fit"].items():
+        out.append((name, rep["rows"], rep["held_out_rows"], rep["held_out_median_abs_error"],
+                    rep["clipped_above_roofline"]))
+    return out
