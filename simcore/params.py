@@ -60,6 +60,8 @@ class CostParams(NamedTuple):
     link_bw: float  # interconnect bandwidth per direction per GPU, B/s
     eff_link: float  # achieved fraction of link bandwidth in collectives
     link_latency_s: float  # latency of one collective
+    # --- serving framework ---
+    iter_overhead_s: float = 0.0  # CPU time per non-empty engine iteration the GPU does not hide
 
 
 class EngineSettings(NamedTuple):
