@@ -428,6 +428,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         total_flops += count * flops
         if unit != UNIT_LINK:
             total_bytes += count * nbytes
+    total += p.iter_overhead_s  # the framework's per-step CPU time (the batch is not empty here)
     return total, total_flops, total_bytes
 
 
@@ -473,7 +474,7 @@ def iteration_costs_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit, flops, n
         seconds[op] = count * s
         bound[op] = bd
         total += count * s
-    return total
+    return total + p.iter_overhead_s if n_tokens > 0.0 else total  # as iteration_totals_nb
 
 
 @jit

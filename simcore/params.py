@@ -67,6 +67,8 @@ class CostParams(NamedTuple):
     link_bw: float  # interconnect bandwidth per direction per GPU, B/s
     eff_link: float  # achieved fraction of link bandwidth in collectives
     link_latency_s: float  # latency of one collective
+    # --- serving framework ---
+    iter_overhead_s: float = 0.0  # CPU time per non-empty engine iteration the GPU does not hide
     # --- shape-aware efficiency (codes.EFF_*): empty = the scalar factors above for every shape ---
     eff: np.ndarray = NO_EFF_TABLE  # float64, shape (0,) or (codes.EFF_SIZE,)
 

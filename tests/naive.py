@@ -13,6 +13,8 @@ from collections import deque
 
 from simcore import codes, iteration_time_nb
 from simllm.config import dtypes
+from simllm.config.serving import ServingConfig
+from simllm.sim.pack import framework_for
 
 GEMM, ATTN, VECTOR, LINK = "gemm", "attn", "vector", "link"
 
@@ -100,8 +102,12 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
     return ops
 
 
-def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0):
-    """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline."""
+def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
+                   framework="vllm"):
+    """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
+    framework profile's launch gap joins every operator and its per-iteration CPU overhead the
+    total of a non-empty batch."""
+    fw = framework_for(hw, ServingConfig(), framework)
     weight_dtype = weight_dtype or model.dtype
     act = act_dtype or weight_dtype
     peak_act = hw.peak_flops(act) or hw.fp16_tflops * 1e12
@@ -110,7 +116,7 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
         ATTN: peak_act,
         VECTOR: (hw.fp32_tflops or hw.fp16_tflops) * 1e12,
     }
-    launch = hw.launch_overhead_us * 1e-6
+    launch = fw.launch_overhead_us * 1e-6
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio
@@ -121,7 +127,8 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
             t = max(flops / (peaks[unit] * hw.compute_utilization),
                     nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.bandwidth_utilization))
         per_op[name] = (count * flops, count * nbytes, count * (t + launch))
-    return sum(v[2] for v in per_op.values()), per_op
+    overhead = fw.iteration_overhead_us * 1e-6 if any(new > 0 for new, _, _ in batch) else 0.0
+    return sum(v[2] for v in per_op.values()) + overhead, per_op
 
 
 # ----------------------------------------------------------------------------- the engine

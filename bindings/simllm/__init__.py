@@ -4,7 +4,8 @@ The public API::
 
     import simllm
     model = simllm.load_model("llama-3.1-8b")          # preset, YAML or HF config.json
-    gpu = simllm.load_hardware("h100-sxm")             # preset or YAML
+    gpu = simllm.load_hardware("h100-sxm")             # preset or YAML: GPU physics only
+    simllm.load_framework("vllm")                      # the serving framework's overheads (--framework)
     est = simllm.estimate(model, gpu, simllm.ServingConfig(tensor_parallel_size=1))
     est.to_dict()["summary"]["decode_lower_bound_ms"]
     res = simllm.simulate(model, gpu, workload=simllm.load_workload("bench-1m"))
@@ -23,6 +24,7 @@ simllm.config (what users write) -> simllm.sim (one simulation) -> simllm.analys
 simllm.calibration (many simulations) -> simllm.formats, simllm.report (what other tools and people
 read) -> simllm.cli (the ``simllm`` command).
 """
+from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.config.model import ModelConfig, load_model, model_from_dict, model_from_hf_config
 from simllm.config.presets import preset_names
@@ -44,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "Estimate",
+    "FrameworkProfile",
     "HardwareConfig",
     "MemoryPlan",
     "ModelConfig",
@@ -64,6 +67,7 @@ __all__ = [
     "sweep",
     "workload_from_dict",
     "hardware_from_dict",
+    "load_framework",
     "load_hardware",
     "load_model",
     "model_from_dict",

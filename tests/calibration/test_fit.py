@@ -16,8 +16,10 @@ from simllm.formats.measurements import Measurement
 
 pytestmark = pytest.mark.slow  # dozens of simulation passes: not for the NUMBA_DISABLE_JIT run
 
+# GPU factors and framework quantities (the latter set on the truth as the hardware file's explicit
+# overrides, which the fit starts from the vllm profile's values to recover).
 TRUE = {"compute_utilization": 0.55, "bandwidth_utilization": 0.72, "launch_overhead_us": 3.5,
-        "frontend_latency_ms": 30.0}
+        "frontend_latency_ms": 6.0}
 # (tp, input, output, concurrency): decode-bound, prefill-bound and in between, so every
 # factor shows in some point.
 CASES = [(1, 128, 64, 1), (1, 2048, 16, 1), (1, 4096, 8, 4), (1, 512, 64, 8), (2, 1024, 32, 4), (1, 256, 128, 16),
@@ -54,44 +56,67 @@ def test_fit_recovers_the_factors_that_made_the_data(fit):
 
 
 def test_write_calibration_keeps_the_datasheet_and_says_what_was_fitted(fit, tmp_path):
-    out = calibrate.write_calibration(fit, tmp_path / "my-gpu.yaml", date="2026-12-02")
+    """GPU factors go to the hardware profile, framework quantities to the framework profile,
+    each with the provenance of the fit; everything else in both files is kept."""
+    out, fw_out = calibrate.write_calibration(fit, tmp_path / "my-gpu.yaml", tmp_path / "my-vllm.yaml",
+                                              date="2026-12-02")
     text = out.read_text(encoding="utf-8")
     base_text = open(simllm.load_hardware("h100-sxm").source, encoding="utf-8").read()
     for line in base_text.splitlines():  # every datasheet line and source comment kept
         if line.strip() and not any(line.strip().startswith(k) for k in TRUE):
             assert line in text
-    assert "fitted by simllm calibrate on 10 measured points (llama-3.1-8b; vllm) from synthetic.json, 2026-12-02" in text
+    what = "fitted by simllm calibrate on 10 measured points (llama-3.1-8b; vllm) from synthetic.json, 2026-12-02"
+    assert what in text
     hw = simllm.load_hardware(str(out))
     base = simllm.load_hardware("h100-sxm")
-    for key, value in TRUE.items():
-        assert getattr(hw, key) == pytest.approx(value, rel=0.03)
+    assert hw.launch_overhead_us is None and hw.frontend_latency_ms is None  # no framework figures in it
+    for key in calibrate.GPU_FACTORS:
+        if key in TRUE:
+            assert getattr(hw, key) == pytest.approx(TRUE[key], rel=0.03)
     for key in ("bf16_tflops", "fp8_tflops", "memory_bandwidth_gbps", "memory_size_bytes", "interconnect_bandwidth_gbps"):
         assert getattr(hw, key) == getattr(base, key)
+    fw_text = fw_out.read_text(encoding="utf-8")
+    assert f"{what} on h100-sxm" in fw_text
+    shipped = open(simllm.load_framework("vllm").source, encoding="utf-8").read()
+    for line in shipped.splitlines():  # the sources and the unfitted figures kept
+        if line.strip() and not any(line.strip().startswith(k) for k in TRUE):
+            assert line in fw_text
+    fw = simllm.load_framework(str(fw_out))
+    for key in calibrate.FRAMEWORK_FACTORS:
+        if key in TRUE:
+            assert getattr(fw, key) == pytest.approx(TRUE[key], rel=0.03)
+    assert fw.iteration_overhead_us == simllm.load_framework("vllm").iteration_overhead_us  # not fitted
 
 
-def test_framework_fit_goes_under_frameworks_and_is_applied_by_framework(fit, tmp_path):
-    fit = dataclasses.replace(fit, base=dataclasses.replace(fit.base, frameworks=()))
-    out = calibrate.write_calibration(fit, tmp_path / "fw.yaml", framework="trtllm", date="2026-12-02")
-    hw = simllm.load_hardware(str(out))
-    base = simllm.load_hardware("h100-sxm")
-    assert hw.compute_utilization == base.compute_utilization  # vLLM's factors untouched
-    trt = hw.for_framework("trtllm")
-    assert trt.compute_utilization == pytest.approx(TRUE["compute_utilization"], rel=0.03)
-    assert hw.for_framework("sglang") == hw
-    model = simllm.load_model("llama-3.1-8b")
-    w = simllm.Workload(num_prompts=8, max_concurrency=2, input_len=simllm.config.workload.fixed(300),
-                        output_len=simllm.config.workload.fixed(20))
-    direct = simllm.simulate(model, trt, simllm.ServingConfig(), w).summary
-    via = simllm.simulate(model, hw, simllm.ServingConfig(framework="trtllm"), w).summary
-    assert via["mean_ttft_ms"] == direct["mean_ttft_ms"] and via["mean_tpot_ms"] == direct["mean_tpot_ms"]
-    # A second framework keeps the first one's entry and comment.
-    again = calibrate.write_calibration(dataclasses.replace(fit, base=hw), tmp_path / "fw2.yaml", framework="sglang",
-                                        date="2026-12-03")
-    text = again.read_text(encoding="utf-8")
-    assert text.count("# fitted by simllm calibrate on 10 measured points") == 2
-    assert "synthetic.json, 2026-12-02" in text and "synthetic.json, 2026-12-03" in text
-    hw2 = simllm.load_hardware(str(again))
-    assert [name for name, _ in hw2.frameworks] == ["sglang", "trtllm"]
+def test_fit_stays_within_the_documented_bounds_and_says_when_it_hits_one(tmp_path):
+    """Data made with a 40 ms frontend (what a benchmark client might add) cannot push the
+    framework's frontend_latency_ms past its documented 10 ms: the fit ends at the bound and
+    reports it; told what the client adds, the same data fit inside the bounds."""
+    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), frontend_latency_ms=40.0)
+    cases = CASES[:6]
+    ms = synthetic(truth, cases=cases)
+    fit = calibrate.calibrate(accuracy.resolve(ms), simllm.load_hardware("h100-sxm"),
+                              ("compute_utilization", "frontend_latency_ms"), workers=1, max_iterations=8)
+    low, high = simllm.config.framework.BOUNDS["frontend_latency_ms"]
+    assert high == 10.0 and low <= fit.factors["frontend_latency_ms"] <= high
+    assert fit.factors["frontend_latency_ms"] >= 0.99 * high
+    assert fit.bound_hits == (("frontend_latency_ms", "upper", 10.0),)
+    assert calibrate.describe_bound_hit(fit.bound_hits[0]) == "frontend_latency_ms hit its upper bound 10 ms"
+    from simllm.report import text as report
+    assert "frontend_latency_ms hit its upper bound 10 ms" in report.format_calibration(fit, "vllm", "x.yaml")
+    # The client's 38 ms declared with the measurements: the fit lands inside the bounds.
+    declared = [dataclasses.replace(m, client_overhead_ms=38.0) for m in ms]
+    ok = calibrate.calibrate(accuracy.resolve(declared), simllm.load_hardware("h100-sxm"),
+                             ("frontend_latency_ms",), workers=1, max_iterations=8)
+    assert ok.factors["frontend_latency_ms"] == pytest.approx(2.0, abs=0.25) and not ok.bound_hits
+
+
+def test_client_overhead_is_added_to_the_predicted_ttft_and_e2e():
+    m = synthetic(simllm.load_hardware("h100-sxm"), cases=CASES[:1])[0]
+    plain = accuracy.predict(m, "llama-3.1-8b", "h100-sxm")
+    more = accuracy.predict(dataclasses.replace(m, client_overhead_ms=12.5), "llama-3.1-8b", "h100-sxm")
+    assert more["ttft"] == pytest.approx(plain["ttft"] + 12.5) and more["e2el"] == pytest.approx(plain["e2el"] + 12.5)
+    assert more["tpot"] == plain["tpot"] and more["itl"] == plain["itl"]
 
 
 def test_calibration_changes_efficiencies_never_the_physics(fit):
@@ -147,14 +172,17 @@ def test_calibrate_and_validate_cli_round_trip(tmp_path, capsys):
     truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
     cases = [c for c in CASES if c[0] == 1]
     paths = _write_json_results(tmp_path, synthetic(truth, cases=cases))
-    out = tmp_path / "cal.yaml"
-    args = ["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(out), "--fit", *TRUE, "--format", "json"]
+    out, fw_out = tmp_path / "cal.yaml", tmp_path / "vllm-cal.yaml"
+    args = ["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(out), "--framework-output", str(fw_out),
+            "--fit", *TRUE, "--format", "json"]
     assert simllm.cli.main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["fit_error"]["tpot"]["median_abs_pct_error"] < 1.0
     assert data["factors"]["compute_utilization"] == pytest.approx(0.55, rel=0.05)
-    assert yaml.safe_load(out.read_text())["hardware"]["frontend_latency_ms"] == pytest.approx(30.0, rel=0.05)
-    assert simllm.cli.main(["validate", *paths, "--hardware", str(out), "--format", "json"]) == 0
+    assert data["framework_output"] == str(fw_out) and data["bound_hits"] == []
+    assert yaml.safe_load(fw_out.read_text())["framework"]["frontend_latency_ms"] == pytest.approx(6.0, rel=0.05)
+    assert simllm.cli.main(["validate", *paths, "--hardware", str(out), "--framework-profile", str(fw_out),
+                            "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["ttft"]["median_abs_pct_error"] < 1.0 and summary["tpot"]["median_abs_pct_error"] < 1.0
     # --factors-from: the measurements, relabelled as H200 runs, predicted with the H100's factors
@@ -162,7 +190,7 @@ def test_calibrate_and_validate_cli_round_trip(tmp_path, capsys):
                             "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["points"]
     h200 = dataclasses.replace(simllm.load_hardware("h200-sxm"), **{k: getattr(simllm.load_hardware(str(out)), k)
-                                                                     for k in TRUE})
+                                                                     for k in TRUE if k in calibrate.GPU_FACTORS})
     m = synthetic(truth, cases=cases[:1])[0]
     assert rows[0]["predicted_tpot_ms"] == pytest.approx(accuracy.predict(m, "llama-3.1-8b", h200)["tpot"], rel=1e-9)
 
@@ -200,4 +228,4 @@ def test_profile_cli_tiny_on_cpu(tmp_path, capsys):
     assert 0 < hw.compute_utilization <= 1 and 0 < hw.bandwidth_utilization <= 1
     assert hw.bf16_tflops == simllm.load_hardware("h100-sxm").bf16_tflops
     assert "wrote" in capsys.readouterr().out
-    assert np.isfinite(hw.launch_overhead_us)
+    assert np.isfinite(hw.launch_overhead_us)  # measured on this GPU: an explicit override of the framework's

@@ -181,8 +181,9 @@ def small_workload():
 
 
 #: The issue's SLOs, and the same with a mean-TTFT bound (not a per-request goodput threshold)
-#: that the TP=1 configurations, with the most goodput per GPU, break.
-SEARCH_SLOS = (SLO_TEXT, SLO_TEXT + ",ttft_mean<=80")
+#: that the TP=1 configurations, with the most goodput per GPU, break (mean TTFT ~71 ms against
+#: TP=2's ~32 ms, with the vllm framework profile's few ms of frontend).
+SEARCH_SLOS = (SLO_TEXT, SLO_TEXT + ",ttft_mean<=50")
 
 
 @pytest.fixture(scope="module", params=SEARCH_SLOS)

@@ -344,7 +344,7 @@ def test_frontend_latency_adds_to_ttft_and_spaces_a_closed_loop():
     model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
     w = simllm.Workload(num_prompts=5, max_concurrency=1, input_len=simllm.config.workload.fixed(500),
                         output_len=simllm.config.workload.fixed(40))
-    hw = dataclasses.replace(hw, frontend_latency_ms=0.0, frameworks=())
+    hw = dataclasses.replace(hw, frontend_latency_ms=0.0)
     base = simllm.simulate(model, hw, s, w, keep_requests=True)
     slow = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=25.0), s, w, keep_requests=True)
     for key in ("mean_ttft_ms", "mean_e2el_ms"):

@@ -183,11 +183,12 @@ def _configs(result, model, hardware, serving):
             block_size=mem.get("block_size", 16), max_model_len=mem.get("max_model_len", 0),
             gpu_memory_utilization=min(max(util, 1e-6), 1.0),
         )
-    return model, hardware.for_framework(serving.framework), serving
+    return model, hardware, serving
 
 
 class _Recost:
-    """Accumulates re-costed iterations: per-operator seconds and launch overhead."""
+    """Accumulates re-costed iterations: per-operator seconds, launch overhead and the
+    framework's per-iteration CPU overhead (not an operator)."""
 
     def __init__(self, params):
         self.p = params
@@ -196,6 +197,7 @@ class _Recost:
         self.op_bound_s = np.zeros((codes.N_OPS, len(codes.BOUND_NAMES)))
         self.total_s = 0.0
         self.launch_s = 0.0
+        self.iteration_overhead_s = 0.0
         self.memory_bound_s = 0.0
 
     def add(self, times, n_tokens, pairs, kv_read, n_emit):
@@ -208,6 +210,7 @@ class _Recost:
         self.op_bound_s[np.arange(codes.N_OPS), bound] += times * seconds
         launches = sum(op_count_nb(self.p, i) for i in range(codes.N_OPS) if bound[i] != codes.BOUND_NONE)
         self.launch_s += times * launches * self.p.launch_s
+        self.iteration_overhead_s += times * self.p.iter_overhead_s
         self.memory_bound_s += times * float(seconds[bound == codes.BOUND_MEMORY].sum())
         self.total_s += times * t
         return times * t
@@ -302,7 +305,7 @@ def diagnose(result, model=None, hardware=None, serving=None, workload=None):
     model, hardware, serving : optional
         The configs ``result`` was simulated with. Without them they are rebuilt from the
         summary, which works for preset models and hardware only and assumes the ``vllm``
-        framework factors; pass them when you have them.
+        framework profile; pass them when you have them.
     workload : Workload, optional
         The workload simulated; only needed to tell requests rejected for KV blocks from those
         longer than ``max_model_len`` (``rejected_for_kv_count`` is left out without it).
@@ -325,6 +328,8 @@ def diagnose(result, model=None, hardware=None, serving=None, workload=None):
         "decode_time_share_pct": _pct(decode.total_s / recosted) if recosted else 0.0,
         "recosted_over_busy_pct": _pct(recosted / busy_s) if busy_s else 0.0,
         "launch_overhead_time_pct": _pct((prefill.launch_s + decode.launch_s) / recosted) if recosted else 0.0,
+        "iteration_overhead_time_pct": (_pct((prefill.iteration_overhead_s + decode.iteration_overhead_s) / recosted)
+                                        if recosted else 0.0),
         "decode_memory_bound_time_pct": _pct(decode.memory_bound_s / decode.total_s) if decode.total_s else 0.0,
         "mfu_pct": _pct(mfu),
         "mbu_pct": _pct(mbu),

@@ -1,14 +1,21 @@
-"""``simllm calibrate``: fit a hardware profile's efficiency factors to measured serving points.
+"""``simllm calibrate``: fit a hardware profile's efficiency factors and a serving framework's
+overheads to measured serving points.
 
 The datasheet figures (peak FLOP/s, bandwidth, memory) stay as they are; what is fitted is how
-much of them a serving stack achieves: ``compute_utilization``, ``bandwidth_utilization``,
-``launch_overhead_us`` (per kernel), ``interconnect_latency_us`` (per collective) and
-``frontend_latency_ms`` (HTTP, tokenization and hand-off before the engine sees a request).
+much of them a serving stack achieves. GPU factors (``compute_utilization``,
+``bandwidth_utilization``, ``interconnect_latency_us`` per collective) go to the hardware
+profile; framework quantities (``frontend_latency_ms`` per request, ``iteration_overhead_us``
+per engine step, ``launch_overhead_us`` per kernel) go to the framework profile
+(configs/frameworks/NAME.yaml) and move only within the bounds the profile's fields declare
+(:data:`simllm.config.framework.BOUNDS`): a fit that wants more than is physical ends at the
+bound and says so (:attr:`Fit.bound_hits`) instead of absorbing, say, a benchmark client's own
+latency into the framework (that belongs to ``Measurement.client_overhead_ms``).
 
 Method: every point is simulated under its own conditions (:mod:`simllm.calibration.validate`); the
 residuals are the log errors ``log(predicted / measured)`` of TTFT and TPOT. A damped
-Gauss-Newton (Levenberg-Marquardt) search over the factors, in unbounded coordinates (logit for
-utilisations, log for latencies), minimises their sum of squares under a Huber loss (residuals
+Gauss-Newton (Levenberg-Marquardt) search over the factors, in unbounded coordinates (logit
+between the bounds for utilisations and framework quantities, log above a floor for the
+collective latency), minimises their sum of squares under a Huber loss (residuals
 beyond ``HUBER`` count linearly, so a few broken measurements cannot pull the fit). The
 Jacobian comes from forward differences, one re-simulation of every point per factor. Numpy
 only.
@@ -28,7 +35,8 @@ import yaml
 
 from simllm.calibration import hwyaml
 from simllm.calibration import validate as accuracy
-from simllm.config.hardware import hardware_from_dict
+from simllm.config.framework import BOUNDS, framework_from_dict, load_framework
+from simllm.config.hardware import FRAMEWORK_OVERRIDE_KEYS, hardware_from_dict
 from simllm.errors import ConfigError
 from simllm.fileio import write_text_atomic
 from simllm.sim.stats import abs_error_stats
@@ -36,38 +44,65 @@ from simllm.sim.stats import abs_error_stats
 HUBER = 0.25  # log-error beyond which a residual counts linearly (about 28%)
 FIT_METRICS = ("ttft", "tpot")
 
-# name: (kind, lowest value). Utilisations live in (0, 1); latencies above a physical floor:
-# a collective over NVLink or PCIe takes at least a microsecond or so, a kernel launch inside a
-# CUDA graph a fraction of one.
+# name: (kind, lowest value, highest value). Utilisations live in (0, 1); a collective over NVLink
+# or PCIe takes at least a microsecond or so (no upper bound); the framework quantities live
+# within their profile fields' documented bounds.
+GPU_FACTORS = ("compute_utilization", "bandwidth_utilization", "interconnect_latency_us")
+FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us")
 FACTORS = {
-    "compute_utilization": ("fraction", 0.0),
-    "bandwidth_utilization": ("fraction", 0.0),
-    "launch_overhead_us": ("latency", 0.2),
-    "interconnect_latency_us": ("latency", 1.0),
-    "frontend_latency_ms": ("latency", 0.0),
+    "compute_utilization": ("bounded", 0.0, 1.0),
+    "bandwidth_utilization": ("bounded", 0.0, 1.0),
+    "interconnect_latency_us": ("floor", 1.0, math.inf),
+    **{name: ("bounded", *BOUNDS[name]) for name in FRAMEWORK_FACTORS},
 }
 DEFAULT_FACTORS = tuple(FACTORS)
+BOUND_TOLERANCE = 0.01  # a factor within 1% of its range from a bound has hit it
 
 
 def _to_z(name, value):
-    kind, low = FACTORS[name]
-    if kind == "fraction":
-        v = min(max(value, 1e-4), 1.0 - 1e-4)
-        return math.log(v / (1.0 - v))
+    kind, low, high = FACTORS[name]
+    if kind == "bounded":
+        u = min(max((value - low) / (high - low), 1e-4), 1.0 - 1e-4)
+        return math.log(u / (1.0 - u))
     return math.log(max(value - low, 1e-3))
 
 
 def _from_z(name, z):
-    kind, low = FACTORS[name]
-    if kind == "fraction":
-        return 1.0 / (1.0 + math.exp(-z))
+    kind, low, high = FACTORS[name]
+    if kind == "bounded":
+        return low + (high - low) / (1.0 + math.exp(-z))
     return low + math.exp(z)
+
+
+def _unit(name):
+    return {"ms": " ms", "us": " us"}.get(name.rsplit("_", 1)[-1], "")
+
+
+def bound_hits(factors):
+    """``(name, "lower" | "upper", bound)`` of each fitted factor within 1% of its range from a
+    bound (or, with no upper bound, within 1% of its floor)."""
+    out = []
+    for name, value in factors.items():
+        _, low, high = FACTORS[name]
+        span = (high - low) if math.isfinite(high) else max(abs(low), 1e-12)
+        if value - low <= BOUND_TOLERANCE * span:
+            out.append((name, "lower", low))
+        elif math.isfinite(high) and high - value <= BOUND_TOLERANCE * span:
+            out.append((name, "upper", high))
+    return tuple(out)
+
+
+def describe_bound_hit(hit):
+    """``"frontend_latency_ms hit its upper bound 10 ms"``."""
+    name, side, bound = hit
+    return f"{name} hit its {side} bound {bound:g}{_unit(name)}"
 
 
 @dataclass(frozen=True)
 class Fit:
-    """A calibration: the fitted ``factors`` (name -> value) on top of ``base``, the points
-    predicted with them, and the errors (``error_summary`` form per metric)."""
+    """A calibration: the fitted ``factors`` (name -> value) on top of ``base`` (GPU factors) and
+    ``framework`` (framework quantities), the points predicted with them, the errors
+    (``error_summary`` form per metric) and the factors that ended at a bound."""
 
     base: object  # HardwareConfig
     factors: dict
@@ -77,11 +112,29 @@ class Fit:
     loo_error: dict
     iterations: int
     evaluations: int
+    framework: object = None  # the FrameworkProfile fitted from (None: vllm's)
+    bound_hits: tuple = ()  # (name, "lower" | "upper", bound), see bound_hits()
 
     @property
     def hardware(self):
-        """The calibrated HardwareConfig (the base's per-framework factors dropped)."""
-        return replace(self.base, frameworks=(), **self.factors)
+        """The calibrated HardwareConfig: the base with the fitted GPU factors (and, where
+        framework quantities were fitted, without the base's overrides of them)."""
+        return _trial_hardware(self.base, self.factors)
+
+    @property
+    def framework_profile(self):
+        """The calibrated FrameworkProfile: the starting profile with the fitted framework quantities."""
+        return _trial_framework(self.framework or load_framework("vllm"), self.factors)
+
+
+def _trial_hardware(base, factors):
+    gpu = {k: v for k, v in factors.items() if k in GPU_FACTORS}
+    dropped = {k: None for k in FRAMEWORK_OVERRIDE_KEYS if k in factors}  # the fitted profile's value counts
+    return replace(base, **gpu, **dropped)
+
+
+def _trial_framework(profile, factors):
+    return profile.with_overrides(**{k: v for k, v in factors.items() if k in FRAMEWORK_FACTORS})
 
 
 def _residuals(points):
@@ -140,8 +193,9 @@ def _summary(points, r):
 
 
 def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=accuracy.BenchmarkShape(),
-              num_prompts=0, workers=0, progress=None):
-    """Fit ``factors`` of hardware ``base`` to the measured ``points``.
+              num_prompts=0, workers=0, progress=None, framework=None):
+    """Fit ``factors`` of hardware ``base`` and framework profile ``framework`` to the measured
+    ``points``.
 
     Parameters
     ----------
@@ -151,7 +205,12 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
     base : HardwareConfig
         The datasheet profile whose factors are fitted (its values are the starting point).
     factors : sequence of str
-        Names from :data:`FACTORS`.
+        Names from :data:`FACTORS`: GPU factors (:data:`GPU_FACTORS`) and framework quantities
+        (:data:`FRAMEWORK_FACTORS`, kept within their documented bounds).
+    framework : FrameworkProfile or str, optional
+        The framework profile whose quantities are fitted (its values, or ``base``'s explicit
+        overrides of them, are the starting point); default vllm's. Every point is simulated
+        with it.
     max_iterations : int
         Levenberg-Marquardt iterations at most (each costs ``1 + len(factors)`` passes over the
         points).
@@ -175,15 +234,21 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
     if len(systems) != 1:
         raise ConfigError(f"measurements of one hardware preset (got {', '.join(systems)}); use --filter")
     names = list(factors)
-    initial = {f: getattr(base, f) for f in names}
+    profile = load_framework(framework or "vllm")
+    start = profile.with_overrides(**{k: getattr(base, k) for k in FRAMEWORK_OVERRIDE_KEYS
+                                      if getattr(base, k) is not None})
+    initial = {f: getattr(start if f in FRAMEWORK_FACTORS else base, f) for f in names}
     z = np.array([_to_z(f, initial[f]) for f in names])
     evaluations = 0
 
     def run(zv, pts):
         nonlocal evaluations
         evaluations += 1
-        hw = replace(base, frameworks=(), **{f: _from_z(f, v) for f, v in zip(names, zv)})
-        out = accuracy.predict_points(pts, lambda _name: hw, num_prompts, shape, workers)
+        trial = {f: _from_z(f, v) for f, v in zip(names, zv)}
+        hw = _trial_hardware(base, trial)
+        fw = _trial_framework(start, trial)
+        out = accuracy.predict_points(pts, lambda _name: hw, num_prompts, shape, workers,
+                                      framework_for=lambda _name: fw)
         r = _residuals(out)
         # A point that fails (say, out of memory) under trial factors counts as a large error.
         r[[p.predicted is None for p in out]] = 3.0
@@ -235,8 +300,13 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
     w = np.where(~np.isnan(r), _huber_weights(np.nan_to_num(r)), 0.0)
     loo = _loo(np.where(np.isnan(r), np.nan, r), jac if jac is not None else np.zeros(r.shape + (len(names),)), w)
     fitted = {f: float(_from_z(f, v)) for f, v in zip(names, z)}
+    hits = bound_hits(fitted)
+    if progress:
+        for hit in hits:
+            progress(describe_bound_hit(hit))
     return Fit(base=base, factors=fitted, initial=initial, points=pts, fit_error=_summary(pts, r),
-               loo_error=_summary(pts, loo), iterations=it, evaluations=evaluations)
+               loo_error=_summary(pts, loo), iterations=it, evaluations=evaluations, framework=start,
+               bound_hits=hits)
 
 
 def describe_points(points):
@@ -251,82 +321,48 @@ def describe_points(points):
     return out + (f" ({left} faster than the peaks left out)" if left else "")
 
 
-def _frameworks_block(frameworks, comments, indent="  "):
-    lines = [f"{indent}frameworks:                      # factors that replace the ones above for "
-             "`--framework NAME` (calibrated)"]
-    for name, factors in frameworks:
-        if name in comments:
-            lines.append(f"{indent}  # {comments[name]}")
-        lines.append(f"{indent}  {name}:")
-        for key, value in factors:
-            lines.append(f"{indent}    {key}: {hwyaml.yaml_number(_round(value))}")
-    return lines
-
-
 def _round(x):
     return float(f"{x:.4g}")
 
 
-def _without_frameworks(text):
-    """``text`` without its ``frameworks:`` block (kept comments of other keys untouched)."""
-    lines = text.splitlines()
-    out, skip_indent = [], None
-    for line in lines:
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if skip_indent is not None:
-            if not stripped or indent > skip_indent or (stripped.startswith("#") and indent > skip_indent):
-                continue
-            skip_indent = None
-        if stripped.startswith("frameworks:") or stripped.startswith("frameworks :"):
-            skip_indent = indent
-            # A comment block directly above belongs to it.
-            while out and out[-1].strip().startswith("#") and "frameworks" in out[-1]:
-                out.pop()
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"
+def write_calibration(fit, output, framework_output=None, date=None):
+    """Write the calibration: the fitted GPU factors into a copy of the base hardware profile
+    (``output``: its datasheet figures and source comments as they are) and, where framework
+    quantities were fitted, those into a copy of the framework profile (``framework_output``,
+    default the profile's own file, configs/frameworks/NAME.yaml). Each fitted line carries a
+    provenance comment (the points, models, backend, source, date and the value it replaces).
+    Both are written atomically, each checked to load first.
 
-
-def write_calibration(fit, output, framework="vllm", date=None):
-    """Write the calibrated hardware YAML: the base profile's text with its datasheet figures
-    and source comments as they are; the fitted factors replace the base's (``framework``
-    vllm, the scheduler simllm simulates) or go under ``frameworks: NAME`` (sglang, trtllm),
-    each with a comment saying what it was fitted on. Written atomically, checked to load first.
-
-    Returns the path written.
+    Returns the paths written: ``(hardware_path, framework_path or None)``.
     """
-    base_path = hwyaml.base_path_of(fit.base)
-    original = base_path.read_text(encoding="utf-8")
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     what = f"fitted by simllm calibrate on {describe_points(fit.points)}, {date}"
-    frameworks = dict(fit.base.frameworks)
-    comments = _old_framework_comments(original)
-    text = _without_frameworks(original)
-    if framework == "vllm":
-        updates = [(k, _round(v), f"{what}; was {getattr(fit.base, k):g}") for k, v in fit.factors.items()]
-        text = hwyaml.edit_hardware_yaml(text, updates)
+    base_path = hwyaml.base_path_of(fit.base)
+    text = base_path.read_text(encoding="utf-8")
+    gpu = {k: v for k, v in fit.factors.items() if k in GPU_FACTORS}
+    fw = {k: v for k, v in fit.factors.items() if k in FRAMEWORK_FACTORS}
+    text = hwyaml.drop_keys(text, [k for k in FRAMEWORK_OVERRIDE_KEYS if k in fw])
+    if gpu:
+        text = hwyaml.edit_hardware_yaml(text, [(k, _round(v), f"{what}; was {fit.initial[k]:g}") for k, v in gpu.items()])
         if text is None:
             raise ConfigError("a block-style YAML hardware profile to edit", source=str(base_path))
-    else:
-        frameworks[framework] = tuple(fit.factors.items())
-        comments[framework] = what
-    if frameworks:
-        lines = text.rstrip().splitlines()
-        text = "\n".join(lines + _frameworks_block(sorted(frameworks.items()), comments)) + "\n"
-    data = yaml.safe_load(text)
-    hardware_from_dict(data, str(output))  # refuse to write what would not load
+    hardware_from_dict(yaml.safe_load(text), str(output))  # refuse to write what would not load
     out = Path(output)
     write_text_atomic(out, text)
-    return out
-
-
-def _old_framework_comments(text):
-    """Comments of the base's ``frameworks`` entries (``# ...`` right above ``  name:``)."""
-    out = {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines[1:], 1):
-        s = line.strip()
-        if s.endswith(":") and s[:-1] in ("vllm", "sglang", "trtllm") and lines[i - 1].strip().startswith("#"):
-            out[s[:-1]] = lines[i - 1].strip().lstrip("#").strip()
-    return out
+    fw_out = None
+    if fw:
+        profile = fit.framework or load_framework("vllm")
+        fw_path = Path(profile.source)
+        if not fw_path.is_file():
+            raise ConfigError("a framework profile loaded from a file (its text is copied)", key="framework",
+                              value=profile.source)
+        fw_text = hwyaml.edit_section_yaml(
+            fw_path.read_text(encoding="utf-8"),
+            [(k, _round(v), f"{what} on {fit.base.gpu}; was {fit.initial[k]:g}") for k, v in fw.items()],
+            "framework")
+        if fw_text is None:
+            raise ConfigError("a block-style YAML framework profile to edit", source=str(fw_path))
+        fw_out = Path(framework_output) if framework_output else fw_path
+        framework_from_dict(yaml.safe_load(fw_text), str(fw_out))
+        write_text_atomic(fw_out, fw_text)
+    return out, fw_out

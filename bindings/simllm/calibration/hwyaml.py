@@ -1,7 +1,7 @@
-"""Editing hardware-profile YAML files in place: fitted factors replace or join the datasheet
-keys, every other line (and its source comment) stays as it is; files are written atomically.
-Used by ``simllm calibrate`` and ``simllm profile``; files are written with
-:func:`simllm.fileio.write_text_atomic`."""
+"""Editing hardware- and framework-profile YAML files in place: fitted factors replace or join
+the keys of the ``hardware:`` (or ``framework:``) block, every other line (and its source
+comment) stays as it is; files are written atomically. Used by ``simllm calibrate`` and
+``simllm profile``; files are written with :func:`simllm.fileio.write_text_atomic`."""
 import math
 import re
 from pathlib import Path
@@ -13,7 +13,6 @@ from simllm.config.hardware import HardwareConfig
 from simllm.errors import ConfigError
 
 _KEY_LINE = re.compile(r"^(?P<indent>[ ]*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ ]*:")
-_TOP_SECTION = re.compile(r"^hardware[ ]*:[ ]*(#.*)?$")
 _COMMENT_COLUMN = 35  # where the presets' value comments start
 
 
@@ -44,8 +43,33 @@ def edit_hardware_yaml(text, updates):
 
     Returns None when the file is not a block mapping this can edit (JSON, flow style).
     """
+    return edit_section_yaml(text, updates, "hardware")
+
+
+def drop_keys(text, keys):
+    """``text`` without the top-level-of-block lines ``key: ...`` of ``keys`` (and their own
+    comment-only continuation lines)."""
+    if not keys:
+        return text
+    out, skip = [], None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if skip is not None and line.strip().startswith("#") and indent > skip:
+            continue
+        skip = None
+        match = _KEY_LINE.match(line)
+        if match and match["key"] in keys:
+            skip = len(match["indent"])
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def edit_section_yaml(text, updates, section):
+    """:func:`edit_hardware_yaml` for the ``section:`` block (``"hardware"``, ``"framework"``)."""
+    top_section = re.compile(rf"^{section}[ ]*:[ ]*(#.*)?$")
     lines = text.splitlines()
-    tops = [i for i, line in enumerate(lines) if _TOP_SECTION.match(line)]
+    tops = [i for i, line in enumerate(lines) if top_section.match(line)]
     if tops:
         start, end = tops[0] + 1, len(lines)
         for i in range(start, len(lines)):
@@ -53,7 +77,7 @@ def edit_hardware_yaml(text, updates):
             if line.strip() and not line.startswith((" ", "#")):
                 end = i
                 break
-    elif any(re.match(r"^hardware[ ]*:", line) for line in lines):
+    elif any(re.match(rf"^{section}[ ]*:", line) for line in lines):
         return None
     else:
         start, end = 0, len(lines)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.config import presets
+from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import FRAMEWORKS, ServingConfig
@@ -144,11 +145,24 @@ def _preset(kind, name):
     return load_model(name) if kind == "models" else load_hardware(name)
 
 
-def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
-    """Simulate measurement ``m``; returns the predicted metrics in ms.
+def framework_of(m):
+    """The framework profile name of measurement ``m``: its backend where simllm ships a profile
+    for it, else vllm."""
+    return m.backend if m.backend in FRAMEWORKS else "vllm"
+
+
+#: A framework that adds nothing: what the peak bounds are simulated with.
+NO_OVERHEAD = FrameworkProfile(name="none", frontend_latency_ms=0.0, iteration_overhead_us=0.0, launch_overhead_us=0.0)
+
+
+def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework=None):
+    """Simulate measurement ``m``; returns the predicted metrics in ms, with the measurement's
+    ``client_overhead_ms`` (what its benchmark client adds) added to TTFT and E2E latency, as the
+    client measured them.
 
     ``model`` and ``hardware`` are preset names or loaded configs (calibration passes modified
-    hardware); ``num_prompts`` overrides the requests simulated.
+    hardware), ``framework`` a framework profile (default: the one of ``m``'s backend, see
+    :func:`framework_of`); ``num_prompts`` overrides the requests simulated.
     """
     model = _preset("models", model) if isinstance(model, str) else model
     hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
@@ -166,14 +180,20 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape()):
         dtype=_PRECISION[m.precision],
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
         max_num_seqs=max(256, m.concurrency),
-        framework=m.backend if m.backend in FRAMEWORKS else "vllm",
+        framework=framework_of(m),
         kv_cache_dtype=_kv_cache_dtype(m),
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
         # which is vLLM's v0 schedule, not v1's chunked prefill.
         enable_chunked_prefill=m.backend != "sglang",
     )
-    s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,)).summary
-    return {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
+    s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,),
+                 framework=framework).summary
+    out = {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
+    client = getattr(m, "client_overhead_ms", 0.0)
+    if client:
+        out["ttft"] += client
+        out["e2el"] += client
+    return out
 
 
 def skip_reason(m, model, hardware):
@@ -206,21 +226,24 @@ def resolve(measurements, model_map=None, hardware_map=None):
 
 def predict_point(context, item):
     """The runner's ``evaluate`` of one measured point: ``context`` is ``(num_prompts, shape)``,
-    ``item`` ``(measurement, model, hardware)``; the predicted metrics in ms."""
+    ``item`` ``(measurement, model, hardware, framework)``; the predicted metrics in ms."""
     num_prompts, shape = context
-    m, model, hardware = item
-    return predict(m, model, hardware, num_prompts, shape)
+    m, model, hardware, framework = item
+    return predict(m, model, hardware, num_prompts, shape, framework)
 
 
 def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None,
-                   scheduler=None):
+                   scheduler=None, framework_for=None):
     """Predict every point that has no skip reason on the runner (:func:`simllm.sim.runner.run_many`:
     ``workers`` threads by default, 0 = all cores; the kernels release the GIL).
     ``hardware_for(name)`` maps a point's hardware preset name to the config to simulate
-    (calibration's trial factors); default: the preset itself."""
+    (calibration's trial factors); default: the preset itself. ``framework_for(name)`` likewise maps
+    a point's framework name (:func:`framework_of`) to the profile to simulate; default: the shipped one."""
     hardware_for = hardware_for or (lambda name: name)
+    framework_for = framework_for or load_framework
     todo = [i for i, p in enumerate(points) if not p.reason]
-    items = [(points[i].measurement, points[i].model, hardware_for(points[i].hardware)) for i in todo]
+    items = [(points[i].measurement, points[i].model, hardware_for(points[i].hardware),
+              framework_for(framework_of(points[i].measurement))) for i in todo]
     outcomes = run_many(predict_point, (num_prompts, shape), items, executor, workers=workers or None,
                         scheduler=scheduler)
     out = list(points)
@@ -231,16 +254,17 @@ def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShap
 
 def peak_hardware(hardware):
     """``hardware`` at 100% of its datasheet peaks with no latencies and no kernel tables (whose
-    efficiencies are at most 1): the fastest it can be."""
+    efficiencies are at most 1): the fastest it can be (the framework's launch gap and frontend
+    time overridden to 0; :data:`NO_OVERHEAD` has no per-iteration overhead either)."""
     return replace(hardware, compute_utilization=1.0, bandwidth_utilization=1.0, interconnect_utilization=1.0,
-                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, frameworks=(),
-                   kernel_tables=())
+                   launch_overhead_us=0.0, interconnect_latency_us=0.0, frontend_latency_ms=0.0, kernel_tables=())
 
 
 def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None, scheduler=None):
     """``points`` with ``bound`` set: each metric simulated at the hardware's peaks."""
     peak = {name: peak_hardware(_preset("hardware", name)) for name in {p.hardware for p in points if not p.reason}}
-    done = predict_points(points, peak.get, num_prompts, shape, workers, executor=executor, scheduler=scheduler)
+    done = predict_points(points, peak.get, num_prompts, shape, workers, executor=executor, scheduler=scheduler,
+                          framework_for=lambda _name: NO_OVERHEAD)
     return [replace(p, bound=d.predicted) for p, d in zip(points, done)]
 
 

@@ -1,23 +1,29 @@
-"""``simllm calibrate``: fit a hardware profile's efficiency factors to measured results."""
+"""``simllm calibrate``: fit a hardware profile's efficiency factors and a framework profile's
+overheads to measured results."""
 import sys
 
 from simllm.calibration import fit as calibrate
-from simllm.calibration.fit import DEFAULT_FACTORS
+from simllm.calibration.fit import DEFAULT_FACTORS, describe_bound_hit
+from simllm.calibration.validate import framework_of
 from simllm.cli import common
+from simllm.config.framework import load_framework
 from simllm.config.hardware import load_hardware
 from simllm.config.serving import FRAMEWORKS
 from simllm.report import text as report
 
 
 def add_parser(sub):
-    cal = sub.add_parser("calibrate", help="fit a hardware profile's efficiency factors to measured results")
+    cal = sub.add_parser("calibrate", help="fit a hardware profile's efficiency factors and a framework profile's "
+                                           "overheads to measured results")
     common.add_measured(cal)
     cal.add_argument("--hardware", required=True, metavar="BASE",
                      help="the profile to calibrate (preset or YAML); measurements of other GPUs are left out")
-    cal.add_argument("--output", "-o", required=True, help="calibrated hardware YAML to write")
+    cal.add_argument("--output", "-o", required=True, help="calibrated hardware YAML to write (GPU factors)")
     cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
-                     help="fit this framework's measurements; vllm sets the profile's factors, the others "
-                          "its frameworks: entry (default vllm)")
+                     help="fit this framework's measurements, starting from its profile (default vllm)")
+    cal.add_argument("--framework-output", metavar="YAML",
+                     help="framework profile YAML to write the fitted framework quantities to (default: the "
+                          "profile itself, configs/frameworks/NAME.yaml); written only when some are fitted")
     cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=list(DEFAULT_FACTORS),
                      help=f"factors to fit (default all: {', '.join(DEFAULT_FACTORS)})")
     cal.add_argument("--max-iterations", type=common.positive_int, default=12, help="Levenberg-Marquardt iterations")
@@ -28,16 +34,18 @@ def cmd(args, out):
     base = load_hardware(args.hardware)
     points, shape = common.measured_points(args, args.hardware)
     wanted = {args.hardware, base.gpu}
-    points = [p for p in points if p.hardware in wanted
-              and (p.measurement.backend if p.measurement.backend in FRAMEWORKS else "vllm") == args.framework]
+    points = [p for p in points if p.hardware in wanted and framework_of(p.measurement) == args.framework]
     progress = None if args.format == "json" else (lambda line: print(f"simllm: {line}", file=sys.stderr))
-    fit = calibrate.calibrate(points, base, args.fit, args.max_iterations, shape, args.num_prompts, progress=progress)
-    path = calibrate.write_calibration(fit, args.output, args.framework)
+    fit = calibrate.calibrate(points, base, args.fit, args.max_iterations, shape, args.num_prompts, progress=progress,
+                              framework=load_framework(args.framework))
+    path, fw_path = calibrate.write_calibration(fit, args.output, args.framework_output)
     if args.format == "json":
-        out.write(report.to_json({"output": str(path), "framework": args.framework, "factors": fit.factors,
+        out.write(report.to_json({"output": str(path), "framework": args.framework,
+                                  "framework_output": str(fw_path) if fw_path else None, "factors": fit.factors,
+                                  "bound_hits": [describe_bound_hit(h) for h in fit.bound_hits],
                                   "initial": fit.initial, "fit_error": fit.fit_error, "loo_error": fit.loo_error,
                                   "fitted_on": calibrate.describe_points(fit.points),
                                   "iterations": fit.iterations, "evaluations": fit.evaluations}) + "\n")
     else:
-        out.write(report.format_calibration(fit, args.framework, path) + "\n")
+        out.write(report.format_calibration(fit, args.framework, path, fw_path) + "\n")
     return 0

@@ -85,8 +85,10 @@ def add_engine_args(p):
     p.add_argument("--max-num-seqs", type=positive_int, default=256, help="sequences per iteration (default 256)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=0,
                    help="tokens per iteration (default 8192; without chunked prefill max(max_model_len, 2048))")
-    p.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
-                   help="serving framework whose calibrated factors to apply, where the hardware profile has them")
+    p.add_argument("--framework", default="vllm", metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
+                   help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
+                        "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
+                        "(default vllm)")
 
 
 def add_workload_args(p, load=True):

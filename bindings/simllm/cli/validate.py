@@ -3,6 +3,7 @@ from dataclasses import replace
 
 from simllm.calibration import validate as accuracy
 from simllm.cli import common
+from simllm.config.framework import load_framework
 from simllm.config.hardware import FACTOR_KEYS, load_hardware
 from simllm.report import text as report
 from simllm.report.plots import plot_validation
@@ -14,6 +15,9 @@ def add_parser(sub):
     val.add_argument("--hardware", default="", help="hardware of measurements that do not name one (JSON results)")
     val.add_argument("--factors-from", metavar="PROFILE",
                      help="apply this calibrated profile's factors to every point's hardware (cross-system test)")
+    val.add_argument("--framework-profile", metavar="PROFILE",
+                     help="simulate every point with this framework profile (name or YAML, e.g. one simllm "
+                          "calibrate wrote) instead of its backend's shipped one")
     val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
     val.add_argument("--format", choices=("table", "json"), default="table")
     common.add_executor_args(val)
@@ -25,8 +29,13 @@ def cmd(args, out):
     run_on = common.executor(args)
     bounded = accuracy.with_bounds(points, args.num_prompts, shape, run_on["workers"] or 0,
                                    executor=run_on["executor"], scheduler=run_on["scheduler"])
+    framework_for = None
+    if args.framework_profile:
+        profile = load_framework(args.framework_profile)
+        framework_for = lambda _name: profile  # noqa: E731
     points = accuracy.predict_points(bounded, hardware_for, args.num_prompts, shape, run_on["workers"] or 0,
-                                     executor=run_on["executor"], scheduler=run_on["scheduler"])
+                                     executor=run_on["executor"], scheduler=run_on["scheduler"],
+                                     framework_for=framework_for)
     summary = accuracy.error_summary(points)
     by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
     if args.plot:
@@ -49,6 +58,6 @@ def _with_factors_of(profile):
     factors = {k: getattr(source, k) for k in FACTOR_KEYS}
 
     def hardware_for(name):
-        return replace(load_hardware(name), frameworks=source.frameworks, **factors)
+        return replace(load_hardware(name), **factors)
 
     return hardware_for

@@ -17,11 +17,14 @@ _KEYS = {
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
-    "frontend_latency_ms", "frameworks", "kernel_tables",
+    "frontend_latency_ms", "kernel_tables",
 }
-# The efficiency factors calibration fits; a ``frameworks`` entry may override any of them.
-FACTOR_KEYS = ("compute_utilization", "bandwidth_utilization", "launch_overhead_us", "interconnect_latency_us",
-               "interconnect_utilization", "frontend_latency_ms")
+# The GPU efficiency factors calibration fits into a hardware profile (the serving framework's
+# costs live in framework profiles: simllm.config.framework).
+FACTOR_KEYS = ("compute_utilization", "bandwidth_utilization", "interconnect_latency_us", "interconnect_utilization")
+# Serving-framework keys a user's hardware file may still set, as an explicit override of the
+# framework profile's value (None: the profile's).
+FRAMEWORK_OVERRIDE_KEYS = ("launch_overhead_us", "frontend_latency_ms")
 
 _INTERCONNECTS = ("nvlink", "pcie", "infinity-fabric", "none")
 
@@ -53,15 +56,11 @@ class HardwareConfig:
     interconnect_latency_us: float = DEFAULT_INTERCONNECT[2]
     interconnect_utilization: float = 0.8
     gpus_per_node: int = 8
-    launch_overhead_us: float = 2.0
+    # Overrides of the framework profile's per-kernel launch gap and per-request frontend time
+    # (simllm.config.framework); None, as in the shipped presets: the profile's.
+    launch_overhead_us: float = None
     runtime_overhead_gib: float = 1.0  # CUDA context, NCCL buffers, CUDA graphs
-    # Time from a client sending a request to the engine scheduling it, outside the GPU: HTTP,
-    # tokenization, the API server's hand-off. TTFT and end-to-end latency include it.
-    frontend_latency_ms: float = 0.0
-    # Per serving framework, factors that replace the ones above when simulating it (calibrated
-    # presets: what TensorRT-LLM or SGLang achieve where it differs from vLLM), as
-    # ((framework, ((key, value), ...)), ...).
-    frameworks: tuple = ()
+    frontend_latency_ms: float = None
     # Shape-aware efficiency tables per serving framework, ((framework, KernelTables), ...), read
     # from the folder the YAML's ``kernel_tables`` names; empty: the scalar factors above.
     kernel_tables: tuple = ()
@@ -98,33 +97,6 @@ class HardwareConfig:
                 return tables
         return None
 
-    def for_framework(self, framework):
-        """This profile with ``framework``'s calibrated factors, if it has any (else itself)."""
-        for name, factors in self.frameworks:
-            if name == framework:
-                return replace(self, **dict(factors))
-        return self
-
-
-def _factor(sec, key):
-    if key.endswith("_utilization"):
-        return sec.number(key, exclusive_minimum=0, maximum=1)
-    return sec.number(key, minimum=0)
-
-
-def _frameworks(sec):
-    if not sec.has("frameworks"):
-        return ()
-    top = sec.section("frameworks")
-    top.reject_unknown(set(FRAMEWORKS))
-    out = []
-    for name in FRAMEWORKS:
-        if top.has(name):
-            fw = top.section(name)
-            fw.reject_unknown(set(FACTOR_KEYS))
-            out.append((name, tuple((k, _factor(fw, k)) for k in FACTOR_KEYS if fw.has(k))))
-    return tuple(out)
-
 
 def _kernel_tables(sec, source):
     if not sec.has("kernel_tables"):
@@ -152,6 +124,9 @@ def hardware_from_dict(data, source="<dict>", *, with_tables=True):
     """
     top = Section(data, source)
     sec = top.section("hardware") if "hardware" in data else top
+    if "frameworks" in sec.data:
+        raise sec.error("frameworks", "{...}", "no frameworks: section; serving-framework costs live in framework "
+                        "profiles (configs/frameworks/NAME.yaml, chosen with --framework NAME or a path)")
     sec.reject_unknown(_KEYS)
     positive = {"exclusive_minimum": 0}
     fp16 = sec.number("fp16_tflops", **positive)
@@ -181,10 +156,9 @@ def hardware_from_dict(data, source="<dict>", *, with_tables=True):
         interconnect_latency_us=sec.number("interconnect_latency_us", DEFAULT_INTERCONNECT[2], minimum=0),
         interconnect_utilization=sec.number("interconnect_utilization", 0.8, **util),
         gpus_per_node=sec.positive_int("gpus_per_node", 8),
-        launch_overhead_us=sec.number("launch_overhead_us", 2.0, minimum=0),
+        launch_overhead_us=sec.number("launch_overhead_us", None, minimum=0),
         runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
-        frontend_latency_ms=sec.number("frontend_latency_ms", 0.0, minimum=0),
-        frameworks=_frameworks(sec),
+        frontend_latency_ms=sec.number("frontend_latency_ms", None, minimum=0),
         kernel_tables=_kernel_tables(sec, source) if with_tables else (),
         interconnect_given=given,
         source=source,

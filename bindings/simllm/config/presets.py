@@ -4,7 +4,7 @@ from pathlib import Path
 
 from simllm.errors import ConfigError
 
-KINDS = ("models", "hardware", "workloads")
+KINDS = ("models", "hardware", "workloads", "frameworks")
 
 
 def configs_dir():
@@ -20,7 +20,7 @@ def _key(name):
 
 
 def preset_names(kind):
-    """Sorted preset names of ``kind`` (``"models"``, ``"hardware"`` or ``"workloads"``)."""
+    """Sorted preset names of ``kind`` (``"models"``, ``"hardware"``, ``"workloads"`` or ``"frameworks"``)."""
     folder = configs_dir() / kind
     return sorted(p.stem for p in folder.glob("*.yaml"))
 

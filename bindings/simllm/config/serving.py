@@ -20,6 +20,11 @@ def _one_of(choices):
     return lambda v: v in choices
 
 
+def _framework_name(value):
+    """A shipped framework profile's name or a path to a profile YAML."""
+    return isinstance(value, str) and (value in FRAMEWORKS or value.endswith((".yaml", ".yml")))
+
+
 def _dtype(allowed):
     """A dtype name, normalised (``auto`` kept)."""
     def normalize(value, flag):
@@ -67,9 +72,11 @@ class ServingConfig:
     batch_max: int = setting(0, "--batch-max", _count(0), "a positive integer")
     data_parallel_size: int = setting(1, "--data-parallel-size", _count(1), "a positive integer")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
-    # Serving framework whose calibrated factors the hardware profile applies, when it has them
-    # (``frameworks`` in a calibrated preset); the scheduler simulated is vLLM's either way.
-    framework: str = setting("vllm", "--framework", _one_of(FRAMEWORKS), "one of " + ", ".join(FRAMEWORKS))
+    # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
+    # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the
+    # scheduler simulated is vLLM's either way.
+    framework: str = setting("vllm", "--framework", _framework_name,
+                             "one of " + ", ".join(FRAMEWORKS) + ", or a path to a framework profile YAML")
 
     def __post_init__(self):
         for f in fields(self):

@@ -4,6 +4,7 @@
 One row per measured point: model, system, backend, precision, mode, isl/osl, concurrency
 ``batch_size``, TP/PP/DP, mean TTFT and TPOT. Disaggregated rows describe their workers in
 ``prefill_*``/``decode_*`` columns instead, so their TP and batch size may be absent.
+``client_overhead_ms`` stays 0: the CSV does not say which client measured it nor what that adds.
 """
 import csv
 import math

@@ -26,7 +26,15 @@ SIMULATED = "simllm"
 @dataclass(frozen=True)
 class Measurement:
     """One measured serving point. Times in ms (``nan`` when not measured); ``concurrency`` is a
-    closed loop's clients (0 for an open loop at ``request_rate``)."""
+    closed loop's clients (0 for an open loop at ``request_rate``).
+
+    ``client_overhead_ms`` is what the benchmark client itself added to each request's TTFT and
+    end-to-end latency (its own HTTP stack, request building, stream parsing), beyond what the
+    server did: ``simllm validate`` and ``simllm calibrate`` add it to the prediction's TTFT and
+    E2E before comparing, so that it is not fitted into the GPU or framework profiles. 0 (the
+    default) when unknown; no importer sets it today, for want of a published figure for any
+    tool's client.
+    """
 
     source: str
     line: int
@@ -48,6 +56,7 @@ class Measurement:
     itl_ms: float = NAN
     e2el_ms: float = NAN
     output_throughput: float = NAN
+    client_overhead_ms: float = 0.0
 
     @property
     def where(self):

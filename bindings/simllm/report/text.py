@@ -2,7 +2,7 @@
 import json
 import math
 
-from simllm.calibration.fit import describe_points
+from simllm.calibration.fit import describe_bound_hit, describe_points
 from simllm.sim.results import percentile_key
 from simllm.text import fixed, table
 
@@ -154,17 +154,21 @@ def error_table(summary):
          f"{v['within_10pct']:.0%}", f"{v['within_20pct']:.0%}"] for k, v in summary.items()], "lrrrrr")
 
 
-def format_calibration(fit, framework, path):
-    """The ``simllm calibrate`` report: fitted factors next to the base's, fit and
-    leave-one-out errors."""
+def format_calibration(fit, framework, path, framework_path=None):
+    """The ``simllm calibrate`` report: fitted factors next to the base's (and the factors that
+    ended at a bound of their documented range), fit and leave-one-out errors."""
     rows = [[k, f"{fit.initial[k]:.4g}", f"{v:.4g}"] for k, v in fit.factors.items()]
+    hits = [f"  {describe_bound_hit(h)}" for h in fit.bound_hits]
+    if hits:
+        hits = ["", "At a bound (the data wants more than the documented range allows):", *hits]
+    wrote = [f"wrote {path}"] + ([f"wrote {framework_path}"] if framework_path else [])
     return "\n".join([
         f"simllm calibrate: {fit.base.name}, framework {framework}; fitted on {describe_points(fit.points)}",
         f"  {fit.iterations} iteration(s), {fit.evaluations} simulation passes",
-        "", table(["factor", "base", "fitted"], rows, "lrr"),
+        "", table(["factor", "base", "fitted"], rows, "lrr"), *hits,
         "", "Fit error (in sample):", error_table(fit.fit_error),
         "", "Leave-one-out error (PRESS, linearised at the fit):", error_table(fit.loo_error),
-        "", f"wrote {path}",
+        "", *wrote,
     ])
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simllm.config.hardware import FACTOR_KEYS, HardwareConfig, load_hardware
+from simllm.config.hardware import HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import SERVING_FLAGS, ServingConfig
 from simllm.config.workload import Workload
@@ -208,12 +208,6 @@ def _build(ctx, overrides, seed):
     wc = changes["workload"]
     if "burstiness" in wc and "arrival" not in wc and objs["workload"].arrival != "constant":
         wc["arrival"] = "gamma" if wc["burstiness"] != 1.0 else "poisson"
-    hc = changes["hardware"]
-    if hc and objs["hardware"].frameworks:
-        swept = set(hc) & set(FACTOR_KEYS)
-        if swept:  # a swept factor wins over the profile's per-framework value
-            hc["frameworks"] = tuple((name, tuple((k, v) for k, v in fs if k not in swept))
-                                     for name, fs in objs["hardware"].frameworks)
     for section, ch in changes.items():
         if ch:
             objs[section] = dataclasses.replace(objs[section], **ch)

@@ -209,7 +209,6 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         For invalid sizes or parallel layout; :class:`SimulatedOOM` when it does not fit.
     """
     serving = serving or ServingConfig()
-    hardware = hardware.for_framework(serving.framework)
     for flag, value in (("--batch-size", batch_size), ("--input-len", input_len), ("--output-len", output_len)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ConfigError("a positive integer", source=serving_mod.CLI, key=flag, value=value)

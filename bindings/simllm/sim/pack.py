@@ -2,16 +2,28 @@
 from simcore import CostParams
 from simllm.config import dtypes
 from simllm.config import serving as serving_mod
+from simllm.config.framework import load_framework
+from simllm.config.hardware import FRAMEWORK_OVERRIDE_KEYS
 from simllm.sim.efficiency import efficiency_array
 
 
-def pack_cost_params(model, hardware, serving, resolved=None):
+def framework_for(hardware, serving, framework=None):
+    """The :class:`FrameworkProfile` a run uses: ``framework`` (a profile, name or path) or
+    ``serving.framework``'s, with the hardware file's explicit ``launch_overhead_us`` and
+    ``frontend_latency_ms`` overrides (where it sets them) applied."""
+    profile = load_framework(framework if framework is not None else serving.framework)
+    overrides = {k: getattr(hardware, k) for k in FRAMEWORK_OVERRIDE_KEYS
+                 if getattr(hardware, k) is not None}
+    return profile.with_overrides(**overrides) if overrides else profile
+
+
+def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     """Per-GPU :class:`simcore.CostParams` for ``model`` on ``hardware`` under ``serving``.
 
     Tensor parallelism shards the attention heads, the FFN and expert widths and the vocabulary
     (embedding and LM head) across ``tensor_parallel_size`` GPUs; KV heads are replicated when
     there are fewer of them than GPUs; norms and the router are replicated. When the hardware
-    carries kernel tables for ``serving.framework``, ``eff`` holds them folded to this model's
+    carries kernel tables for the framework, ``eff`` holds them folded to this model's
     shapes (:mod:`simllm.sim.efficiency`).
 
     Parameters
@@ -21,7 +33,10 @@ def pack_cost_params(model, hardware, serving, resolved=None):
     serving : ServingConfig
     resolved : serving.Resolved, optional
         The result of ``serving.resolve``; computed when omitted.
+    framework : FrameworkProfile or str, optional
+        The serving framework's profile (default ``serving.framework``'s), see :func:`framework_for`.
     """
+    fw = framework_for(hardware, serving, framework)
     r = resolved or serving_mod.resolve(model, hardware, serving)
     tp = serving.tensor_parallel_size
     m = model.matrix_params()
@@ -85,12 +100,13 @@ def pack_cost_params(model, hardware, serving, resolved=None):
         mem_bw=hardware.memory_bandwidth_bytes_per_s,
         eff_compute=hardware.compute_utilization,
         eff_bw=hardware.bandwidth_utilization,
-        launch_s=hardware.launch_overhead_us * 1e-6,
+        launch_s=fw.launch_overhead_us * 1e-6,
         link_bw=hardware.interconnect_bandwidth_gbps * 1e9,
         eff_link=hardware.interconnect_utilization,
         link_latency_s=hardware.interconnect_latency_us * 1e-6,
+        iter_overhead_s=fw.iteration_overhead_us * 1e-6,
     )
-    tables = hardware.tables_for(serving.framework)
+    tables = hardware.tables_for(fw.name)
     if tables is None:
         return params
     return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if hardware.peak_flops(r.weight_dtype) > 0

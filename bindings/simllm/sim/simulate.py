@@ -17,7 +17,7 @@ from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
-from simllm.sim.pack import pack_cost_params
+from simllm.sim.pack import framework_for, pack_cost_params
 from simllm.sim.results import SimResult
 
 log = logging.getLogger("simllm")
@@ -100,7 +100,7 @@ def _run_reporting(params, e, lay, reqi, reqf, acc, progress, interval_s=0.1):
 
 
 def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
-             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None):
+             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None, framework=None):
     """Simulate serving ``workload`` with ``model`` on ``hardware``.
 
     Parameters
@@ -126,6 +126,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     progress : callable, optional
         Called as ``progress(ended, total)`` about ten times a second while the kernel runs (on
         another thread; it holds no GIL), and once at the end.
+    framework : FrameworkProfile or str, optional
+        The serving framework's profile (frontend time per request, CPU time per iteration,
+        launch gap per kernel); default: ``serving.framework``'s (configs/frameworks/NAME.yaml).
 
     Returns
     -------
@@ -138,9 +141,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     """
     serving = serving or ServingConfig()
     workload = workload or Workload()
-    hardware = hardware.for_framework(serving.framework)
+    fw = framework_for(hardware, serving, framework)
     resolved = serving_mod.resolve(model, hardware, serving)
-    params = pack_cost_params(model, hardware, serving, resolved)
+    params = pack_cost_params(model, hardware, serving, resolved, fw)
     memory = plan_memory(params, model, hardware, serving, resolved)
     check_workload(workload, model, resolved.max_model_len)
     if requests is None:
@@ -155,7 +158,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
 
     est_request_s = estimate_request_s(params, workload, requests)
-    frontend_s = hardware.frontend_latency_ms / 1e3
+    frontend_s = fw.frontend_latency_ms / 1e3
     e = EngineSettings(
         policy=_POLICY[serving.batching],
         chunked_prefill=serving.enable_chunked_prefill,
