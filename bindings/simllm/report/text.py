@@ -4,7 +4,7 @@ import math
 
 from simllm.calibration.fit import describe_points
 from simllm.sim.results import percentile_key
-from simllm.text import fixed, table
+from simllm.text import fixed, format_number, table
 
 
 def _step_table(step):
@@ -80,15 +80,35 @@ def to_json(obj):
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
-def _line(label, value, fmt="{:<40} {:<10}"):
-    return fmt.format(label, value)
+def band_range(band):
+    """``lo–hi`` of a :class:`simllm.calibration.bands.Band`, as table cells show numbers."""
+    return f"{format_number(band.lo)}–{format_number(band.hi)}"
 
 
-def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None):
+def domain_warning(reasons):
+    """The one line that says a case lies outside the calibrated domain ("" when inside)."""
+    if not reasons:
+        return ""
+    return "outside the calibrated domain, bands less reliable: " + "; ".join(reasons)
+
+
+def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None, bands=None,
+               calibration=()):
     """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
     followed by what simllm adds (utilisation, KV cache, errors) and ``diagnosis``, a section of
-    text (``simllm.analysis.diagnose.format_run_section``), if given."""
+    text (``simllm.analysis.diagnose.format_run_section``), if given.
+
+    ``bands`` ({summary key: Band}, :func:`simllm.calibration.bands.summary_bands`) puts each
+    headline figure's error band beside it; ``calibration`` (the domain reasons) adds the line
+    that says the run lies outside what was calibrated."""
     s = result.summary
+    bands = bands or {}
+
+    def _line(label, value, key=None):
+        text = f"{label:<40} {value:<10}"
+        band = bands.get(key)
+        return f"{text} {band.coverage:.0%} band {band_range(band)}" if band else text
+
     out = [f"{' ' + title + ' ':=^50}"]
     out.append(_line("Successful requests:", s["completed"]))
     out.append(_line("Failed requests:", s["failed"]))
@@ -97,11 +117,11 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Benchmark duration (s):", f"{s['duration']:.2f}"))
     out.append(_line("Total input tokens:", s["total_input_tokens"]))
     out.append(_line("Total generated tokens:", s["total_output_tokens"]))
-    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}"))
+    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}", "request_throughput"))
     if "request_goodput" in s:
         out.append(_line("Request goodput (req/s):", f"{s['request_goodput']:.2f}"))
-    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}"))
-    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}"))
+    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}", "output_throughput"))
+    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}", "total_token_throughput"))
     for name, header, label in (
         ("ttft", "Time to First Token", "TTFT"),
         ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
@@ -109,13 +129,20 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
         ("e2el", "End-to-end Latency", "E2EL"),
     ):
         out.append(f"{header:-^50}")
-        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}"))
-        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}"))
+        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}", f"mean_{name}_ms"))
+        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}", f"median_{name}_ms"))
         for p in percentiles:
             if p == 50:
                 continue  # the median, printed above
             key = percentile_key(p)
-            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}"))
+            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}", f"{key}_{name}_ms"))
+    if bands:
+        some = next(iter(bands.values()))
+        out.append(f"{'Error bands':-^50}")
+        out.append(f"{some.coverage:.0%} band: where the measured value lay, relative to the prediction, for "
+                   f"{some.coverage:.0%} of the {some.points} nearest calibrated cases (simllm validate's errors)")
+    if calibration:
+        out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
     out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
                      f"DP={s['data_parallel_size']})"))
