@@ -20,8 +20,9 @@ prediction of ``metric`` with :class:`Features` ``f``:
    a-quantile of ``r`` (numpy's linear interpolation) and ``c`` the coverage (0.8 by default).
 
 Percentiles (P99 TTFT, P99 TPOT) borrow the errors of the means, which is all the measurements
-record; the three throughputs share the closed-loop throughput's errors. Numpy only, O(record
-size) per band.
+record; the three throughputs share the closed-loop throughput's errors, and get no band in an
+open loop at a finite rate (its throughput is the arrival rate while the engine keeps up). Numpy
+only, O(record size) per band.
 
 Out of domain: :func:`domain_reasons` says why a case lies outside the record (a GPU, framework or
 model family with no point, or this model never with this framework on this GPU; lengths, load
@@ -200,7 +201,7 @@ def domain_reasons(features, record):
         out.append(f"{f.model} was never calibrated with {f.framework} on {f.gpu} (its band borrows from other "
                    "models, frameworks or GPUs)")
     for what, value, column, fmt in (("input length", f.isl, "isl", _tokens), ("output length", f.osl, "osl", _tokens),
-                                     ("load of", f.concurrency, "concurrency", lambda v: f"{v:g} concurrent requests"),
+                                     ("concurrency", f.concurrency, "concurrency", lambda v: f"{v:g}"),
                                      ("TP", f.tp, "tp", lambda v: f"{v:g}")):
         reason = _range_reason(what, value, record[column], fmt)
         if reason:
@@ -245,16 +246,28 @@ def error_band(features, metric, record=None, coverage=COVERAGE, *, value=1.0, k
                 int(idx.size), not reasons, reasons)
 
 
+def paced_by_arrivals(summary):
+    """True for an open loop at a finite rate: its throughput is the arrival rate while the
+    engine keeps up, not a prediction the closed-loop errors describe (no throughput band)."""
+    rate = summary.get("request_rate")
+    if summary.get("max_concurrency") or rate is None or isinstance(rate, str):
+        return False  # a closed loop, or everything sent at once ("inf")
+    return math.isfinite(float(rate))
+
+
 def summary_bands(summary, framework="vllm", record=None, coverage=COVERAGE, keys=HEADLINE, k=K):
     """Bands of the summary's headline figures: ``({key: Band}, reasons)``, the reasons empty
-    when the case lies inside the record's domain; ``({}, ())`` when nothing completed or a key
-    is missing or not a positive finite number."""
+    when the case lies inside the record's domain. A key gets no band when it is missing or not
+    a positive finite number, and throughputs none when :func:`paced_by_arrivals`; ``({}, ())``
+    when nothing completed."""
     record = load_record() if record is None else record
     features = features_of(summary, framework)
     if features is None:
         return {}, ()
     out = {}
     for key in keys:
+        if METRIC_OF.get(key) == "output_throughput" and paced_by_arrivals(summary):
+            continue
         v = summary.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             continue

@@ -92,6 +92,34 @@ def domain_warning(reasons):
     return "outside the calibrated domain, bands less reliable: " + "; ".join(reasons)
 
 
+#: The headline figures of compare's and optimize's band tables, with their column headers.
+BAND_COLUMNS = (("mean_ttft_ms", "TTFT mean (ms)"), ("p99_ttft_ms", "TTFT P99 (ms)"), ("mean_tpot_ms", "TPOT mean (ms)"),
+                ("p99_tpot_ms", "TPOT P99 (ms)"), ("output_throughput", "output (tok/s)"))
+
+
+def format_band_table(rows, first="configuration"):
+    """The error bands of several configurations: ``rows`` of ``(label, {key: Band}, reasons)``
+    (:func:`simllm.calibration.bands.summary_bands`), one table line each, then one line per set
+    of reasons why configurations lie outside the calibrated domain ("all: ..." when every one
+    shares them); "" when no row has a band."""
+    coverage = next((b.coverage for _, bands, _ in rows for b in bands.values()), None)
+    if coverage is None:
+        return ""
+    body = [[label] + [band_range(bands[key]) if key in bands else "-" for key, _ in BAND_COLUMNS]
+            for label, bands, _ in rows if bands]
+    out = [f"{coverage:.0%} error bands (where the measured value lay, relative to the prediction, for {coverage:.0%} "
+           "of the nearest calibrated cases):",
+           table([first] + [h for _, h in BAND_COLUMNS], body, "l" + "r" * len(BAND_COLUMNS))]
+    groups = {}  # the same reasons are said once, for all the configurations they apply to
+    for label, _, reasons in rows:
+        if reasons:
+            groups.setdefault(reasons, []).append(label)
+    for reasons, labels in groups.items():
+        who = "all" if len(labels) == len(rows) > 1 else ", ".join(labels)
+        out.append(f"{who}: {domain_warning(reasons)}")
+    return "\n".join(out)
+
+
 def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None, bands=None,
                calibration=()):
     """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
@@ -140,7 +168,7 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
         some = next(iter(bands.values()))
         out.append(f"{'Error bands':-^50}")
         out.append(f"{some.coverage:.0%} band: where the measured value lay, relative to the prediction, for "
-                   f"{some.coverage:.0%} of the {some.points} nearest calibrated cases (simllm validate's errors)")
+                   f"{some.coverage:.0%} of the {some.points} nearest calibrated cases")
     if calibration:
         out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
