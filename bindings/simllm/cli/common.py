@@ -7,6 +7,8 @@ import re
 from dataclasses import replace
 
 from simllm.calibration import validate as accuracy
+from simllm.calibration.bands import summary_bands
+from simllm.calibration.record import load_record
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
@@ -252,3 +254,35 @@ def executor(args):
                           key="--executor", value=args.executor)
     kind = args.executor or ("dask" if args.scheduler else None)
     return {"executor": kind, "workers": args.workers, "scheduler": args.scheduler}
+
+
+def add_band_args(g):
+    """The error-band flags of run, compare and optimize (output group ``g``)."""
+    g.add_argument("--no-error-band", action="store_true",
+                   help="leave out the error bands (from the validation errors of the nearest calibrated cases) and "
+                        "the out-of-calibration warnings")
+    g.add_argument("--accuracy-record", metavar="FILE.json",
+                   help="the accuracy record the bands come from (default: the shipped configs/accuracy.json; "
+                        "simllm validate --write-accuracy makes one)")
+
+
+def band_record(args):
+    """The accuracy record for --accuracy-record (the shipped one by default), or None with
+    --no-error-band."""
+    return None if args.no_error_band else load_record(args.accuracy_record)
+
+
+def bands_of(summary, framework, record):
+    """``({key: Band}, domain reasons)`` of a summary's headline figures; nothing when
+    ``record`` is None (--no-error-band) or the summary is None (a configuration that did not run)."""
+    if record is None or summary is None:
+        return {}, ()
+    return summary_bands(summary, framework, record)
+
+
+def band_json(bands, reasons):
+    """The JSON keys a result gains: ``error_band`` ({key: [lo, hi]}), ``error_band_coverage``
+    and ``calibration_warnings``."""
+    coverage = next(iter(bands.values())).coverage if bands else None
+    return {"error_band": {key: [b.lo, b.hi] for key, b in bands.items()}, "error_band_coverage": coverage,
+            "calibration_warnings": list(reasons)}

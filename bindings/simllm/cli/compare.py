@@ -26,6 +26,7 @@ def add_parser(sub):
     cout.add_argument("--output", "-o", metavar="FILE", help="also write the comparison to FILE.json, .csv or .txt")
     cout.add_argument("--plot", metavar="DIR",
                       help="write bar charts of output tok/s per GPU, mean TTFT and mean TPOT here (needs simllm[plot])")
+    common.add_band_args(cout)
 
 
 def cmd(args, out):
@@ -34,16 +35,25 @@ def cmd(args, out):
     percentiles = common.percentiles(args.metric_percentiles)
     if args.output:
         cmp.check_save_path(args.output)  # a bad name fails before simulating
+    record = common.band_record(args)
     comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
                              percentiles=percentiles, goodput=parse_goodput(args.goodput), **common.executor(args))
     if args.output:
         cmp.save_comparison(comparison, args.output)
     if args.plot:
         plot_compare(comparison, args.plot)
+    bands = [common.bands_of(c.summary, serving.framework, record) for c in comparison.columns]
     if args.format == "json":
-        out.write(report.to_json(cmp.comparison_to_dict(comparison)) + "\n")
+        data = cmp.comparison_to_dict(comparison)
+        if record is not None:
+            for column, (b, reasons) in zip(data["columns"], bands):
+                column.update(common.band_json(b, reasons))
+        out.write(report.to_json(data) + "\n")
     elif args.format == "csv":
         out.write(cmp.comparison_to_csv(comparison))
     else:
-        out.write(cmp.format_comparison(comparison, title=f"simllm compare: {workload.describe()}") + "\n")
+        text = cmp.format_comparison(comparison, title=f"simllm compare: {workload.describe()}")
+        band_text = report.format_band_table([(c.label, b, r) for c, (b, r) in zip(comparison.columns, bands)],
+                                             first="column")
+        out.write(text + ("\n\n" + band_text if band_text else "") + "\n")
     return 0

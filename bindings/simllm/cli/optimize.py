@@ -37,6 +37,7 @@ def add_parser(sub):
     oout.add_argument("--plot", metavar="DIR", help="write the frontier PNGs (per-user speed and P99 TTFT) here, the "
                                                     "answer marked (needs simllm[plot])")
     oout.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    common.add_band_args(oout)
 
 
 def cmd(args, out):
@@ -48,17 +49,31 @@ def cmd(args, out):
     if args.plot:
         require_matplotlib()  # fail before simulating when matplotlib is missing
     run_on = common.executor(args)
+    record = common.band_record(args)
     with Progress(sla.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
         result = sla.optimize(args.model, args.hardware, serving, workload, slos, over=over,
                               objective=args.objective, top=args.top, prices=prices, progress=bar,
                               executor=run_on["executor"], max_workers=run_on["workers"],
                               scheduler=run_on["scheduler"], chunk_size=args.chunk_size)
-    as_json = report.to_json(sla.optimize_to_dict(result)) + "\n"
+    shown = result.ranked[:result.top]  # the answer first
+    bands = [common.bands_of(c.summary, c.serving.framework, record) for c in shown]
+    data = sla.optimize_to_dict(result)
+    if record is not None:
+        for entry, (b, reasons) in zip(data["top"], bands):
+            entry.update(common.band_json(b, reasons))
+        if data["answer"] is not None:
+            data["answer"].update(common.band_json(*bands[0]))
+    as_json = report.to_json(data) + "\n"
     if args.output:
         write_output(args.output, as_json)
     if args.plot:
         rows, chosen = result.rows(), result.answer.index if result.answer else None
         plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
         plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")
-    out.write(as_json if args.format == "json" else sla.format_optimize(result) + "\n")
+    if args.format == "json":
+        out.write(as_json)
+    else:
+        band_text = report.format_band_table([(f"{i} {c.label}", b, r) for i, (c, (b, r)) in
+                                              enumerate(zip(shown, bands), 1)], first="rank configuration")
+        out.write(sla.format_optimize(result, after_top=band_text) + "\n")
     return 0 if result.answer else 1  # 1: no configuration meets the SLOs

@@ -33,6 +33,7 @@ def add_parser(sub):
     out.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     out.add_argument("--quiet", "-q", action="store_true", help="print one summary line")
     out.add_argument("--no-fast-forward", action="store_true", help="simulate every iteration one by one (checks)")
+    common.add_band_args(out)
 
 
 def cmd(args, out):
@@ -45,6 +46,7 @@ def cmd(args, out):
         raise ConfigError("--export-format needs --output FILE", source="command line")
     if args.output:
         exports.resolve_format(args.output, args.export_format)  # a bad name fails before simulating
+    record = None if args.quiet else common.band_record(args)  # a bad record fails before simulating
     keep_requests = bool(args.save_detailed or args.plot or args.export_format in ("guidellm", "requests"))
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= common.PROGRESS_MIN_REQUESTS and not args.quiet
@@ -58,13 +60,16 @@ def cmd(args, out):
         exports.export(result, args.output, args.export_format, detailed=bool(args.save_detailed))
     if args.plot:
         plot_run(result, args.plot)
+    bands, reasons = common.bands_of(result.summary, serving.framework, record)
     if args.quiet:
         out.write(report.format_run_line(result) + "\n")
     elif args.format == "json":
         for w in result.warnings:
             print(f"simllm: warning: {w}", file=sys.stderr)
-        out.write(report.to_json(result.to_dict()) + "\n")
+        extra = common.band_json(bands, reasons) if record is not None else {}
+        out.write(report.to_json({**result.to_dict(), **extra}) + "\n")
     else:
         diag = diagnose(result, model, hardware, serving, workload)
-        out.write(report.format_run(result, percentiles, diagnosis=format_run_section(diag)) + "\n")
+        out.write(report.format_run(result, percentiles, diagnosis=format_run_section(diag), bands=bands,
+                                    calibration=reasons) + "\n")
     return 0

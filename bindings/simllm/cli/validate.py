@@ -2,6 +2,7 @@
 from dataclasses import replace
 
 from simllm.calibration import validate as accuracy
+from simllm.calibration.record import build_record, write_record
 from simllm.cli import common
 from simllm.config.framework import load_framework
 from simllm.config.hardware import FACTOR_KEYS, load_hardware
@@ -20,6 +21,10 @@ def add_parser(sub):
                           "calibrate wrote) instead of its backend's shipped one")
     val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
     val.add_argument("--format", choices=("table", "json"), default="table")
+    val.add_argument("--write-accuracy", metavar="FILE.json",
+                     help="also write every predicted point's features and measured and predicted TTFT, TPOT and "
+                          "throughput, with provenance, to this accuracy record (what run/compare/optimize's error "
+                          "bands come from; the shipped one is configs/accuracy.json)")
     common.add_executor_args(val)
 
 
@@ -40,6 +45,11 @@ def cmd(args, out):
     by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
     if args.plot:
         plot_validation(points, args.plot)
+    if args.write_accuracy:
+        settings = {"filters": [f.pattern for f in args.filter], "min_length_ratio": args.min_length_ratio,
+                    "num_prompts": args.num_prompts, "factors_from": args.factors_from,
+                    "model_map": args.model_map or [], "hardware_map": args.hardware_map or []}
+        write_record(args.write_accuracy, build_record(points, args.measured, settings))
     if args.format == "json":
         rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware,
                  "backend": p.measurement.backend, "skipped": p.reason or None,

@@ -4,7 +4,7 @@ import math
 
 from simllm.calibration.fit import describe_bound_hit, describe_points
 from simllm.sim.results import percentile_key
-from simllm.text import fixed, table
+from simllm.text import fixed, format_number, table
 
 
 def _step_table(step):
@@ -80,15 +80,63 @@ def to_json(obj):
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
-def _line(label, value, fmt="{:<40} {:<10}"):
-    return fmt.format(label, value)
+def band_range(band):
+    """``lo–hi`` of a :class:`simllm.calibration.bands.Band`, as table cells show numbers."""
+    return f"{format_number(band.lo)}–{format_number(band.hi)}"
 
 
-def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None):
+def domain_warning(reasons):
+    """The one line that says a case lies outside the calibrated domain ("" when inside)."""
+    if not reasons:
+        return ""
+    return "outside the calibrated domain, bands less reliable: " + "; ".join(reasons)
+
+
+#: The headline figures of compare's and optimize's band tables, with their column headers.
+BAND_COLUMNS = (("mean_ttft_ms", "TTFT mean (ms)"), ("p99_ttft_ms", "TTFT P99 (ms)"), ("mean_tpot_ms", "TPOT mean (ms)"),
+                ("p99_tpot_ms", "TPOT P99 (ms)"), ("output_throughput", "output (tok/s)"))
+
+
+def format_band_table(rows, first="configuration"):
+    """The error bands of several configurations: ``rows`` of ``(label, {key: Band}, reasons)``
+    (:func:`simllm.calibration.bands.summary_bands`), one table line each, then one line per set
+    of reasons why configurations lie outside the calibrated domain ("all: ..." when every one
+    shares them); "" when no row has a band."""
+    coverage = next((b.coverage for _, bands, _ in rows for b in bands.values()), None)
+    if coverage is None:
+        return ""
+    body = [[label] + [band_range(bands[key]) if key in bands else "-" for key, _ in BAND_COLUMNS]
+            for label, bands, _ in rows if bands]
+    out = [f"{coverage:.0%} error bands (where the measured value lay, relative to the prediction, for {coverage:.0%} "
+           "of the nearest calibrated cases):",
+           table([first] + [h for _, h in BAND_COLUMNS], body, "l" + "r" * len(BAND_COLUMNS))]
+    groups = {}  # the same reasons are said once, for all the configurations they apply to
+    for label, _, reasons in rows:
+        if reasons:
+            groups.setdefault(reasons, []).append(label)
+    for reasons, labels in groups.items():
+        who = "all" if len(labels) == len(rows) > 1 else ", ".join(labels)
+        out.append(f"{who}: {domain_warning(reasons)}")
+    return "\n".join(out)
+
+
+def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Result", diagnosis=None, bands=None,
+               calibration=()):
     """The human-readable report of a simulation, laid out as ``vllm bench serve`` prints it,
     followed by what simllm adds (utilisation, KV cache, errors) and ``diagnosis``, a section of
-    text (``simllm.analysis.diagnose.format_run_section``), if given."""
+    text (``simllm.analysis.diagnose.format_run_section``), if given.
+
+    ``bands`` ({summary key: Band}, :func:`simllm.calibration.bands.summary_bands`) puts each
+    headline figure's error band beside it; ``calibration`` (the domain reasons) adds the line
+    that says the run lies outside what was calibrated."""
     s = result.summary
+    bands = bands or {}
+
+    def _line(label, value, key=None):
+        text = f"{label:<40} {value:<10}"
+        band = bands.get(key)
+        return f"{text} {band.coverage:.0%} band {band_range(band)}" if band else text
+
     out = [f"{' ' + title + ' ':=^50}"]
     out.append(_line("Successful requests:", s["completed"]))
     out.append(_line("Failed requests:", s["failed"]))
@@ -97,11 +145,11 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Benchmark duration (s):", f"{s['duration']:.2f}"))
     out.append(_line("Total input tokens:", s["total_input_tokens"]))
     out.append(_line("Total generated tokens:", s["total_output_tokens"]))
-    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}"))
+    out.append(_line("Request throughput (req/s):", f"{s['request_throughput']:.2f}", "request_throughput"))
     if "request_goodput" in s:
         out.append(_line("Request goodput (req/s):", f"{s['request_goodput']:.2f}"))
-    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}"))
-    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}"))
+    out.append(_line("Output token throughput (tok/s):", f"{s['output_throughput']:.2f}", "output_throughput"))
+    out.append(_line("Total Token throughput (tok/s):", f"{s['total_token_throughput']:.2f}", "total_token_throughput"))
     for name, header, label in (
         ("ttft", "Time to First Token", "TTFT"),
         ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
@@ -109,13 +157,20 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
         ("e2el", "End-to-end Latency", "E2EL"),
     ):
         out.append(f"{header:-^50}")
-        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}"))
-        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}"))
+        out.append(_line(f"Mean {label} (ms):", f"{s[f'mean_{name}_ms']:.2f}", f"mean_{name}_ms"))
+        out.append(_line(f"Median {label} (ms):", f"{s[f'median_{name}_ms']:.2f}", f"median_{name}_ms"))
         for p in percentiles:
             if p == 50:
                 continue  # the median, printed above
             key = percentile_key(p)
-            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}"))
+            out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}", f"{key}_{name}_ms"))
+    if bands:
+        some = next(iter(bands.values()))
+        out.append(f"{'Error bands':-^50}")
+        out.append(f"{some.coverage:.0%} band: where the measured value lay, relative to the prediction, for "
+                   f"{some.coverage:.0%} of the {some.points} nearest calibrated cases")
+    if calibration:
+        out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
     out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
                      f"DP={s['data_parallel_size']})"))

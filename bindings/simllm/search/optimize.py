@@ -536,10 +536,10 @@ def _why(result):
     return "; ".join(text)
 
 
-def format_optimize(result, max_rejected=20):
+def format_optimize(result, max_rejected=20, after_top=""):
     """The search as text: the answer with its metrics, why, and how to re-run it; the top
-    feasible configurations; the rejected ones counted by reason (and listed, up to
-    ``max_rejected``)."""
+    feasible configurations (followed by ``after_top``, a section of text such as their error
+    bands); the rejected ones counted by reason (and listed, up to ``max_rejected``)."""
 
     slos = ", ".join(s.text for s in result.slos) or "(none)"
     n = len(result.candidates)
@@ -572,6 +572,8 @@ def format_optimize(result, max_rejected=20):
                          format_number(per_user_speed(s)), format_number(s.get("p99_ttft_ms")), format_number(s.get("p99_tpot_ms"))]
                         + ([format_number(c.cost_per_million_tokens, 3)] if cost else []))
         out += ["", f"top {len(shown)} meeting the SLOs:", table(headers, rows, "rlr" + "r" * (len(headers) - 3))]
+    if after_top:
+        out += ["", after_top]
     rejected = result.rejected
     if rejected:
         counts = ", ".join(f"{STATUSES[k]}: {v}" for k, v in by_status.items())
