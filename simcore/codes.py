@@ -71,10 +71,11 @@ UNIT_ATTN = 1  # tensor cores at the activation dtype's rate
 UNIT_VECTOR = 2  # elementwise / reductions on the vector units
 UNIT_LINK = 3  # interconnect (collectives)
 
-# Shape-aware efficiency (``CostParams.eff``): the achieved fraction of the roofline
-# ``max(flops / peak, bytes / bandwidth)`` by operator shape, fitted from measured kernel
-# latencies and interpolated linearly over log2 of each axis (clamped at both ends). One float64
-# array; each table starts at its ``EFF_*`` offset.
+# Shape-aware costs (``CostParams.eff``), fitted from measured kernel latencies. One float64 array;
+# each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at
+# M = 2**i rows, interpolated linearly in M (and proportionally beyond the last point); the other
+# tables hold the achieved fraction of the roofline ``max(flops / peak, bytes / bandwidth)``,
+# interpolated linearly over log2 of each axis and clamped at both ends.
 EFF_M_POINTS = 18  # GEMM rows M (tokens; the LM head's emitting rows): 2**0 .. 2**17
 EFF_LINK_LOG2_MIN = 7  # collectives: bytes each GPU sends (bus bytes), 2**7 ...
 EFF_LINK_POINTS = 24  # ... 2**30
@@ -82,8 +83,8 @@ EFF_PF_LOG2_MIN = 20  # prefill attention: FLOPs of one layer, 2**20 ...
 EFF_PF_POINTS = 28  # ... 2**47
 EFF_CTX_POINTS = 18  # attention: mean keys per query (context), 2**0 .. 2**17
 EFF_DEC_POINTS = 24  # decode attention: rows x KV heads, 2**0 .. 2**23
-EFF_GEMM = 0  # N_OPS rows of EFF_M_POINTS: one curve over M per weight GEMM (the rest unused)
-EFF_LINK = EFF_GEMM + N_OPS * EFF_M_POINTS  # one curve over log2 bus bytes at this TP degree
+EFF_GEMM_S = 0  # N_OPS rows of EFF_M_POINTS: seconds over M per weight GEMM (the rest unused)
+EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # one curve over log2 bus bytes at this TP degree
 EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
 EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side
 EFF_SIZE = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS

@@ -19,8 +19,9 @@ With shape-aware tables (``p.eff`` not empty, see ``codes.EFF_*``) the measured 
 their efficiency from the shape instead, as a fraction of the datasheet roofline that already
 holds the kernel's fixed latency (no launch or collective latency is added on top):
 
-- weight GEMMs: ``max(flops / peak, bytes / bw) / eff(op, M)``, one curve over the rows M per
-  operator (its N, K and dtype were folded in when the parameters were packed);
+- weight GEMMs: seconds per instance read off one curve over the rows M per operator, which
+  packing computed as ``max(flops / peak, bytes / bw) / eff(M, N, K, dtype)`` at M = 2**i for the
+  model's N, K and dtype (made non-decreasing in M) and the kernel interpolates linearly in M;
 - attention: ``max(flops / (peak * eff_prefill(flops, ctx)), bytes / (bw * eff_decode(rows x
   kv_heads, ctx)))`` with ``ctx`` the mean keys per query (prefill side) or per emitting row
   (decode side): long prefills sit on the compute side, decode batches on the memory side;
@@ -41,7 +42,7 @@ from simcore.codes import (
     EFF_CTX_POINTS,
     EFF_DEC_POINTS,
     EFF_DECODE,
-    EFF_GEMM,
+    EFF_GEMM_S,
     EFF_LINK,
     EFF_LINK_LOG2_MIN,
     EFF_LINK_POINTS,
@@ -273,6 +274,20 @@ def lerp_nb(tab, off, i, f):
 
 
 @jit_inline
+def gemm_seconds_nb(tab, op, rows):
+    """Seconds of one instance of weight GEMM ``op`` over ``rows`` rows: linear in M between
+    the curve's points at M = 2**i, proportional to M beyond the last one."""
+    off = EFF_GEMM_S + op * EFF_M_POINTS
+    if rows <= 1.0:
+        return tab[off]
+    m, e = math.frexp(rows)  # rows = m * 2**e, 0.5 <= m < 1: between 2**(e-1) and 2**e
+    i = e - 1
+    if i >= EFF_M_POINTS - 1:
+        return tab[off + EFF_M_POINTS - 1] * (rows / 2.0 ** (EFF_M_POINTS - 1))
+    return lerp_nb(tab, off, i, 2.0 * m - 1.0)
+
+
+@jit_inline
 def interp1_nb(tab, off, n, x):
     """Linear interpolation of the curve ``tab[off:off + n]`` at grid coordinate ``x``, clamped to
     its ends."""
@@ -311,13 +326,10 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
         e = interp1_nb(p.eff, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN)
         return nbytes / (p.link_bw * e), BOUND_COMM
     if unit == UNIT_GEMM:
-        rows = n_emit if op == OP_LM_HEAD else n_tokens
-        e = interp1_nb(p.eff, EFF_GEMM + op * EFF_M_POINTS, EFF_M_POINTS, log2_nb(rows))
-        t_compute = flops / p.gemm_flops
-        t_memory = nbytes / p.mem_bw
-        if t_compute > t_memory:
-            return t_compute / e, BOUND_COMPUTE
-        return t_memory / e, BOUND_MEMORY
+        seconds = gemm_seconds_nb(p.eff, op, n_emit if op == OP_LM_HEAD else n_tokens)
+        if flops / p.gemm_flops > nbytes / p.mem_bw:
+            return seconds, BOUND_COMPUTE
+        return seconds, BOUND_MEMORY
     if unit == UNIT_ATTN:
         return shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     return op_time_nb(p, flops, nbytes, unit)
@@ -360,14 +372,12 @@ def _op_runs_nb(op, n_tokens, n_emit):
 
 @jit_inline
 def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`iteration_totals_nb` with the tables: the GEMM curves' grid position is found once
-    per iteration (all weight GEMMs share the row count; the LM head uses the emitting rows)."""
+    """:func:`iteration_totals_nb` with the tables (same times as :func:`shaped_time_nb`, the
+    elementwise divisions hoisted)."""
     total = 0.0
     total_flops = 0.0
     total_bytes = 0.0
     tab = p.eff
-    it, ft = grid_pos_nb(log2_nb(n_tokens), EFF_M_POINTS)
-    ie, fe = grid_pos_nb(log2_nb(n_emit), EFF_M_POINTS)
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
     per_byte = 1.0 / (p.mem_bw * p.eff_bw)
     for op in range(N_OPS):
@@ -376,11 +386,7 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_GEMM:
-            if op == OP_LM_HEAD:
-                e = lerp_nb(tab, EFF_GEMM + op * EFF_M_POINTS, ie, fe)
-            else:
-                e = lerp_nb(tab, EFF_GEMM + op * EFF_M_POINTS, it, ft)
-            seconds = max(flops / p.gemm_flops, nbytes / p.mem_bw) / e
+            seconds = gemm_seconds_nb(tab, op, n_emit if op == OP_LM_HEAD else n_tokens)
         elif unit == UNIT_ATTN:
             seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         elif unit == UNIT_LINK:
@@ -391,7 +397,7 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         total_flops += count * flops
         if unit != UNIT_LINK:
             total_bytes += count * nbytes
-    return total, total_flops, total_bytes
+    return total + p.iter_overhead_s, total_flops, total_bytes
 
 
 @jit

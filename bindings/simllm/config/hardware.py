@@ -62,7 +62,8 @@ class HardwareConfig:
     runtime_overhead_gib: float = 1.0  # CUDA context, NCCL buffers, CUDA graphs
     frontend_latency_ms: float = None
     # Shape-aware efficiency tables per serving framework, ((framework, KernelTables), ...), read
-    # from the folder the YAML's ``kernel_tables`` names; empty: the scalar factors above.
+    # from the folder the YAML's ``kernel_tables`` names: a shipped set by name (configs/kernels/
+    # NAME) or a folder path, relative to the YAML file; empty: the scalar factors above.
     kernel_tables: tuple = ()
     interconnect_given: bool = True
     source: str = "<dict>"
@@ -101,8 +102,12 @@ class HardwareConfig:
 def _kernel_tables(sec, source):
     if not sec.has("kernel_tables"):
         return ()
-    folder = Path(sec.string("kernel_tables"))
-    if not folder.is_absolute():
+    value = sec.string("kernel_tables")
+    folder = Path(value)
+    shipped = presets.configs_dir() / "kernels" / value
+    if "/" not in value and "\\" not in value and shipped.is_dir():
+        folder = shipped  # a shipped table set by name (``kernel_tables: h100-sxm``)
+    elif not folder.is_absolute():
         folder = Path(source).parent / folder
     try:
         found = kernel_tables_mod.load_table_folder(folder, FRAMEWORKS)

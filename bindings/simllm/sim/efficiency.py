@@ -2,16 +2,19 @@
 (``CostParams.eff``, laid out by ``simcore.codes.EFF_*``).
 
 A GEMM's N, K and dtype are fixed by the model, its tensor-parallel sharding and the weight dtype,
-so each weight GEMM's 3-D table collapses here, once, to a curve over its rows M: the kernel then
-interpolates one curve per operator and an iteration stays O(1). MoE expert GEMMs take the
-efficiency at the tokens each hit expert receives (``tokens x experts_per_token / experts hit``),
-the grouped GEMM's per-expert M. The attention tables and the all-reduce curve of this TP degree
-are copied as they are.
+so each weight GEMM's 3-D table collapses here, once, to its seconds at M = 2**i rows (the cost
+kernel's own FLOPs and bytes over the roofline, divided by the table's efficiency): the kernel then
+interpolates one curve per operator and an iteration stays O(1). A curve is made non-decreasing in
+M (a larger batch never runs faster: engines pad to the captured size that is fast), and linear
+interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
+tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
+per-expert M. The attention tables and the all-reduce curve of this TP degree are copied as they
+are.
 """
 import numpy as np
 
 from simcore import codes
-from simcore.cost import experts_hit_nb
+from simcore.cost import experts_hit_nb, op_cost_nb, op_count_nb
 from simllm.config import kernels as kt
 
 
@@ -33,7 +36,8 @@ def _gemm_shapes(p):
 
 
 def efficiency_array(tables, p, weight_dtype):
-    """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p``.
+    """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM blocks in
+    seconds, the rest efficiencies in ``[EFF_FLOOR, 1]``).
 
     Parameters
     ----------
@@ -55,11 +59,17 @@ def efficiency_array(tables, p, weight_dtype):
         if op in (codes.OP_MOE_UP, codes.OP_MOE_DOWN) and p.n_experts > 0:
             hit = np.array([experts_hit_nb(p.n_experts, p.experts_per_token, t) for t in rows])
             m = np.maximum(rows * p.experts_per_token / np.maximum(hit, 1.0), 1.0)
-        start = codes.EFF_GEMM + op * codes.EFF_M_POINTS
-        eff[start:start + codes.EFF_M_POINTS] = kt.gemm_efficiency(weights if in_weight_dtype else acts, m, n, k)
+        if op_count_nb(p, op) == 0:
+            continue
+        e = kt.gemm_efficiency(weights if in_weight_dtype else acts, m, n, k)
+        seconds = np.empty(codes.EFF_M_POINTS)
+        for i, t in enumerate(rows):
+            flops, nbytes, _ = op_cost_nb(p, op, t, t, t, t)
+            seconds[i] = max(flops / p.gemm_flops, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
+        start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
+        eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
     eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = tables.allreduce_curve(p.tp)
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
     eff[codes.EFF_DECODE:codes.EFF_SIZE] = tables.attention_decode.reshape(-1)
-    np.clip(eff, codes.EFF_FLOOR, 1.0, out=eff)
     eff.flags.writeable = False
     return eff
