@@ -165,6 +165,10 @@ RF_FINISH = 3  # finish, rejection or time-out time; before that, in a closed lo
 #               time the request may be sent (0, or its open-loop time under a rate limit)
 RF_LAST_EMIT = 4  # time of the last token emitted
 N_RF = 5
+# Closed loop: before a request is sent, RF_LAST_EMIT's column holds its client's delay, the
+# time between the client's previous request ending and this send (seconds; <= 0: none). It is
+# read once, when the request is sent, and set back to -1.
+RF_CLIENT_DELAY = RF_LAST_EMIT
 
 # Slots of the decode-run coefficients kept per batch size in the accumulator (at
 # Layout.off_memo + batch size * N_MEMO; NaN until computed): an iteration of the run takes
@@ -193,7 +197,8 @@ COHORT_CONTEXT_SUM = 9  # sum of the members' computed tokens
 COHORT_NEXT_DONE = 10  # advance count at which the first member completes (NEVER if none)
 COHORT_JOINERS = 11  # members that joined since the last advance (listed in row SCHED_JOINER)
 PREFILLING_COUNT = 12  # running requests outside the cohort (listed in row SCHED_PREFILLING)
-N_WORKSPACE_SLOTS = 13
+COHORT_MEASURED = 13  # members past the warm-up (EngineSettings.warmup): their tokens' ITLs count
+N_WORKSPACE_SLOTS = 14
 NEVER = 1 << 62  # an advance count no run reaches
 
 # Rows of the workspace's schedule (Layout.off_sched, Layout.sched_cap entries each).
@@ -207,4 +212,5 @@ N_SCHED_ROWS = 4
 # GLOBAL_ENDED while the kernel runs.
 GLOBAL_ENDED = 0  # requests finished, rejected or timed out
 GLOBAL_NEXT_SEND = 1  # closed loop: next request to hand to a free client
-N_GLOBALS = 2
+GLOBAL_NEXT_ARRIVAL = 2  # next request to reach the engine (those before it have arrived)
+N_GLOBALS = 3

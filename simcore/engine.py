@@ -25,6 +25,7 @@ from simcore.codes import (
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
     GLOBAL_ENDED,
+    GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
     NEVER,
     N_GLOBALS,
@@ -66,7 +67,7 @@ from simcore.cost import iteration_totals_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
-from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     blocks_for_nb,
     enqueue_nb,
@@ -141,7 +142,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             else:
-                record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
+                record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + 1
             win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
@@ -257,8 +258,11 @@ def simulate_nb(p, e, lay, reqi, reqf, acc):
         ``RI_GENERATED``, ``RI_PREEMPTIONS``, ``RI_STATUS``, ``RI_REPLICA``.
     reqf : ndarray of float64, shape (n, N_RF)
         Per-request times (columns ``RF_*``). In: ``RF_ARRIVAL`` non-decreasing (closed loop: the
-        first ``n_clients`` set, the rest ``inf``, filled in as clients free up); ``RF_FINISH`` the
-        closed loop's ready times (0, or open-loop times under a rate limit) or -1; the others -1. Out: first scheduled, first token and finish times.
+        first ``n_clients`` set, the rest ``inf``, filled in as clients free up, in send-time order:
+        see ``scheduler.client_next_nb``); ``RF_FINISH`` the closed loop's ready times (0, or
+        open-loop times under a rate limit) or -1; ``RF_CLIENT_DELAY`` (``RF_LAST_EMIT``'s
+        column) the closed loop's client delays (<= 0: none); the others -1. Out: first
+        scheduled, first token and finish times.
     acc : ndarray of float64, shape (n_replicas, lay.acc_len)
         Per replica, zeroed: the ``STAT_*`` totals, then (at the offsets in ``lay``) the batch-size
         histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of
@@ -295,9 +299,10 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
         acc[k, clk + CLOCK_DEADLINE] = np.inf
         acc[k, STAT_MIN_FREE_BLOCKS] = pool
     ws0, acc0 = ws[0], acc[0]
-    nxt = 0  # next request to arrive (requests arrive in index order)
+    glob[GLOBAL_NEXT_ARRIVAL] = 0  # requests arrive in index order
     routed = 0
     while glob[GLOBAL_ENDED] < n:
+        nxt = glob[GLOBAL_NEXT_ARRIVAL]
         a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
         best = -1
         t_best = np.inf
@@ -309,7 +314,7 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
             if a == np.inf:
                 break  # nothing left that can arrive
             r = nxt
-            nxt += 1
+            glob[GLOBAL_NEXT_ARRIVAL] = nxt + 1
             win_add_nb(lay, acc0, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
             tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
             if tokens > e.max_model_len or (

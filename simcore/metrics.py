@@ -56,6 +56,21 @@ def record_itl_nb(e, lay, acc, itl, weight):
 
 
 @jit_inline
+def measured_nb(e, r):
+    """The warm-up rule: request ``r``'s tokens count in the statistics unless it is one of the
+    first ``e.warmup`` requests sent."""
+    return r >= e.warmup
+
+
+@jit_inline
+def record_request_itl_nb(e, lay, acc, r, itl):
+    """Request ``r`` emitted a token ``itl`` seconds after its last one (counted unless ``r`` is
+    a warm-up request)."""
+    if measured_nb(e, r):
+        record_itl_nb(e, lay, acc, itl, 1.0)
+
+
+@jit_inline
 def window_of_nb(e, lay, t):
     """Row of the time series that time ``t`` falls in (the last row takes all later times)."""
     last = lay.n_windows - 1

@@ -98,3 +98,4 @@ class EngineSettings(NamedTuple):
     n_replicas: int = 1  # data-parallel engine replicas
     frontend_s: float = 0.0  # a request reaches the engine this long after its client sends it
     router: int = 0  # ROUTER_* code
+    warmup: int = 0  # requests 0..warmup-1 are a warm-up: their inter-token latencies are not recorded

@@ -20,12 +20,14 @@ from simcore._jit import jit, jit_inline
 from simcore.codes import (
     FREE_BLOCKS,
     GLOBAL_ENDED,
+    GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
     PREEMPTED_COUNT,
     QUEUE_ENTRIES,
     QUEUE_HEAD,
     QUEUE_WAITING,
     RF_ARRIVAL,
+    RF_CLIENT_DELAY,
     RF_FINISH,
     RF_FIRST_SCHED,
     RI_BLOCKS,
@@ -94,12 +96,28 @@ def enqueue_nb(lay, reqi, ws, r):
 @jit_inline
 def client_next_nb(e, t, reqf, glob):
     """Closed loop: the client whose request ended at ``t`` sends the next request, once that
-    request is ready (its open-loop time under a rate limit, else at once); the engine sees it
-    ``e.frontend_s`` later."""
+    request is ready (its open-loop time under a rate limit, else at once) and the client's own
+    delay (``RF_CLIENT_DELAY``, drawn by the caller; none when <= 0) has passed; the engine sees it
+    ``e.frontend_s`` later.
+
+    Requests reach the engine in index order, so a send that overtakes requests sent before it
+    but not yet arrived (a longer delay, or another replica's earlier end) takes the first of
+    their arrival slots and shifts theirs back: row k holds the k-th arrival. The requests of a
+    closed loop are drawn alike, so which row gets which slot changes no statistic."""
     if e.n_clients > 0 and glob[GLOBAL_NEXT_SEND] < reqf.shape[0]:
         i = glob[GLOBAL_NEXT_SEND]
         ready = reqf[i, RF_FINISH]  # holds the ready time until the request ends
-        reqf[i, RF_ARRIVAL] = (t if t > ready else ready) + e.frontend_s
+        s = t if t > ready else ready
+        delay = reqf[i, RF_CLIENT_DELAY]
+        if delay > 0.0:
+            s += delay
+        reqf[i, RF_CLIENT_DELAY] = -1.0  # the column's own meaning from now on
+        s += e.frontend_s
+        j = i
+        while j > glob[GLOBAL_NEXT_ARRIVAL] and reqf[j - 1, RF_ARRIVAL] > s:
+            reqf[j, RF_ARRIVAL] = reqf[j - 1, RF_ARRIVAL]
+            j -= 1
+        reqf[j, RF_ARRIVAL] = s
         glob[GLOBAL_NEXT_SEND] += 1
 
 

@@ -161,8 +161,9 @@ def _blocks(tokens, cached, bs):
     return math.ceil(tokens / bs) - cached // bs
 
 
-def simulate(p, e, arrival, ready, prompt, output, cached):
-    """Simulate with the engine's rules; returns the list of :class:`Req` (index order)."""
+def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
+    """Simulate with the engine's rules; returns the list of :class:`Req` (index order).
+    ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent."""
     n = len(prompt)
     reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i])) for i in range(n)]
     bs = e.block_size
@@ -181,8 +182,14 @@ def simulate(p, e, arrival, ready, prompt, output, cached):
         r.finish = t
         done += 1
         if e.n_clients and next_client < n:
-            nxt = reqs[next_client]
-            nxt.arrival = max(t, nxt.ready) + e.frontend_s
+            send = max(t, reqs[next_client].ready)
+            if delay is not None and delay[next_client] > 0:
+                send += delay[next_client]
+            send += e.frontend_s
+            # Requests reach the engine in index order: the k-th arrival goes to row k.
+            pending = sorted([r.arrival for r in reqs[arrived:next_client]] + [send])
+            for r, a in zip(reqs[arrived:next_client + 1], pending):
+                r.arrival = a
             next_client += 1
 
     def preempt_last():

@@ -23,6 +23,7 @@ from simcore.codes import (
     COHORT_CONTEXT_SUM,
     COHORT_JOINERS,
     COHORT_NEXT_DONE,
+    COHORT_MEASURED,
     COHORT_SIZE,
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
@@ -51,7 +52,7 @@ from simcore.codes import (
 )
 from simcore.cost import iteration_totals_nb
 from simcore.layout import phase_slot_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
-from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     admission_nb,
     admit_waiting_nb,
@@ -78,6 +79,8 @@ def join_nb(e, lay, reqi, ws, r):
     reqi[r, RI_EPOCH] = d
     ws[phase_slot_nb(lay, (c - d) % bs)] += 1
     ws[COHORT_SIZE] += 1
+    if measured_nb(e, r):
+        ws[COHORT_MEASURED] += 1
     ws[COHORT_CONTEXT_SUM] += c
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     if done < ws[COHORT_NEXT_DONE]:
@@ -95,12 +98,25 @@ def leave_nb(e, lay, reqi, ws, r):
     c0 = reqi[r, RI_COMPUTED]
     ws[phase_slot_nb(lay, (c0 - reqi[r, RI_EPOCH]) % bs)] -= 1
     ws[COHORT_SIZE] -= 1
+    if measured_nb(e, r):
+        ws[COHORT_MEASURED] -= 1
     c = c0 + k
     ws[COHORT_CONTEXT_SUM] -= c
     reqi[r, RI_COMPUTED] = c
     reqi[r, RI_GENERATED] += k
     reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], bs)
     reqi[r, RI_EPOCH] = -1
+
+
+@jit_inline
+def regular_members_nb(e, lay, ws):
+    """Measured members (past the warm-up) that took part in the cohort's last advance: their
+    next token's ITL is the time since that advance (joiners' count from their own last token)."""
+    n = ws[COHORT_MEASURED]
+    for j in range(ws[COHORT_JOINERS]):
+        if measured_nb(e, sched_nb(lay, ws, SCHED_JOINER, j)):
+            n -= 1
+    return n
 
 
 @jit
@@ -185,7 +201,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             else:
-                record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
+                record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + 1
             win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
@@ -290,12 +306,12 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
     if n_c > 0:
-        regular = n_c - ws[COHORT_JOINERS]
+        regular = regular_members_nb(e, lay, ws)
         if regular > 0:
             record_itl_nb(e, lay, acc, t_end - acc[lay.off_clock + CLOCK_COHORT], float(regular))
         for j in range(ws[COHORT_JOINERS]):
             r = sched_nb(lay, ws, SCHED_JOINER, j)
-            record_itl_nb(e, lay, acc, t_end - reqf[r, RF_LAST_EMIT], 1.0)
+            record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
         ws[COHORT_JOINERS] = 0
         ws[COHORT_ADVANCES] = d + 1
         ws[COHORT_CONTEXT_SUM] += n_c

@@ -17,6 +17,7 @@ from simcore.codes import (
     COHORT_CONTEXT_SUM,
     COHORT_JOINERS,
     COHORT_NEXT_DONE,
+    COHORT_MEASURED,
     COHORT_SIZE,
     FREE_BLOCKS,
     MEMO_ATTN_BYTES,
@@ -56,10 +57,10 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
 )
-from simcore.fast.cohort import needs_block_class_nb
+from simcore.fast.cohort import needs_block_class_nb, regular_members_nb
 from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_seconds_nb
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
-from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, peek_nb
 
 
@@ -112,6 +113,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
     # The coefficients depend on B only: computed once per batch size and kept in acc.
     fb = float(B)
+    fm = float(ws[COHORT_MEASURED])  # members whose ITLs count (all but warm-up requests)
     x = float(ws[COHORT_CONTEXT_SUM]) + fb
     n_att = float(op_count_nb(p, OP_ATTENTION))
     m = memo_slot_nb(lay, B)
@@ -166,17 +168,18 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         nbytes += b_rest + n_att * ba
         kv_seconds += (e.num_blocks - free) * dt
         if k == 0:
-            regular = B - ws[COHORT_JOINERS]
+            regular = regular_members_nb(e, lay, ws)
             if regular > 0:
                 record_itl_nb(e, lay, acc, t_end - t_cohort, float(regular))
             for j in range(ws[COHORT_JOINERS]):
-                record_itl_nb(e, lay, acc, t_end - reqf[sched_nb(lay, ws, SCHED_JOINER, j), RF_LAST_EMIT], 1.0)
+                r = sched_nb(lay, ws, SCHED_JOINER, j)
+                record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
         else:
             itl = t_end - now
-            itl_sum += fb * itl
-            itl_sq += fb * itl * itl
-            n_itl += fb
-            acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fb
+            itl_sum += fm * itl
+            itl_sq += fm * itl * itl
+            n_itl += fm
+            acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fm
         now = t_end
         x += fb
         k += 1

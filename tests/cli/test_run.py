@@ -416,3 +416,24 @@ def test_summary_percentiles_equal_numpys():
         x = rng.lognormal(size=n)
         ps = (50.0, 0.0, 25.0, 90.0, 99.0, 99.9, 100.0)
         assert np.array_equal(_percentiles_inplace(x.copy(), ps), np.percentile(x, ps))
+
+
+def test_closed_loop_flags(capsys, tmp_path):
+    """--client-jitter-ms, --warmup-requests and the ramp-up flags reach the workload; their
+    errors are one line naming the flag."""
+    base = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--num-prompts", "40", "--max-concurrency", "4",
+            "--input-len", "300", "--output-len", "20", "--format", "json"]
+    rc, out, _ = run_main([*base, "--warmup-requests", "8", "--client-jitter-ms", "0",
+                           "--save-detailed", tmp_path / "r.csv"], capsys)
+    s = json.loads(out)
+    assert rc == 0 and s["completed"] == 32 and s["warmup_requests"] == 8
+    rows = list(csv.DictReader(open(tmp_path / "r.csv", encoding="utf-8")))
+    assert [r["warmup"] for r in rows[7:9]] == ["True", "False"] and len(rows) == 40
+    rc, out, _ = run_main([*base, "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "2", "--ramp-up-end-rps",
+                           "50"], capsys)
+    assert rc == 0 and json.loads(out)["completed"] == 40
+    rc, _, err = run_main([*base, "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "2", "--ramp-up-end-rps",
+                           "50", "--request-rate", "4"], capsys)
+    assert rc == 2 and "--request-rate" in err and err.count("\n") == 1
+    rc, _, err = run_main([*base, "--warmup-requests", "40"], capsys)
+    assert rc == 2 and "--warmup-requests = 40" in err

@@ -515,3 +515,50 @@ def test_trace_with_byte_order_mark(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"\xef\xbb\xbf" + SIMPLE.encode())
     assert simllm.read_trace(path)[1].tolist() == [100, 200, 300]
+
+
+# --------------------------------------------------------------------------- closed loops, ramp-up, warm-up
+def test_closed_loop_settings_from_yaml(tmp_path):
+    f = write(tmp_path / "w.yaml", "workload:\n  num_prompts: 100\n  max_concurrency: 4\n  client_jitter_ms: 5\n"
+                                   "  warmup_requests: 20\n")
+    w = simllm.load_workload(str(f))
+    assert (w.client_jitter_ms, w.warmup_requests) == (5.0, 20)
+    assert Workload().client_jitter_ms == 20.0 and Workload().warmup_requests == 0  # the documented defaults
+    r = write(tmp_path / "r.yaml", "workload:\n  ramp_up_strategy: exponential\n  ramp_up_start_rps: 1\n"
+                                   "  ramp_up_end_rps: 50\n")
+    w = simllm.load_workload(str(r))
+    assert (w.ramp_up_strategy, w.ramp_up_start_rps, w.ramp_up_end_rps) == ("exponential", 1.0, 50.0)
+    assert not w.closed_loop and "exponential ramp-up 1 to 50 req/s" in w.describe()
+
+
+@pytest.mark.parametrize("text, key", [
+    ("client_jitter_ms: -1", "workload.client_jitter_ms"),
+    ("warmup_requests: 1.5", "workload.warmup_requests"),
+    ("num_prompts: 10\n  warmup_requests: 10", "workload.warmup_requests"),
+    ("ramp_up_strategy: quadratic", "workload.ramp_up_strategy"),
+    ("ramp_up_strategy: linear\n  ramp_up_end_rps: 5", "workload.ramp_up_start_rps"),
+    ("ramp_up_strategy: linear\n  ramp_up_start_rps: 5\n  ramp_up_end_rps: 2", "workload.ramp_up_end_rps"),
+    ("ramp_up_strategy: linear\n  ramp_up_start_rps: 1\n  ramp_up_end_rps: 2\n  request_rate: 3",
+     "workload.request_rate"),
+    ("ramp_up_start_rps: 1", "workload.ramp_up_strategy"),
+])
+def test_bad_closed_loop_settings_are_one_line_errors(tmp_path, text, key):
+    f = write(tmp_path / "w.yaml", f"workload:\n  {text}\n")
+    with pytest.raises(ConfigError) as info:
+        simllm.load_workload(str(f))
+    assert_one_line(info.value, key, "w.yaml")
+
+
+def test_client_delays_come_from_their_own_stream():
+    """Jitter draws do not move the lengths or send times drawn from the same seed, and are
+    exponential with the stated mean."""
+    from simllm.config.workload import client_delays
+
+    w = Workload(num_prompts=20000, max_concurrency=8, input_len=random_range(500, 0.5), seed=4)
+    a, b = generate(w), generate(dataclasses.replace(w, client_jitter_ms=0.0))
+    assert np.array_equal(a.input_len, b.input_len)
+    d = client_delays(w, 20000)
+    assert np.array_equal(d, client_delays(w, 20000))
+    assert d.mean() == pytest.approx(0.020, rel=0.03) and d.std() == pytest.approx(0.020, rel=0.05)
+    assert client_delays(dataclasses.replace(w, client_jitter_ms=0.0), 10) is None
+    assert client_delays(dataclasses.replace(w, max_concurrency=0), 10) is None  # open loop

@@ -28,7 +28,7 @@ def engine(**kw):
     return EngineSettings(**base)
 
 
-def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
+def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None):
     n = len(prompt)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = prompt
@@ -37,6 +37,8 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P):
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
+    if delay is not None:
+        reqf[:, codes.RF_CLIENT_DELAY] = delay
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9)
     acc = np.zeros((e.n_replicas, lay.acc_len))
     simulate_nb(p, e, lay, reqi, reqf, acc)
@@ -59,11 +61,12 @@ def workload(rng, n, rate, max_in, max_out, clients=0):
     return arrival, ready, prompt, output
 
 
-def assert_same(e, arrival, ready, prompt, output, cached=None):
+def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None):
     cached = np.zeros(len(prompt), dtype=np.int64) if cached is None else cached
-    ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, cached)
+    ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, cached, delay)
     for ff in (False, True):
-        reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready)
+        reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready,
+                                           delay=delay)
         for r in ref:
             i = r.idx
             assert reqi[i, codes.RI_STATUS] == r.status, (ff, i)
@@ -72,7 +75,7 @@ def assert_same(e, arrival, ready, prompt, output, cached=None):
             for col, want in ((codes.RF_FIRST_TOKEN, r.first_token), (codes.RF_FINISH, r.finish),
                               (codes.RF_FIRST_SCHED, r.first_sched), (codes.RF_ARRIVAL, r.arrival)):
                 assert reqf[i, col] == pytest.approx(want, rel=1e-9, abs=1e-12), (ff, i, col)
-        itls = [x for r in ref for x in r.itls]
+        itls = [x for r in ref if r.idx >= e.warmup for x in r.itls]  # warm-up requests' ITLs do not count
         assert stats[codes.STAT_ITL_COUNT] == len(itls)
         assert stats[codes.STAT_ITL_SUM] == pytest.approx(sum(itls), rel=1e-9, abs=1e-12)
     return ref, stats
@@ -105,13 +108,15 @@ def test_kernel_matches_reference(chunked, blocks):
     prefix=st.sampled_from([0, 2]),
     pad=st.booleans(),
     frontend=st.sampled_from([0.0, 0.0, 0.03]),
+    jitter=st.sampled_from([0.0, 0.0, 0.02]),
+    warmup=st.sampled_from([0, 0, 7]),
 )
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=76, max_seqs=2, budget=64, clients=3,
-         timeout=0.5, prefix=0, pad=False, frontend=0.0)  # padding rows of a static batch must not time out again
+         timeout=0.5, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0)  # padding rows of a static batch must not time out again
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=75, max_seqs=2, budget=64, clients=0,
-         timeout=0.0, prefix=0, pad=False, frontend=0.0)  # two 600-token slots need 76 whole blocks, not 75
+         timeout=0.0, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0)  # two 600-token slots need 76 whole blocks, not 75
 def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy, blocks, max_seqs, budget, clients,
-                                                           timeout, prefix, pad, frontend):
+                                                           timeout, prefix, pad, frontend, jitter, warmup):
     rng = np.random.default_rng(seed)
     n = 40
     arrival, ready, prompt, output = workload(rng, n, 50.0, 300, 80, clients)
@@ -124,8 +129,11 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
     e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks, prefix_blocks=prefix,
                max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len, n_clients=clients,
                timeout_s=timeout, static_slots=max(1, blocks // -(-max_len // 16)), pad_prompts=pad,
-               batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02, frontend_s=frontend)
-    assert_same(e, arrival, ready, prompt, output, cached)
+               batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02, frontend_s=frontend,
+               warmup=warmup)
+    # Client delays: sends overtake each other and must reach the engine in time order.
+    delay = rng.exponential(jitter, n) if jitter and clients else None
+    assert_same(e, arrival, ready, prompt, output, cached, delay)
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -343,7 +351,7 @@ def test_frontend_latency_adds_to_ttft_and_spaces_a_closed_loop():
     sent when the last ends) take that much longer per request."""
     model, hw, s, _, _ = build("llama-3.1-8b", "h100-sxm")
     w = simllm.Workload(num_prompts=5, max_concurrency=1, input_len=simllm.config.workload.fixed(500),
-                        output_len=simllm.config.workload.fixed(40))
+                        output_len=simllm.config.workload.fixed(40), client_jitter_ms=0.0)  # exact spacing
     hw = dataclasses.replace(hw, frontend_latency_ms=0.0)
     base = simllm.simulate(model, hw, s, w, keep_requests=True)
     slow = simllm.simulate(model, dataclasses.replace(hw, frontend_latency_ms=25.0), s, w, keep_requests=True)

@@ -12,7 +12,14 @@ from simllm.calibration.record import load_record
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
-from simllm.config.workload import ARRIVALS, Workload, load_workload, random_range
+from simllm.config.workload import (
+    ARRIVALS,
+    DEFAULT_CLIENT_JITTER_MS,
+    RAMP_UP_STRATEGIES,
+    Workload,
+    load_workload,
+    random_range,
+)
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
 from simllm.sim.runner import EXECUTORS
@@ -103,8 +110,14 @@ def add_workload_args(p, load=True):
         g.add_argument("--num-prompts", type=positive_int, help="requests to send (default 1000)")
         g.add_argument("--request-rate", type=rate, help="requests per second; inf sends all at t=0 (default inf)")
         g.add_argument("--max-concurrency", type=positive_int, help="closed loop: concurrent clients")
+        g.add_argument("--ramp-up-strategy", choices=RAMP_UP_STRATEGIES,
+                       help="ramp the request rate from --ramp-up-start-rps to --ramp-up-end-rps over the requests "
+                            "(vllm bench serve's; no --request-rate with it)")
+        g.add_argument("--ramp-up-start-rps", type=positive_float, help="ramp-up: the first request's rate")
+        g.add_argument("--ramp-up-end-rps", type=positive_float, help="ramp-up: the last request's rate")
     else:
-        p.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None)
+        p.set_defaults(num_prompts=None, request_rate=None, max_concurrency=None, ramp_up_strategy=None,
+                       ramp_up_start_rps=None, ramp_up_end_rps=None)
     g.add_argument("--burstiness", type=positive_float, help="gamma shape of inter-arrival times (1 = Poisson)")
     g.add_argument("--arrival", choices=ARRIVALS, help="inter-arrival distribution (default poisson)")
     g.add_argument("--input-len", type=positive_int, help="prompt tokens (default 1024)")
@@ -114,6 +127,11 @@ def add_workload_args(p, load=True):
     g.add_argument("--prefix-len", type=nonneg_int, help="shared prompt prefix tokens")
     g.add_argument("--prefix-hit-ratio", type=unit, help="fraction of requests whose prefix is cached")
     g.add_argument("--timeout", type=positive_float, help="client timeout in seconds (unfinished = error)")
+    g.add_argument("--client-jitter-ms", type=nonneg_float,
+                   help="closed loop: mean of each client's exponential delay before a send, which keeps identical "
+                        f"clients from staying in step (default {DEFAULT_CLIENT_JITTER_MS:g}; 0 turns it off)")
+    g.add_argument("--warmup-requests", type=nonneg_int,
+                   help="leave the first N requests sent out of the summary (they stay in --save-detailed, marked)")
 
 
 def add_run_args(p, load=True):
@@ -203,7 +221,8 @@ def workload(args):
     w = load_workload(args.workload or args.workload_pos) if (args.workload or args.workload_pos) else Workload()
     changes = {}
     for flag in ("num_prompts", "request_rate", "burstiness", "arrival", "max_concurrency", "seed", "prefix_len",
-                 "prefix_hit_ratio"):
+                 "prefix_hit_ratio", "client_jitter_ms", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+                 "warmup_requests"):
         value = getattr(args, flag)
         if value is not None:
             changes[flag] = value
@@ -220,7 +239,17 @@ def workload(args):
         changes["input_len"] = random_range(int(args.input_len or w.input_len.mean_value), ratio)
     if args.output_len is not None or ratio > 0:
         changes["output_len"] = random_range(int(args.output_len or w.output_len.mean_value), ratio)
-    return replace(w, **changes) if changes else w
+    if not changes:
+        return w
+    try:
+        return replace(w, **changes)
+    except ConfigError as exc:  # a cross-field check (ramp-up, warm-up): name the flag when one set it
+        field = (exc.key or "").removeprefix("workload.")
+        ramp = field.startswith("ramp_up") and any(k.startswith("ramp_up") for k in changes)
+        if field not in changes and not ramp:
+            raise
+        flag = "--timeout" if field == "timeout_s" else "--" + field.replace("_", "-")
+        raise ConfigError(exc.expected, source="command line", key=flag, value=exc.value) from None
 
 
 def percentiles(text):

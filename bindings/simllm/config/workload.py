@@ -7,7 +7,7 @@ Sampling uses ``np.random.Generator`` seeded from ``seed`` only: same seed, same
 import csv
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,11 @@ from simllm.config.yamlio import load_file
 from simllm.errors import ConfigError
 
 ARRIVALS = ("poisson", "gamma", "constant")
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+#: A closed loop's clients wait a random delay before each send (exponential, this mean), the
+#: small variability (event-loop scheduling, request building, connection reuse) that keeps
+#: real clients from staying in step; 0 turns it off.
+DEFAULT_CLIENT_JITTER_MS = 20.0
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 TRACE_FORMATS = ("auto", "azure", "burstgpt", "mooncake", "simple")
 
@@ -107,11 +112,27 @@ def random_range(value, ratio):
     return LengthDist("uniform", low=low, high=int(value * (1.0 + ratio)) + 1)
 
 
+def checked(default, key, check, expected):
+    """A :class:`Workload` field with its check declared with it: ``check(value) -> bool``, else
+    a one-line ConfigError naming ``workload.<key>`` and ``expected``."""
+    return field(default=default, metadata={"key": key, "check": check, "expected": expected})
+
+
+def _nonneg(v):
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+
+
 @dataclass(frozen=True)
 class Workload:
     """What clients send. ``request_rate`` inf sends everything at t=0; ``max_concurrency`` N
     makes it a closed loop of N clients (each sends its next request when the last one ends);
-    both together cap in-flight requests of an open-loop stream, as ``vllm bench serve`` does."""
+    both together cap in-flight requests of an open-loop stream, as ``vllm bench serve`` does.
+
+    ``client_jitter_ms``: a closed loop's clients wait an exponentially distributed delay of this
+    mean before each send (0: none). ``ramp_up_strategy`` (``linear`` or ``exponential``) sends
+    request i at the rate ``ramp_up_start_rps`` ramped to ``ramp_up_end_rps`` over the requests,
+    as ``vllm bench serve --ramp-up-strategy`` (``request_rate`` must stay inf).
+    ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary."""
 
     num_prompts: int = 1000
     request_rate: float = math.inf
@@ -127,20 +148,74 @@ class Workload:
     trace: str = ""  # path of a replayed trace (its lengths and times replace the sampled ones)
     trace_format: str = "auto"
     time_scale: float = 1.0  # trace replay: multiply inter-arrival times by this
+    client_jitter_ms: float = checked(DEFAULT_CLIENT_JITTER_MS, "client_jitter_ms", _nonneg, "a number >= 0")
+    ramp_up_strategy: str = checked("", "ramp_up_strategy", lambda v: v in ("",) + RAMP_UP_STRATEGIES,
+                                    "one of " + ", ".join(RAMP_UP_STRATEGIES))
+    ramp_up_start_rps: float = checked(0.0, "ramp_up_start_rps", _nonneg, "a number >= 0")
+    ramp_up_end_rps: float = checked(0.0, "ramp_up_end_rps", _nonneg, "a number >= 0")
+    warmup_requests: int = checked(0, "warmup_requests", lambda v: not isinstance(v, bool) and isinstance(v, int)
+                                   and v >= 0, "an integer >= 0")
     name: str = "workload"
     source: str = "<dict>"
+
+    def __post_init__(self):
+        for f in fields(self):
+            meta = f.metadata
+            if "check" in meta and not meta["check"](getattr(self, f.name)):
+                raise ConfigError(meta["expected"], source=self.source, key=f"workload.{meta['key']}",
+                                  value=getattr(self, f.name))
+        self._check_ramp_up()
+        if self.warmup_requests and self.num_prompts and self.warmup_requests >= self.num_prompts:
+            raise ConfigError(f"fewer warm-up requests than num_prompts ({self.num_prompts})", source=self.source,
+                              key="workload.warmup_requests", value=self.warmup_requests)
+
+    def _check_ramp_up(self):
+        """vLLM's rules: a strategy needs both rates, start <= end, exponential starts above 0, and
+        the ramp replaces ``request_rate``. (A start of 0 is refused for linear ramps too: vLLM
+        then fails on the first request's rate of 0.)"""
+        key = "workload.ramp_up_strategy"
+        if not self.ramp_up_strategy:
+            if self.ramp_up_start_rps or self.ramp_up_end_rps:
+                raise ConfigError("a ramp-up strategy (linear or exponential) with ramp-up rates", source=self.source,
+                                  key=key, value=None)
+            return
+        if math.isfinite(self.request_rate):
+            raise ConfigError("no request_rate with a ramp-up (the ramp sets the rate); request_rate inf",
+                              source=self.source, key="workload.request_rate", value=self.request_rate)
+        if not self.ramp_up_start_rps > 0:
+            raise ConfigError("a start rate > 0 for the ramp-up", source=self.source,
+                              key="workload.ramp_up_start_rps", value=self.ramp_up_start_rps)
+        if not self.ramp_up_end_rps >= self.ramp_up_start_rps:
+            raise ConfigError(f"an end rate >= ramp_up_start_rps ({self.ramp_up_start_rps:g})", source=self.source,
+                              key="workload.ramp_up_end_rps", value=self.ramp_up_end_rps)
+        if self.trace:
+            raise ConfigError("no ramp-up with a trace (its times are replayed)", source=self.source, key=key,
+                              value=self.ramp_up_strategy)
+
+    @property
+    def closed_loop(self):
+        """Clients each wait for their last request (no open-loop send times at all)."""
+        return bool(self.max_concurrency) and not math.isfinite(self.request_rate) and not self.ramp_up_strategy
 
     def describe(self):
         if self.trace:
             return f"trace {Path(self.trace).name} ({self.num_prompts} requests)"
-        if self.max_concurrency and not math.isfinite(self.request_rate):
+        if self.closed_loop:
             load = f"closed loop, {self.max_concurrency} clients"
         else:
-            rate = "all at t=0" if not math.isfinite(self.request_rate) else f"{self.request_rate:g} req/s {self.arrival}"
+            if self.ramp_up_strategy:
+                rate = (f"{self.ramp_up_strategy} ramp-up {self.ramp_up_start_rps:g} to {self.ramp_up_end_rps:g} "
+                        f"req/s {self.arrival}")
+            else:
+                rate = ("all at t=0" if not math.isfinite(self.request_rate)
+                        else f"{self.request_rate:g} req/s {self.arrival}")
             if self.arrival == "gamma":
                 rate += f" (burstiness {self.burstiness:g})"
             load = rate + (f", at most {self.max_concurrency} in flight" if self.max_concurrency else "")
-        return (f"{self.num_prompts} requests, {load}, input {self.input_len.describe()}, "
+        if self.max_concurrency and self.client_jitter_ms:
+            load += f", client jitter {self.client_jitter_ms:g} ms"
+        warmup = f" ({self.warmup_requests} warm-up)" if self.warmup_requests else ""
+        return (f"{self.num_prompts} requests{warmup}, {load}, input {self.input_len.describe()}, "
                 f"output {self.output_len.describe()}, seed {self.seed}")
 
 
@@ -183,18 +258,42 @@ def generate(workload):
                     np.ascontiguousarray(out, dtype=np.int64), hit, lines)
 
 
+def ramp_up_rates(w, n):
+    """Request i's rate under ``w``'s ramp-up, vLLM's rule: with progress ``i / (n - 1)``,
+    linear ``start + (end - start) * progress``, exponential ``start * (end / start) ** progress``."""
+    progress = np.arange(n) / max(n - 1, 1)
+    start, end = w.ramp_up_start_rps, w.ramp_up_end_rps
+    if w.ramp_up_strategy == "linear":
+        return start + (end - start) * progress
+    return start * (end / start) ** progress
+
+
 def _arrivals(w, rng, n):
     """Send times: vLLM's semantics (the first request at 0, then gaps of 1/rate on average;
-    gamma gaps have shape ``burstiness`` and scale ``1 / (rate * burstiness)``)."""
-    if not math.isfinite(w.request_rate) or n == 0:
+    gamma gaps have shape ``burstiness`` and scale ``1 / (rate * burstiness)``). Under a ramp-up
+    the gap before request i is drawn at request i's rate (:func:`ramp_up_rates`); vLLM also
+    delays the first request by a gap at the start rate, which only shifts the whole run."""
+    if n == 0 or not (math.isfinite(w.request_rate) or w.ramp_up_strategy):
         return np.zeros(n)
+    rate = ramp_up_rates(w, n)[1:] if w.ramp_up_strategy else w.request_rate
     if w.arrival == "constant":
-        gaps = np.full(n - 1, 1.0 / w.request_rate)
+        gaps = np.broadcast_to(1.0 / rate, (n - 1,)).astype(np.float64)
     elif w.arrival == "gamma":
-        gaps = rng.gamma(w.burstiness, 1.0 / (w.request_rate * w.burstiness), n - 1)
+        gaps = rng.gamma(w.burstiness, 1.0 / (rate * w.burstiness), n - 1)
     else:
-        gaps = rng.exponential(1.0 / w.request_rate, n - 1)
+        gaps = rng.exponential(1.0 / rate, n - 1)
     return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def client_delays(workload, n):
+    """A closed loop's client delays, seconds, one per request in send order (exponential, mean
+    ``client_jitter_ms``), or None when the workload has none (open loop, or jitter 0). Drawn
+    from the workload seed's first child stream, so the lengths and send times drawn from the
+    seed itself stay the same with or without jitter."""
+    if not workload.max_concurrency or not workload.client_jitter_ms or n == 0:
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence(workload.seed).spawn(1)[0])
+    return rng.exponential(workload.client_jitter_ms / 1e3, n)
 
 
 # ----------------------------------------------------------------------------- traces
@@ -331,7 +430,8 @@ def _trace_time(value, unit, path, line, key):
 _KEYS = {
     "name", "num_prompts", "request_rate", "arrival", "burstiness", "max_concurrency", "input_len",
     "output_len", "random_range_ratio", "seed", "timeout_s", "prefix_len", "prefix_hit_ratio", "trace",
-    "trace_format", "time_scale",
+    "trace_format", "time_scale", "client_jitter_ms", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+    "warmup_requests",
 }
 _DIST_KEYS = {"distribution", "value", "low", "high", "mean", "std", "sigma", "file", "column", "min", "max"}
 
@@ -420,6 +520,11 @@ def workload_from_dict(data, source="<dict>"):
         trace=trace,
         trace_format=sec.choice("trace_format", TRACE_FORMATS, "auto"),
         time_scale=sec.number("time_scale", 1.0, exclusive_minimum=0),
+        client_jitter_ms=sec.number("client_jitter_ms", DEFAULT_CLIENT_JITTER_MS, minimum=0),
+        ramp_up_strategy=sec.choice("ramp_up_strategy", RAMP_UP_STRATEGIES) if sec.has("ramp_up_strategy") else "",
+        ramp_up_start_rps=sec.number("ramp_up_start_rps", 0.0, minimum=0),
+        ramp_up_end_rps=sec.number("ramp_up_end_rps", 0.0, minimum=0),
+        warmup_requests=sec.number("warmup_requests", 0, integer=True, minimum=0),
         name=sec.string("name", Path(source).stem),
         source=source,
     )

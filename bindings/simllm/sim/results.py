@@ -103,9 +103,22 @@ class SimResult:
               out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None):
         """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
         ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
-        per-request table."""
+        per-request table.
+
+        The first ``workload.warmup_requests`` requests sent (rows 0..N-1: rows are in send
+        order) are a warm-up: the per-request table marks them (``warmup``) and the summary's
+        request counts, tokens, latencies (the kernel already left their ITLs out) and
+        throughputs leave them out, its duration being the measured requests' span (first send
+        to last end). Engine-wide figures (utilisation, KV cache, batch sizes, iterations,
+        preemptions) and the time series cover the whole run."""
         keep_requests = per_request_ints is not None
-        ok = status == codes.STATUS_DONE
+        n = len(status)
+        warm = min(workload.warmup_requests, n)
+        done = status == codes.STATUS_DONE  # the per-request table's, warm-up included
+        ok = done  # the summary's: measured requests only
+        if warm:
+            ok = done.copy()
+            ok[:warm] = False
         arrival = reqf[:, codes.RF_ARRIVAL]
         first_sched = reqf[:, codes.RF_FIRST_SCHED]
         first_token = reqf[:, codes.RF_FIRST_TOKEN]
@@ -145,18 +158,22 @@ class SimResult:
                 "input_tokens": requests.input_len,
                 "output_tokens": out_tok,
                 "cached_tokens": per_request_ints["cached_tokens"],
-                "ttft_s": full("ttft", ok),
-                "tpot_s": full("tpot", multi),
-                "e2el_s": full("e2el", ok),
+                "ttft_s": full("ttft", done),
+                "tpot_s": full("tpot", done & (out_tok > 1) if warm else multi),
+                "e2el_s": full("e2el", done),
                 "queue_s": full("queue", first_sched >= 0),
                 "preemptions": per_request_ints["preemptions"],
                 "replica": per_request_ints["replica"],
                 "status": status,
+                "warmup": np.arange(n) < warm,
             }
         total = stats.sum(axis=0)
         replicas = stats.shape[0]
         duration = float(stats[:, codes.STAT_END_S].max())
-        n = len(status)
+        if warm:  # the measured requests' span: from the first one's send to the last one's end
+            duration = float(finish[warm:].max() - arrival[warm:].min())
+        counted = status[warm:]
+        n = len(counted)
         completed = int(ok.sum())
         in_tok = int(requests.input_len[ok].sum())
         out_sum = int(out_tok[ok].sum())
@@ -193,8 +210,8 @@ class SimResult:
             s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
         s.update(_stats_ms(metric("e2el"), percentiles, "e2el"))
         s.update(_stats_ms(metric("queue"), percentiles, "queue"))
-        rejected = int((status == codes.STATUS_REJECTED).sum())
-        timed_out = int((status == codes.STATUS_TIMED_OUT).sum())
+        rejected = int((counted == codes.STATUS_REJECTED).sum())
+        timed_out = int((counted == codes.STATUS_TIMED_OUT).sum())
         gpu_s = duration * replicas
         blocks = max(engine.num_blocks, 1)
         busy = total[codes.STAT_BUSY_S]
@@ -215,6 +232,7 @@ class SimResult:
             "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
             "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
             "num_requests": n,
+            **({"warmup_requests": warm} if warm else {}),
             "model": model.name,
             "hardware": hardware.gpu,
             "tensor_parallel_size": serving.tensor_parallel_size,

@@ -13,7 +13,7 @@ from simcore.layout import make_layout, split_accumulator
 from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
 from simllm.config.serving import ServingConfig
-from simllm.config.workload import Workload, generate
+from simllm.config.workload import Workload, client_delays, generate
 from simllm.errors import ConfigError
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
@@ -183,7 +183,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     )
     replicas = serving.data_parallel_size
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
-                   frontend_s=frontend_s)
+                   frontend_s=frontend_s, warmup=min(workload.warmup_requests, n))
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
@@ -193,11 +193,19 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         del usable
     reqf = np.full((n, codes.N_RF), -1.0)
     if e.n_clients:
-        # Closed loop: the first clients send at once (or at their open-loop times); the others'
-        # requests are sent as earlier ones end.
+        # Closed loop: the first clients send at once (or at their open-loop times), each after
+        # its client delay; the others' requests are sent as earlier ones end (the kernel's
+        # scheduler.client_next_nb), the k-th to reach the engine in row k.
+        k = e.n_clients
         reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
         reqf[:, codes.RF_ARRIVAL] = np.inf
-        reqf[: e.n_clients, codes.RF_ARRIVAL] = requests.arrival_s[: e.n_clients] + frontend_s
+        delays = client_delays(workload, n)
+        if delays is None:
+            reqf[:k, codes.RF_ARRIVAL] = requests.arrival_s[:k] + frontend_s
+        else:
+            reqf[:k, codes.RF_ARRIVAL] = np.sort(requests.arrival_s[:k] + delays[:k]) + frontend_s
+            reqf[k:, codes.RF_CLIENT_DELAY] = delays[k:]
+            del delays
     else:
         np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
     lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS)
