@@ -3,6 +3,8 @@ import time
 
 import simllm
 from benchmarks.common import configs, decode_batches, time_many_nb
+from simcore.params import NO_EFF_TABLE
+from simllm.sim.pack import pack_cost_params
 
 
 class CostKernel:
@@ -26,6 +28,45 @@ class CostKernel:
         return self.sizes.shape[0] / (time.perf_counter() - start)
 
     track_iterations_per_second.unit = "iterations/s"
+
+
+class CostKernelTables:
+    """The same 100,000 decode iterations with and without h100-sxm's kernel tables (the
+    shape-aware path: one interpolation per operator) on Llama-3.1-8B."""
+
+    params = [[True, False]]
+    param_names = ["kernel_tables"]
+
+    def setup(self, tables):
+        p = configs()[3]
+        self.p = p if tables else p._replace(eff=NO_EFF_TABLE)
+        self.sizes, self.ctx = decode_batches()
+        time_many_nb(self.p, self.sizes[:10], self.ctx[:10])
+
+    def time_iteration_time_100k(self, tables):
+        time_many_nb(self.p, self.sizes, self.ctx)
+
+    def track_iterations_per_second(self, tables):
+        start = time.perf_counter()
+        time_many_nb(self.p, self.sizes, self.ctx)
+        return self.sizes.shape[0] / (time.perf_counter() - start)
+
+    track_iterations_per_second.unit = "iterations/s"
+
+
+class KernelTableImport:
+    """Loading a hardware preset with its kernel tables (three JSON files) and folding them into
+    the packed parameters of a run: what every ``simllm run`` pays once."""
+
+    def setup(self):
+        self.m, _, self.s, _ = configs()
+        simllm.load_hardware("h100-sxm")
+
+    def time_load_hardware_with_tables(self):
+        simllm.load_hardware("h100-sxm")
+
+    def time_pack_with_tables(self):
+        pack_cost_params(self.m, simllm.load_hardware("h100-sxm"), self.s)
 
 
 class Estimate:

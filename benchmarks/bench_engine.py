@@ -76,6 +76,30 @@ class EngineClosedLoop(_EngineRun):
         return closed_loop_requests(n)
 
 
+class EngineKernelTables:
+    """bench-1m's kernel speed with h100-sxm's kernel tables and with the scalar roofline (the
+    same requests; the simulated GPU is faster with the tables, so the schedules differ)."""
+
+    params = [[True, False]]
+    param_names = ["kernel_tables"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, tables):
+        self.m, h, _, _ = configs()
+        self.h = h if tables else h.with_overrides(kernel_tables=())
+        self.s = _serving(True)
+        self.w, self.req = bench_requests(1_000_000)
+        _warm(self.m, self.h, self.s)
+
+    def track_kernel_requests_per_second(self, tables):
+        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req,
+                               keep_requests=False).summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"
+
+
 class PeakMemory:
     """Peak resident memory of a 10^6-request run: summary only, and with per-request rows."""
 

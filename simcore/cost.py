@@ -340,11 +340,18 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
     """Attention's time with the tables: the compute side at the prefill table's efficiency for
     its FLOPs and keys per query, the memory side at the decode table's for its rows x KV heads
     and keys per row; the slower side sets it. Returns ``(seconds, bound)``."""
-    ef = interp2_nb(p.eff, EFF_PREFILL, EFF_PF_POINTS, EFF_CTX_POINTS, log2_nb(flops) - EFF_PF_LOG2_MIN,
-                    log2_nb(attn_pairs / n_tokens))
     rows = n_emit if n_emit > 1.0 else 1.0
-    ed = interp2_nb(p.eff, EFF_DECODE, EFF_DEC_POINTS, EFF_CTX_POINTS, log2_nb(rows * p.kv_heads),
-                    log2_nb(kv_read_tokens / rows))
+    return shaped_attention_at_nb(p, flops, nbytes, log2_nb(flops) - EFF_PF_LOG2_MIN, log2_nb(attn_pairs / n_tokens),
+                                  log2_nb(rows * p.kv_heads), log2_nb(kv_read_tokens / rows))
+
+
+@jit_inline
+def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row):
+    """:func:`shaped_attention_nb` given the tables' grid coordinates (log2 of FLOPs over
+    ``2**EFF_PF_LOG2_MIN``, of keys per query, of rows x KV heads, of keys per row): the decode
+    fast path keeps the ones that do not change over a run."""
+    ef = interp2_nb(p.eff, EFF_PREFILL, EFF_PF_POINTS, EFF_CTX_POINTS, x_flops, x_ctx_q)
+    ed = interp2_nb(p.eff, EFF_DECODE, EFF_DEC_POINTS, EFF_CTX_POINTS, x_rows, x_ctx_row)
     t_compute = flops / (p.attn_flops * ef)
     t_memory = nbytes / (p.mem_bw * ed)
     if t_compute > t_memory:

@@ -10,6 +10,8 @@ arrival, a client timeout, a KV block that is not free, the end of a time-series
 Per-token timing stays exact: each iteration's time is computed, and each member's token of
 that iteration gets it.
 """
+import math
+
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
     CLOCK_COHORT,
@@ -19,6 +21,7 @@ from simcore.codes import (
     COHORT_NEXT_DONE,
     COHORT_MEASURED,
     COHORT_SIZE,
+    EFF_PF_LOG2_MIN,
     FREE_BLOCKS,
     MEMO_ATTN_BYTES,
     MEMO_ATTN_BYTES_SLOPE,
@@ -58,7 +61,7 @@ from simcore.codes import (
     WIN_SEQ_SECONDS,
 )
 from simcore.fast.cohort import needs_block_class_nb, regular_members_nb
-from simcore.cost import iteration_totals_nb, op_cost_nb, op_count_nb, op_seconds_nb
+from simcore.cost import iteration_totals_nb, log2_nb, op_cost_nb, op_count_nb, op_seconds_nb, shaped_attention_at_nb
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, peek_nb
@@ -137,6 +140,13 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     f_slope = acc[m + MEMO_ATTN_FLOPS_SLOPE]
     b_slope = acc[m + MEMO_ATTN_BYTES_SLOPE]
 
+    # With shape-aware tables, attention's grid coordinates over the run: rows x KV heads is fixed,
+    # both context coordinates are log2(x / B), and decode attention's FLOPs are proportional to x
+    # (no constant part), so one log2 per iteration gives them all.
+    shaped = p.eff.shape[0] != 0 and fa0 == 0.0 and f_slope > 0.0
+    x_rows = log2_nb(fb * p.kv_heads)
+    log_b = log2_nb(fb)
+    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped else 0.0
     last_window = lay.n_windows - 1
     window = -1
     k = 0
@@ -154,7 +164,11 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
             break
         fa = fa0 + f_slope * x
         ba = ba0 + b_slope * x
-        att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
+        if shaped:
+            lx = math.log2(x)
+            att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b)
+        else:
+            att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
         dt = t_rest + n_att * att
         t_end = now + dt
         w = window_of_nb(e, lay, t_end)

@@ -3,6 +3,8 @@ keeps the datasheet figures, and changes efficiencies, never the physics."""
 import dataclasses
 import json
 import math
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,22 @@ from simllm.calibration import validate as accuracy
 from simllm.formats.measurements import Measurement
 
 pytestmark = pytest.mark.slow  # dozens of simulation passes: not for the NUMBA_DISABLE_JIT run
+
+
+def _scalar_preset(name):
+    """A copy of preset ``name`` without its kernel tables: the scalar roofline, whose GPU factors
+    (compute and bandwidth utilisation) shape every operator, so a fit can recover them."""
+    source = simllm.load_hardware(name).source
+    text = "".join(line for line in open(source, encoding="utf-8") if not line.strip().startswith("kernel_tables:"))
+    path = Path(tempfile.mkdtemp(prefix="simllm-test-fit-")) / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+H100 = _scalar_preset("h100-sxm")
+# Clients in step (no jitter): the synthetic world is deterministic and smooth in the factors, so
+# the fit can recover them to a few per cent (random client delays make its objective ragged).
+SHAPE = accuracy.BenchmarkShape(client_jitter_ms=0.0)
 
 # GPU factors and framework quantities (the latter set on the truth as the hardware file's explicit
 # overrides, which the fit starts from the vllm profile's values to recover).
@@ -33,22 +51,22 @@ def synthetic(hardware, model="llama-3.1-8b", cases=CASES):
         m = Measurement(source="synthetic.json", line=i + 1, model=model, hardware="h100_sxm", backend="vllm",
                         precision="", mode="agg", tp=tp, pp=1, dp=1, input_len=isl, output_len=osl, concurrency=c,
                         request_rate=math.inf, num_prompts=4 * c, ttft_ms=1.0, tpot_ms=1.0)
-        pred = accuracy.predict(m, model, hardware)
+        pred = accuracy.predict(m, model, hardware, shape=SHAPE)
         out.append(dataclasses.replace(m, ttft_ms=pred["ttft"], tpot_ms=pred["tpot"]))
     return out
 
 
 @pytest.fixture(scope="module")
 def fit():
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    truth = dataclasses.replace(simllm.load_hardware(H100), **TRUE)
     points = accuracy.resolve(synthetic(truth))
-    return calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE), workers=1)
+    return calibrate.calibrate(points, simllm.load_hardware(H100), tuple(TRUE), workers=1, shape=SHAPE)
 
 
 def test_fit_recovers_the_factors_that_made_the_data(fit):
     for key, value in TRUE.items():
         assert fit.factors[key] == pytest.approx(value, rel=0.03), key
-    assert fit.initial["compute_utilization"] == simllm.load_hardware("h100-sxm").compute_utilization  # the start
+    assert fit.initial["compute_utilization"] == simllm.load_hardware(H100).compute_utilization  # the start
     for metric in ("ttft", "tpot"):
         assert fit.fit_error[metric]["points"] == len(CASES)
         assert fit.fit_error[metric]["median_abs_pct_error"] < 1.0
@@ -61,14 +79,14 @@ def test_write_calibration_keeps_the_datasheet_and_says_what_was_fitted(fit, tmp
     out, fw_out = calibrate.write_calibration(fit, tmp_path / "my-gpu.yaml", tmp_path / "my-vllm.yaml",
                                               date="2026-12-02")
     text = out.read_text(encoding="utf-8")
-    base_text = open(simllm.load_hardware("h100-sxm").source, encoding="utf-8").read()
+    base_text = open(simllm.load_hardware(H100).source, encoding="utf-8").read()
     for line in base_text.splitlines():  # every datasheet line and source comment kept
         if line.strip() and not any(line.strip().startswith(k) for k in TRUE):
             assert line in text
     what = "fitted by simllm calibrate on 10 measured points (llama-3.1-8b; vllm) from synthetic.json, 2026-12-02"
     assert what in text
     hw = simllm.load_hardware(str(out))
-    base = simllm.load_hardware("h100-sxm")
+    base = simllm.load_hardware(H100)
     assert hw.launch_overhead_us is None and hw.frontend_latency_ms is None  # no framework figures in it
     for key in calibrate.GPU_FACTORS:
         if key in TRUE:
@@ -92,11 +110,12 @@ def test_fit_stays_within_the_documented_bounds_and_says_when_it_hits_one(tmp_pa
     """Data made with a 40 ms frontend (what a benchmark client might add) cannot push the
     framework's frontend_latency_ms past its documented 10 ms: the fit ends at the bound and
     reports it; told what the client adds, the same data fit inside the bounds."""
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), frontend_latency_ms=40.0)
+    truth = dataclasses.replace(simllm.load_hardware(H100), frontend_latency_ms=40.0)
     cases = CASES[:6]
     ms = synthetic(truth, cases=cases)
-    fit = calibrate.calibrate(accuracy.resolve(ms), simllm.load_hardware("h100-sxm"),
-                              ("compute_utilization", "frontend_latency_ms"), workers=1, max_iterations=8)
+    fit = calibrate.calibrate(accuracy.resolve(ms), simllm.load_hardware(H100),
+                              ("compute_utilization", "frontend_latency_ms"), workers=1, max_iterations=8,
+                              shape=SHAPE)
     low, high = simllm.config.framework.BOUNDS["frontend_latency_ms"]
     assert high == 10.0 and low <= fit.factors["frontend_latency_ms"] <= high
     assert fit.factors["frontend_latency_ms"] >= 0.99 * high
@@ -106,15 +125,15 @@ def test_fit_stays_within_the_documented_bounds_and_says_when_it_hits_one(tmp_pa
     assert "frontend_latency_ms hit its upper bound 10 ms" in report.format_calibration(fit, "vllm", "x.yaml")
     # The client's 38 ms declared with the measurements: the fit lands inside the bounds.
     declared = [dataclasses.replace(m, client_overhead_ms=38.0) for m in ms]
-    ok = calibrate.calibrate(accuracy.resolve(declared), simllm.load_hardware("h100-sxm"),
-                             ("frontend_latency_ms",), workers=1, max_iterations=8)
+    ok = calibrate.calibrate(accuracy.resolve(declared), simllm.load_hardware(H100),
+                             ("frontend_latency_ms",), workers=1, max_iterations=8, shape=SHAPE)
     assert ok.factors["frontend_latency_ms"] == pytest.approx(2.0, abs=0.25) and not ok.bound_hits
 
 
 def test_client_overhead_is_added_to_the_predicted_ttft_and_e2e():
-    m = synthetic(simllm.load_hardware("h100-sxm"), cases=CASES[:1])[0]
-    plain = accuracy.predict(m, "llama-3.1-8b", "h100-sxm")
-    more = accuracy.predict(dataclasses.replace(m, client_overhead_ms=12.5), "llama-3.1-8b", "h100-sxm")
+    m = synthetic(simllm.load_hardware(H100), cases=CASES[:1])[0]
+    plain = accuracy.predict(m, "llama-3.1-8b", H100)
+    more = accuracy.predict(dataclasses.replace(m, client_overhead_ms=12.5), "llama-3.1-8b", H100)
     assert more["ttft"] == pytest.approx(plain["ttft"] + 12.5) and more["e2el"] == pytest.approx(plain["e2el"] + 12.5)
     assert more["tpot"] == plain["tpot"] and more["itl"] == plain["itl"]
 
@@ -123,7 +142,7 @@ def test_calibration_changes_efficiencies_never_the_physics(fit):
     """The foundation's closed forms (bytes streamed per token, KV bytes per token, the decode
     lower bound at peak bandwidth) are the same on the calibrated profile."""
     model = simllm.load_model("mistral-7b")
-    base = simllm.load_hardware("h100-sxm")
+    base = simllm.load_hardware(H100)
     a = simllm.estimate(model, base, batch_size=1, input_len=512, output_len=64)
     b = simllm.estimate(model, fit.hardware, batch_size=1, input_len=512, output_len=64)
     assert b.streamed_weight_bytes == a.streamed_weight_bytes == pytest.approx(14.22e9, rel=2e-3)
@@ -134,23 +153,23 @@ def test_calibration_changes_efficiencies_never_the_physics(fit):
 
 
 def test_points_faster_than_the_peaks_are_left_out():
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    truth = dataclasses.replace(simllm.load_hardware(H100), **TRUE)
     ms = synthetic(truth)
     impossible = dataclasses.replace(ms[0], tpot_ms=ms[0].tpot_ms / 10)  # 10x faster than the peaks allow
     points = accuracy.with_bounds(accuracy.resolve([impossible] + ms[1:]))
     assert points[0].below_bound("tpot") and not points[0].below_bound("ttft")
     assert points[0].inconsistent and not any(p.inconsistent for p in points[1:])
-    f = calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE), workers=1)
+    f = calibrate.calibrate(points, simllm.load_hardware(H100), tuple(TRUE), workers=1, shape=SHAPE)
     assert f.fit_error["tpot"]["points"] == f.fit_error["ttft"]["points"] == len(CASES) - 1
     assert f.factors["bandwidth_utilization"] == pytest.approx(TRUE["bandwidth_utilization"], rel=0.05)
 
 
 def test_calibrate_refuses_what_it_cannot_fit():
-    points = accuracy.resolve(synthetic(simllm.load_hardware("h100-sxm"), cases=CASES[:2]))
+    points = accuracy.resolve(synthetic(simllm.load_hardware(H100), cases=CASES[:2]))
     with pytest.raises(simllm.ConfigError, match="at least 5 measured points"):
-        calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), tuple(TRUE))
+        calibrate.calibrate(points, simllm.load_hardware(H100), tuple(TRUE))
     with pytest.raises(simllm.ConfigError, match="--fit = 'speed'"):
-        calibrate.calibrate(points, simllm.load_hardware("h100-sxm"), ("speed",))
+        calibrate.calibrate(points, simllm.load_hardware(H100), ("speed",))
 
 
 def _write_json_results(tmp_path, measurements):
@@ -169,12 +188,12 @@ def _write_json_results(tmp_path, measurements):
 def test_calibrate_and_validate_cli_round_trip(tmp_path, capsys):
     """vllm bench serve results of one GPU -> simllm calibrate -> a profile on which simllm
     validate reproduces them; the same factors applied to another GPU with --factors-from."""
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    truth = dataclasses.replace(simllm.load_hardware(H100), **TRUE)
     cases = [c for c in CASES if c[0] == 1]
     paths = _write_json_results(tmp_path, synthetic(truth, cases=cases))
     out, fw_out = tmp_path / "cal.yaml", tmp_path / "vllm-cal.yaml"
-    args = ["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(out), "--framework-output", str(fw_out),
-            "--fit", *TRUE, "--format", "json"]
+    args = ["calibrate", *paths, "--hardware", H100, "-o", str(out), "--framework-output", str(fw_out),
+            "--fit", *TRUE, "--format", "json", "--client-jitter-ms", "0"]
     assert simllm.cli.main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["fit_error"]["tpot"]["median_abs_pct_error"] < 1.0
@@ -182,23 +201,24 @@ def test_calibrate_and_validate_cli_round_trip(tmp_path, capsys):
     assert data["framework_output"] == str(fw_out) and data["bound_hits"] == []
     assert yaml.safe_load(fw_out.read_text())["framework"]["frontend_latency_ms"] == pytest.approx(6.0, rel=0.05)
     assert simllm.cli.main(["validate", *paths, "--hardware", str(out), "--framework-profile", str(fw_out),
-                            "--format", "json"]) == 0
+                            "--format", "json", "--client-jitter-ms", "0"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["ttft"]["median_abs_pct_error"] < 1.0 and summary["tpot"]["median_abs_pct_error"] < 1.0
     # --factors-from: the measurements, relabelled as H200 runs, predicted with the H100's factors
     assert simllm.cli.main(["validate", *paths, "--hardware", "h200-sxm", "--factors-from", str(out),
-                            "--format", "json"]) == 0
+                            "--format", "json", "--client-jitter-ms", "0"]) == 0
     rows = json.loads(capsys.readouterr().out)["points"]
     h200 = dataclasses.replace(simllm.load_hardware("h200-sxm"), **{k: getattr(simllm.load_hardware(str(out)), k)
                                                                      for k in TRUE if k in calibrate.GPU_FACTORS})
     m = synthetic(truth, cases=cases[:1])[0]
-    assert rows[0]["predicted_tpot_ms"] == pytest.approx(accuracy.predict(m, "llama-3.1-8b", h200)["tpot"], rel=1e-9)
+    assert rows[0]["predicted_tpot_ms"] == pytest.approx(accuracy.predict(m, "llama-3.1-8b", h200, shape=SHAPE)["tpot"],
+                                                         rel=1e-9)
 
 
 def test_calibrate_cli_errors_are_one_line(tmp_path, capsys):
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    truth = dataclasses.replace(simllm.load_hardware(H100), **TRUE)
     paths = _write_json_results(tmp_path, synthetic(truth, cases=CASES[:1]))
-    assert simllm.cli.main(["calibrate", *paths, "--hardware", "h100-sxm", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert simllm.cli.main(["calibrate", *paths, "--hardware", H100, "-o", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "measured points" in err
     assert not (tmp_path / "x.yaml").exists()  # nothing half-written
@@ -210,9 +230,9 @@ def test_calibrate_cli_errors_are_one_line(tmp_path, capsys):
 
 def test_validate_plot_writes_pngs(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    truth = dataclasses.replace(simllm.load_hardware("h100-sxm"), **TRUE)
+    truth = dataclasses.replace(simllm.load_hardware(H100), **TRUE)
     paths = _write_json_results(tmp_path, synthetic(truth, cases=CASES[:3]))
-    assert simllm.cli.main(["validate", *paths, "--hardware", "h100-sxm", "--plot", str(tmp_path / "plots")]) == 0
+    assert simllm.cli.main(["validate", *paths, "--hardware", H100, "--plot", str(tmp_path / "plots")]) == 0
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == ["validation_tpot.png", "validation_ttft.png"]
     assert all((tmp_path / "plots" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in pngs)

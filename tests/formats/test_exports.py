@@ -54,7 +54,7 @@ def result():
 def failing():
     """Prompts up to 3000 tokens with max_model_len 2048 and a 0.5 s client timeout: some
     requests are rejected, some time out, some succeed."""
-    w = simllm.Workload(num_prompts=120, request_rate=30.0, timeout_s=0.8,
+    w = simllm.Workload(num_prompts=120, request_rate=30.0, timeout_s=0.5,
                         input_len=simllm.LengthDist("uniform", low=100, high=3000),
                         output_len=simllm.LengthDist("fixed", value=40))
     return run(w, max_model_len=2048)

@@ -181,9 +181,9 @@ def small_workload():
 
 
 #: The issue's SLOs, and the same with a mean-TTFT bound (not a per-request goodput threshold)
-#: that the TP=1 configurations, with the most goodput per GPU, break (mean TTFT ~71 ms against
-#: TP=2's ~32 ms, with the vllm framework profile's few ms of frontend).
-SEARCH_SLOS = (SLO_TEXT, SLO_TEXT + ",ttft_mean<=50")
+#: that the TP=1 configurations, with the most goodput per GPU, break (mean TTFT ~37 ms against
+#: TP=2's ~23 ms with h100-sxm's measured kernel tables and the vllm framework profile).
+SEARCH_SLOS = (SLO_TEXT, SLO_TEXT + ",ttft_mean<=30")
 
 
 @pytest.fixture(scope="module", params=SEARCH_SLOS)

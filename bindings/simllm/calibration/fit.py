@@ -49,13 +49,26 @@ FIT_METRICS = ("ttft", "tpot")
 # within their profile fields' documented bounds.
 GPU_FACTORS = ("compute_utilization", "bandwidth_utilization", "interconnect_latency_us")
 FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us")
+# What the measurements' benchmark client adds to each request's TTFT and E2E latency
+# (Measurement.client_overhead_ms): a property of the data, fitted only when asked for and
+# written to no preset (the report and JSON say it; a measurement import may then declare it).
+MEASUREMENT_FACTORS = ("client_overhead_ms",)
+CLIENT_OVERHEAD_MAX_MS = 1000.0
 FACTORS = {
     "compute_utilization": ("bounded", 0.0, 1.0),
     "bandwidth_utilization": ("bounded", 0.0, 1.0),
     "interconnect_latency_us": ("floor", 1.0, math.inf),
     **{name: ("bounded", *BOUNDS[name]) for name in FRAMEWORK_FACTORS},
+    "client_overhead_ms": ("bounded", 0.0, CLIENT_OVERHEAD_MAX_MS),
 }
-DEFAULT_FACTORS = tuple(FACTORS)
+DEFAULT_FACTORS = GPU_FACTORS + FRAMEWORK_FACTORS
+
+
+def default_factors(hardware, framework="vllm"):
+    """What a fit moves by default: with kernel tables for ``framework`` on ``hardware`` (the
+    tables already carry each operator's shape-dependent efficiency, from measured kernels) only
+    the framework quantities; on the scalar roofline every factor."""
+    return FRAMEWORK_FACTORS if hardware.tables_for(framework) is not None else DEFAULT_FACTORS
 BOUND_TOLERANCE = 0.01  # a factor within 1% of its range from a bound has hit it
 
 
@@ -192,7 +205,7 @@ def _summary(points, r):
     return out
 
 
-def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=accuracy.BenchmarkShape(),
+def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.BenchmarkShape(),
               num_prompts=0, workers=0, progress=None, framework=None):
     """Fit ``factors`` of hardware ``base`` and framework profile ``framework`` to the measured
     ``points``.
@@ -204,9 +217,10 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
         must all map to the same hardware preset.
     base : HardwareConfig
         The datasheet profile whose factors are fitted (its values are the starting point).
-    factors : sequence of str
+    factors : sequence of str, optional
         Names from :data:`FACTORS`: GPU factors (:data:`GPU_FACTORS`) and framework quantities
-        (:data:`FRAMEWORK_FACTORS`, kept within their documented bounds).
+        (:data:`FRAMEWORK_FACTORS`, kept within their documented bounds); default
+        :func:`default_factors`.
     framework : FrameworkProfile or str, optional
         The framework profile whose quantities are fitted (its values, or ``base``'s explicit
         overrides of them, are the starting point); default vllm's. Every point is simulated
@@ -221,6 +235,9 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
     -------
     Fit
     """
+    profile = load_framework(framework or "vllm")
+    if factors is None:
+        factors = default_factors(base, profile.name)
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
         raise ConfigError(f"one of {', '.join(FACTORS)}", source="command line", key="--fit", value=unknown[0])
@@ -231,13 +248,19 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
         raise ConfigError(f"at least {len(factors) + 1} measured points that map to presets to fit "
                           f"{len(factors)} factors, got {len(usable)}")
     systems = sorted({p.hardware for p in usable})
-    if len(systems) != 1:
-        raise ConfigError(f"measurements of one hardware preset (got {', '.join(systems)}); use --filter")
     names = list(factors)
-    profile = load_framework(framework or "vllm")
+    gpu_wide = any(f in GPU_FACTORS for f in names)
+    if gpu_wide and len(systems) != 1:
+        raise ConfigError(f"measurements of one hardware preset to fit GPU factors (got {', '.join(systems)}); "
+                          f"use --filter, or fit only {', '.join(FRAMEWORK_FACTORS + MEASUREMENT_FACTORS)}")
+    # Framework and measurement quantities do not depend on the GPU: each point then runs on its
+    # own hardware preset (``base`` for the one it was loaded as).
+    presets = {name: base if len(systems) == 1 or name == base.gpu else accuracy.preset_hardware(name)
+               for name in systems}
     start = profile.with_overrides(**{k: getattr(base, k) for k in FRAMEWORK_OVERRIDE_KEYS
                                       if getattr(base, k) is not None})
-    initial = {f: getattr(start if f in FRAMEWORK_FACTORS else base, f) for f in names}
+    initial = {f: (0.0 if f in MEASUREMENT_FACTORS else getattr(start if f in FRAMEWORK_FACTORS else base, f))
+               for f in names}
     z = np.array([_to_z(f, initial[f]) for f in names])
     evaluations = 0
 
@@ -245,10 +268,12 @@ def calibrate(points, base, factors=DEFAULT_FACTORS, max_iterations=12, shape=ac
         nonlocal evaluations
         evaluations += 1
         trial = {f: _from_z(f, v) for f, v in zip(names, zv)}
-        hw = _trial_hardware(base, trial)
+        hws = {name: _trial_hardware(hw, trial) for name, hw in presets.items()}
         fw = _trial_framework(start, trial)
-        out = accuracy.predict_points(pts, lambda _name: hw, num_prompts, shape, workers,
-                                      framework_for=lambda _name: fw)
+        if "client_overhead_ms" in trial:
+            pts = [replace(p, measurement=replace(p.measurement, client_overhead_ms=trial["client_overhead_ms"]))
+                   for p in pts]
+        out = accuracy.predict_points(pts, hws.get, num_prompts, shape, workers, framework_for=lambda _name: fw)
         r = _residuals(out)
         # A point that fails (say, out of memory) under trial factors counts as a large error.
         r[[p.predicted is None for p in out]] = 3.0
@@ -325,7 +350,7 @@ def _round(x):
     return float(f"{x:.4g}")
 
 
-def write_calibration(fit, output, framework_output=None, date=None):
+def write_calibration(fit, output=None, framework_output=None, date=None):
     """Write the calibration: the fitted GPU factors into a copy of the base hardware profile
     (``output``: its datasheet figures and source comments as they are) and, where framework
     quantities were fitted, those into a copy of the framework profile (``framework_output``,
@@ -333,7 +358,9 @@ def write_calibration(fit, output, framework_output=None, date=None):
     provenance comment (the points, models, backend, source, date and the value it replaces).
     Both are written atomically, each checked to load first.
 
-    Returns the paths written: ``(hardware_path, framework_path or None)``.
+    ``output`` None writes no hardware profile (allowed when no GPU factor was fitted).
+
+    Returns the paths written: ``(hardware_path or None, framework_path or None)``.
     """
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     what = f"fitted by simllm calibrate on {describe_points(fit.points)}, {date}"
@@ -341,14 +368,19 @@ def write_calibration(fit, output, framework_output=None, date=None):
     text = base_path.read_text(encoding="utf-8")
     gpu = {k: v for k, v in fit.factors.items() if k in GPU_FACTORS}
     fw = {k: v for k, v in fit.factors.items() if k in FRAMEWORK_FACTORS}
+    gpus = ", ".join(sorted({p.hardware for p in fit.points if p.predicted is not None})) or fit.base.gpu
     text = hwyaml.drop_keys(text, [k for k in FRAMEWORK_OVERRIDE_KEYS if k in fw])
     if gpu:
         text = hwyaml.edit_hardware_yaml(text, [(k, _round(v), f"{what}; was {fit.initial[k]:g}") for k, v in gpu.items()])
         if text is None:
             raise ConfigError("a block-style YAML hardware profile to edit", source=str(base_path))
-    hardware_from_dict(yaml.safe_load(text), str(output))  # refuse to write what would not load
-    out = Path(output)
-    write_text_atomic(out, text)
+    out = None
+    if output is not None:
+        hardware_from_dict(yaml.safe_load(text), str(output))  # refuse to write what would not load
+        out = Path(output)
+        write_text_atomic(out, text)
+    elif gpu:
+        raise ConfigError("an output hardware YAML (-o) for the fitted GPU factors", key="-o")
     fw_out = None
     if fw:
         profile = fit.framework or load_framework("vllm")
@@ -358,7 +390,7 @@ def write_calibration(fit, output, framework_output=None, date=None):
                               value=profile.source)
         fw_text = hwyaml.edit_section_yaml(
             fw_path.read_text(encoding="utf-8"),
-            [(k, _round(v), f"{what} on {fit.base.gpu}; was {fit.initial[k]:g}") for k, v in fw.items()],
+            [(k, _round(v), f"{what} on {gpus}; was {fit.initial[k]:g}") for k, v in fw.items()],
             "framework")
         if fw_text is None:
             raise ConfigError("a block-style YAML framework profile to edit", source=str(fw_path))

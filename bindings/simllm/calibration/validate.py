@@ -104,8 +104,8 @@ class BenchmarkShape:
     """How the benchmark client drew the requests of a measured point, where the measurement
     does not record it: lengths uniform in [``min_length_ratio`` x length, length]
     (``benchmark_serving.py --random-range-ratio``; 1.0 = every request exactly the stated
-    length), and ``prompts_per_client`` requests per client of a closed loop (InferenceMAX's
-    and SGLang's scripts send 10 x concurrency).
+    length), ``prompts_per_client`` requests per client of a closed loop (InferenceMAX's
+    and SGLang's scripts send 10 x concurrency) and the closed loop's ``client_jitter_ms``.
 
     ``min_length_ratio`` None picks per point. silicon_sample.csv does not record its clients'
     length distribution: its rows get InferenceMAX's 0.8 except SGLang's, which
@@ -118,6 +118,7 @@ class BenchmarkShape:
     min_length_ratio: float = None
     prompts_per_client: int = 10
     seed: int = 0
+    client_jitter_ms: float = None  # closed loops' client jitter; None = the workload default
 
     def ratio(self, m):
         if self.min_length_ratio is not None:
@@ -145,6 +146,11 @@ def _preset(kind, name):
     return load_model(name) if kind == "models" else load_hardware(name)
 
 
+def preset_hardware(name):
+    """The hardware preset ``name`` (loaded once per process)."""
+    return _preset("hardware", name)
+
+
 def framework_of(m):
     """The framework profile name of measurement ``m``: its backend where simllm ships a profile
     for it, else vllm."""
@@ -170,7 +176,8 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
                "seed": shape.seed}
     if m.concurrency:
         n = m.num_prompts or shape.prompts_per_client * m.concurrency
-        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, **lengths)
+        jitter = {} if shape.client_jitter_ms is None else {"client_jitter_ms": shape.client_jitter_ms}
+        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, **lengths, **jitter)
     else:
         workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate, **lengths)
     if num_prompts:

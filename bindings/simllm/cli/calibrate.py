@@ -3,7 +3,7 @@ overheads to measured results."""
 import sys
 
 from simllm.calibration import fit as calibrate
-from simllm.calibration.fit import DEFAULT_FACTORS, describe_bound_hit
+from simllm.calibration.fit import DEFAULT_FACTORS, FRAMEWORK_FACTORS, describe_bound_hit
 from simllm.calibration.validate import framework_of
 from simllm.cli import common
 from simllm.config.framework import load_framework
@@ -16,31 +16,36 @@ def add_parser(sub):
     cal = sub.add_parser("calibrate", help="fit a hardware profile's efficiency factors and a framework profile's "
                                            "overheads to measured results")
     common.add_measured(cal)
-    cal.add_argument("--hardware", required=True, metavar="BASE",
-                     help="the profile to calibrate (preset or YAML); measurements of other GPUs are left out")
-    cal.add_argument("--output", "-o", required=True, help="calibrated hardware YAML to write (GPU factors)")
+    cal.add_argument("--hardware", required=True, nargs="+", metavar="BASE",
+                     help="the profile to calibrate (preset or YAML); measurements of other GPUs are left out. "
+                          "Several presets when only framework (or measurement) quantities are fitted: those do "
+                          "not depend on the GPU, each point runs on its own")
+    cal.add_argument("--output", "-o", default=None,
+                     help="calibrated hardware YAML to write (needed when GPU factors are fitted)")
     cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
                      help="fit this framework's measurements, starting from its profile (default vllm)")
     cal.add_argument("--framework-output", metavar="YAML",
                      help="framework profile YAML to write the fitted framework quantities to (default: the "
                           "profile itself, configs/frameworks/NAME.yaml); written only when some are fitted")
-    cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=list(DEFAULT_FACTORS),
-                     help=f"factors to fit (default all: {', '.join(DEFAULT_FACTORS)})")
+    cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=None,
+                     help=f"factors to fit, of {', '.join(DEFAULT_FACTORS)} (default: the framework's "
+                          f"{', '.join(FRAMEWORK_FACTORS)} when the GPU has kernel tables for it, else all)")
     cal.add_argument("--max-iterations", type=common.positive_int, default=12, help="Levenberg-Marquardt iterations")
     cal.add_argument("--format", choices=("table", "json"), default="table")
 
 
 def cmd(args, out):
-    base = load_hardware(args.hardware)
-    points, shape = common.measured_points(args, args.hardware)
-    wanted = {args.hardware, base.gpu}
+    bases = [load_hardware(h) for h in args.hardware]
+    base = bases[0]
+    points, shape = common.measured_points(args, args.hardware[0] if len(args.hardware) == 1 else "")
+    wanted = set(args.hardware) | {b.gpu for b in bases}
     points = [p for p in points if p.hardware in wanted and framework_of(p.measurement) == args.framework]
     progress = None if args.format == "json" else (lambda line: print(f"simllm: {line}", file=sys.stderr))
     fit = calibrate.calibrate(points, base, args.fit, args.max_iterations, shape, args.num_prompts, progress=progress,
                               framework=load_framework(args.framework))
     path, fw_path = calibrate.write_calibration(fit, args.output, args.framework_output)
     if args.format == "json":
-        out.write(report.to_json({"output": str(path), "framework": args.framework,
+        out.write(report.to_json({"output": str(path) if path else None, "framework": args.framework,
                                   "framework_output": str(fw_path) if fw_path else None, "factors": fit.factors,
                                   "bound_hits": [describe_bound_hit(h) for h in fit.bound_hits],
                                   "initial": fit.initial, "fit_error": fit.fit_error, "loo_error": fit.loo_error,

@@ -177,6 +177,8 @@ def add_measured(p):
                         "--random-range-ratio); default: 0.8 for CSV rows (InferenceMAX), 1 for SGLang's and JSON")
     p.add_argument("--filter", action="append", type=regex, default=[], metavar="REGEX",
                    help="only measurements whose 'model system backend' matches (repeat: all must match)")
+    p.add_argument("--client-jitter-ms", type=nonneg_float, default=None,
+                   help="closed loops: mean client delay before each send (default: run's default; 0 = clients in step)")
 
 
 def measured_points(args, hardware=""):
@@ -186,7 +188,7 @@ def measured_points(args, hardware=""):
         measured = [m for m in measured if pattern.search(f"{m.model} {m.hardware} {m.backend}")]
     points = accuracy.resolve(measured, accuracy.parse_map(args.model_map, "--model-map"),
                               accuracy.parse_map(args.hardware_map, "--hardware-map"))
-    return points, accuracy.BenchmarkShape(min_length_ratio=args.min_length_ratio)
+    return points, accuracy.BenchmarkShape(min_length_ratio=args.min_length_ratio, client_jitter_ms=args.client_jitter_ms)
 
 
 def target(args):

@@ -4,13 +4,23 @@
 One row per measured point: model, system, backend, precision, mode, isl/osl, concurrency
 ``batch_size``, TP/PP/DP, mean TTFT and TPOT. Disaggregated rows describe their workers in
 ``prefill_*``/``decode_*`` columns instead, so their TP and batch size may be absent.
-``client_overhead_ms`` stays 0: the CSV does not say which client measured it nor what that adds.
+The CSV does not say which client measured it nor what that client adds to each request's
+TTFT. What its rows' harness adds beyond the engine is therefore a property of this data, fitted
+once per backend with ``simllm calibrate --fit client_overhead_ms`` on the dense aggregated H100
+and H200 rows (with the shipped kernel tables and framework profiles) and declared here as each
+row's ``client_overhead_ms`` (:data:`SILICON_CLIENT_OVERHEAD_MS`): it is added to the prediction
+before comparing, and never enters a GPU or framework profile (``simllm run`` does not add it).
 """
 import csv
 import math
 
 from simllm.errors import ConfigError
 from simllm.formats.common import Measurement, field_number
+
+#: Per backend, ms each silicon_sample.csv row's benchmark client adds to TTFT and E2E latency
+#: beyond the engine (see the module docstring). Fitted by simllm calibrate --hardware h100-sxm
+#: h200-sxm --fit client_overhead_ms on CLIENT_FIT_PROVENANCE.
+SILICON_CLIENT_OVERHEAD_MS = CLIENT_FIT_VALUES
 
 #: The columns a silicon_sample.csv must have.
 SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size",
@@ -42,6 +52,7 @@ def read_silicon_csv(path):
                 request_rate=math.inf, num_prompts=0,
                 ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
                 tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
+                client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
             ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))

@@ -216,7 +216,7 @@ def format_calibration(fit, framework, path, framework_path=None):
     hits = [f"  {describe_bound_hit(h)}" for h in fit.bound_hits]
     if hits:
         hits = ["", "At a bound (the data wants more than the documented range allows):", *hits]
-    wrote = [f"wrote {path}"] + ([f"wrote {framework_path}"] if framework_path else [])
+    wrote = ([f"wrote {path}"] if path else []) + ([f"wrote {framework_path}"] if framework_path else [])
     return "\n".join([
         f"simllm calibrate: {fit.base.name}, framework {framework}; fitted on {describe_points(fit.points)}",
         f"  {fit.iterations} iteration(s), {fit.evaluations} simulation passes",
