@@ -20,7 +20,7 @@ from simllm.formats.common import Measurement, field_number
 #: Per backend, ms each silicon_sample.csv row's benchmark client adds to TTFT and E2E latency
 #: beyond the engine (see the module docstring). Fitted by simllm calibrate --hardware h100-sxm
 #: h200-sxm --fit client_overhead_ms on CLIENT_FIT_PROVENANCE.
-SILICON_CLIENT_OVERHEAD_MS = CLIENT_FIT_VALUES
+SILICON_CLIENT_OVERHEAD_MS = {}
 
 #: The columns a silicon_sample.csv must have.
 SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size",
