@@ -164,6 +164,42 @@ def _residuals(points):
     return r
 
 
+def fit_client_overhead(points, high=CLIENT_OVERHEAD_MAX_MS):
+    """The ``client_overhead_ms`` that best explains already predicted ``points``, without
+    simulating again: it only adds to the predicted TTFT (and E2E), so the fit is one-dimensional.
+    Minimises the same Huber loss of TTFT log errors as :func:`calibrate` over ``[0, high]``
+    (a grid of 1 ms, then golden-section refinement), each prediction taken without the client
+    overhead its measurement declared. Returns ``(value_ms, points_used)``.
+    """
+    base, meas = [], []
+    for p in points:
+        if p.predicted is None or p.inconsistent:
+            continue
+        m = p.measurement
+        if m.ttft_ms and not math.isnan(m.ttft_ms):
+            base.append(p.predicted["ttft"] - getattr(m, "client_overhead_ms", 0.0))
+            meas.append(m.ttft_ms)
+    if not base:
+        raise ConfigError("measured TTFTs of points that map to presets to fit client_overhead_ms")
+    base, meas = np.array(base), np.array(meas)
+
+    def cost(c):
+        r = np.log(np.maximum(base + c, 1e-9) / meas)
+        return _cost(r)
+
+    grid = np.arange(0.0, high + 1.0, 1.0)
+    i = int(np.argmin([cost(c) for c in grid]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(40):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        if cost(a) <= cost(b):
+            hi = b
+        else:
+            lo = a
+    return float((lo + hi) / 2.0), len(base)
+
+
 def _huber_weights(r):
     a = np.abs(r)
     return np.where(a <= HUBER, 1.0, HUBER / np.maximum(a, 1e-12))

@@ -268,9 +268,12 @@ def peak_hardware(hardware):
 
 
 def with_bounds(points, num_prompts=0, shape=BenchmarkShape(), workers=0, *, executor=None, scheduler=None):
-    """``points`` with ``bound`` set: each metric simulated at the hardware's peaks."""
+    """``points`` with ``bound`` set: each metric simulated at the hardware's peaks, with no
+    framework overhead and no client overhead (a declared client overhead is an estimate, not a
+    floor)."""
     peak = {name: peak_hardware(_preset("hardware", name)) for name in {p.hardware for p in points if not p.reason}}
-    done = predict_points(points, peak.get, num_prompts, shape, workers, executor=executor, scheduler=scheduler,
+    bare = [replace(p, measurement=replace(p.measurement, client_overhead_ms=0.0)) for p in points]
+    done = predict_points(bare, peak.get, num_prompts, shape, workers, executor=executor, scheduler=scheduler,
                           framework_for=lambda _name: NO_OVERHEAD)
     return [replace(p, bound=d.predicted) for p, d in zip(points, done)]
 
