@@ -84,7 +84,7 @@ def test_csv_has_header_and_one_line_per_point(sweep):
     lines = list(csv.reader(io.StringIO(text)))
     assert lines[0][:3] == ["concurrency", "request_rate_rps", "num_prompts"]
     assert "output_throughput_tok_s" in lines[0] and "p99_latency_ms" in lines[0]
-    assert len(lines) == 6
+    assert len(lines) == len(PARALLEL) + 1
     col = lines[0].index("output_throughput_tok_s")
     assert [float(line[col]) for line in lines[1:]] == [r.output_throughput_tok_s for r in sweep.rows]
 
