@@ -111,8 +111,9 @@ def test_gqa_reads_exactly_kv_over_heads_of_mha(heads, group, contexts):
 
 
 def test_tensor_parallel_2_halves_weights_and_adds_all_reduce_time():
-    p1 = build("llama-3.1-70b", "h100-sxm")[4]
-    p2 = build("llama-3.1-70b", "h100-sxm", tensor_parallel_size=2)[4]
+    # Scalar roofline: the all-reduce's closed form below is latency + bytes / (bw x utilization).
+    p1 = build("llama-3.1-70b", "h100-sxm", tables=False)[4]
+    p2 = build("llama-3.1-70b", "h100-sxm", tables=False, tensor_parallel_size=2)[4]
     assert resident_weight_bytes_nb(p2) == pytest.approx(resident_weight_bytes_nb(p1) / 2, rel=1e-3)
     assert streamed_weight_bytes_nb(p2, 1.0) == pytest.approx(streamed_weight_bytes_nb(p1, 1.0) / 2, rel=1e-3)
     assert kv_bytes_per_token_nb(p2) == kv_bytes_per_token_nb(p1) / 2
@@ -150,10 +151,11 @@ def test_experts_hit_goes_from_k_to_all():
 
 
 def test_dtypes_change_bytes_and_peaks():
-    fp16 = build("llama-3.1-8b", "h100-sxm", dtype="bf16")[4]
-    fp8 = build("llama-3.1-8b", "h100-sxm", dtype="fp8")[4]
-    int4 = build("llama-3.1-8b", "h100-sxm", dtype="int4")[4]
-    a100_fp8 = build("llama-3.1-8b", "a100-sxm-80gb", dtype="fp8")[4]
+    # Scalar roofline: "fp8 halves the weight stream" is a statement about bytes / bandwidth.
+    fp16 = build("llama-3.1-8b", "h100-sxm", tables=False, dtype="bf16")[4]
+    fp8 = build("llama-3.1-8b", "h100-sxm", tables=False, dtype="fp8")[4]
+    int4 = build("llama-3.1-8b", "h100-sxm", tables=False, dtype="int4")[4]
+    a100_fp8 = build("llama-3.1-8b", "a100-sxm-80gb", tables=False, dtype="fp8")[4]
     assert fp8.gemm_flops == pytest.approx(2 * fp16.gemm_flops, rel=1e-3)  # H100 FP8 tensor cores
     assert a100_fp8.gemm_flops == 312e12  # no FP8 on A100: weight-only, computed in bf16
     assert int4.gemm_flops == fp16.gemm_flops
@@ -163,8 +165,8 @@ def test_dtypes_change_bytes_and_peaks():
     batch = [(1, 1000, True)]
     cpu = fp16.iter_overhead_s  # the framework's per-step CPU time, the same for both
     assert costs(fp8, batch)[1] - cpu < 0.65 * (costs(fp16, batch)[1] - cpu)
-    kv8 = build("llama-3.1-8b", "h100-sxm", kv_cache_dtype="fp8")[4]
-    kv_half = build("llama-3.1-8b", "h100-sxm", kv_compression_ratio=2.0)[4]
+    kv8 = build("llama-3.1-8b", "h100-sxm", tables=False, kv_cache_dtype="fp8")[4]
+    kv_half = build("llama-3.1-8b", "h100-sxm", tables=False, kv_compression_ratio=2.0)[4]
     assert kv_bytes_per_token_nb(kv8) == kv_bytes_per_token_nb(fp16) / 2 == kv_bytes_per_token_nb(kv_half)
 
 
@@ -184,7 +186,9 @@ batches = st.lists(
 )
 @settings(max_examples=150, deadline=None)
 def test_kernels_match_the_reference(name, hw_name, tp, dtype, kv_dtype, batch):
-    model, hw, s, r, p = build(name, hw_name, tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_dtype)
+    """The scalar roofline (no kernel tables; the shaped path has its own reference below)."""
+    model, hw, s, r, p = build(name, hw_name, tables=False, tensor_parallel_size=tp, dtype=dtype,
+                               kv_cache_dtype=kv_dtype)
     ops, total, agg = costs(p, batch)
     ref_total, ref_ops = naive.iteration_time(
         model, hw, batch, tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype
@@ -219,7 +223,8 @@ def test_decode_run_is_the_sum_of_its_iterations():
 @given(batch=batches, extra_tokens=st.integers(1, 512), extra_ctx=st.integers(1, 4096), which=st.integers(0, 11))
 @settings(max_examples=80, deadline=None)
 def test_more_work_never_takes_less_time(batch, extra_tokens, extra_ctx, which):
-    p = build("mixtral-8x7b", "h100-sxm", tensor_parallel_size=2)[4]
+    """On the scalar roofline every operator's time is non-decreasing in each aggregate."""
+    p = build("mixtral-8x7b", "h100-sxm", tables=False, tensor_parallel_size=2)[4]
     i = which % len(batch)
     q, c, e = batch[i]
     base = costs(p, batch)[1]
@@ -230,8 +235,9 @@ def test_more_work_never_takes_less_time(batch, extra_tokens, extra_ctx, which):
     assert costs(p, batch + [(1, c, True)])[1] >= base
 
 
-def test_weights_are_read_once_per_iteration_so_batching_pays():
-    p = build("llama-3.1-8b", "h100-sxm")[4]
+@pytest.mark.parametrize("tables", [False, True], ids=["scalar", "tables"])
+def test_weights_are_read_once_per_iteration_so_batching_pays(tables):
+    p = build("llama-3.1-8b", "h100-sxm", tables=tables)[4]
     one = iteration_time_nb(p, 1.0, 1001.0, 1001.0, 1.0)
     many = iteration_time_nb(p, 64.0, 64 * 1001.0, 64 * 1001.0, 64.0)
     assert many < 3 * one  # 64x the tokens for well under 3x the time
