@@ -1,5 +1,6 @@
 """What several test modules share: paths, the shared measured data, building packed kernel
 inputs, and the lines shown at the end of a run (conftest.py keeps only pytest's hooks)."""
+import dataclasses
 import os
 from pathlib import Path
 
@@ -18,10 +19,22 @@ JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 REPORT = []
 
 
-def build(model, hardware, **serving_kwargs):
-    """Validated configs and packed params: (model, hardware, serving, resolved, params)."""
+def build(model, hardware, *, tables=True, **serving_kwargs):
+    """Validated configs and packed params: (model, hardware, serving, resolved, params).
+
+    ``tables=True`` (the default) keeps the hardware as ``simllm.load_hardware`` gives it: a preset
+    with measured kernel tables (configs/kernels/<gpu>/) prices its operators by shape, exactly as a
+    simulation with that preset does, so tests comparing ``build``'s params with
+    ``simllm.simulate`` or the engine agree. ``tables=False`` drops the tables
+    (``kernel_tables=()``): every operator then runs at the scalar roofline (compute_utilization,
+    bandwidth_utilization, launch overhead, interconnect latency) that the closed-form cost tests
+    and :func:`naive.iteration_time` are written against; such tests must ask for it explicitly.
+    """
     m = simllm.load_model(model) if isinstance(model, (str, Path)) else model
-    h = simllm.load_hardware(hardware) if isinstance(hardware, (str, Path)) else hardware
+    if isinstance(hardware, (str, Path)):
+        h = simllm.load_hardware(hardware, with_tables=tables)
+    else:
+        h = hardware if tables else dataclasses.replace(hardware, kernel_tables=())
     s = simllm.ServingConfig(**serving_kwargs)
     r = serving_mod.resolve(m, h, s)
     return m, h, s, r, pack_cost_params(m, h, s, r)

@@ -4,10 +4,14 @@ tests/naive.py): plain Python straight from the model's description, no numba, n
 - :func:`iteration_ops` / :func:`iteration_time` mirror the cost kernel
   (``simcore.iteration_costs_nb`` / ``iteration_time_nb``), from the validated configs rather
   than the packed kernel inputs. A batch is a list of ``(new_tokens, prior_context, emits)``.
+- :func:`iteration_time_shaped` mirrors the same kernels with kernel tables (``CostParams.eff``),
+  reading the table JSON file and interpolating in plain Python, without the packed array.
 - :func:`simulate` mirrors the engine (``simcore.simulate_nb``): plain objects, lists and a
   deque, one iteration and one token at a time; iteration times come from the cost kernel
   (checked on its own against :func:`iteration_time`).
 """
+import functools
+import json
 import math
 from collections import deque
 
@@ -25,6 +29,23 @@ def _bytes(name):
 
 def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0):
     """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance."""
+    T = sum(q for q, _, _ in batch)
+    emit = sum(1 for _, _, e in batch if e)
+    pairs = 0
+    kv_tokens = 0
+    for q, c, _ in batch:
+        for i in range(q):  # token i of the chunk attends to c + i + 1 keys (causal)
+            pairs += c + i + 1
+        kv_tokens += c + q  # every cached and new key/value is read once
+    return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
+                          kv_dtype=kv_dtype, kv_ratio=kv_ratio)
+
+
+def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
+                   kv_ratio=1.0):
+    """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
+    ``pairs`` query-key pairs and ``kv_tokens`` keys read (the shaped reference prices GEMMs at
+    ``T = emit = 2**i`` with it)."""
     weight_dtype = weight_dtype or model.dtype
     act = act_dtype or weight_dtype
     ab, wb = _bytes(act), _bytes(weight_dtype)
@@ -32,8 +53,6 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
     h, d, L = model.hidden_size, model.head_dim, model.layers
     qh = model.num_attention_heads / tp
     kvh = max(1, model.num_key_value_heads // tp)
-    T = sum(q for q, _, _ in batch)
-    emit = sum(1 for _, _, e in batch if e)
     ops = {}
     if T == 0:
         return ops
@@ -55,13 +74,7 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
     ops["rope"] = (L, 3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems,
                    2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, VECTOR)
     ops["kv_cache_write"] = (L, 0.0, T * 2 * kvh * d * (ab + kvb), VECTOR)
-    flops = 0.0
-    kv_bytes = 0.0
-    for q, c, _ in batch:
-        for i in range(q):  # token i of the chunk attends to c + i + 1 keys (causal)
-            flops += 4 * d * qh * (c + i + 1)
-        kv_bytes += (c + q) * 2 * kvh * d * kvb
-    ops["attention"] = (L, flops, kv_bytes + 2 * T * qh * d * ab, ATTN)
+    ops["attention"] = (L, 4 * d * qh * pairs, kv_tokens * 2 * kvh * d * kvb + 2 * T * qh * d * ab, ATTN)
     p_o = qh * d * h
     ops["o_proj"] = (L, 2 * T * p_o, p_o * wb + T * (qh * d + h) * ab, GEMM)
     if tp > 1:
@@ -128,6 +141,165 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
                     nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.bandwidth_utilization))
         per_op[name] = (count * flops, count * nbytes, count * (t + launch))
     overhead = fw.iteration_overhead_us * 1e-6 if any(new > 0 for new, _, _ in batch) else 0.0
+    return sum(v[2] for v in per_op.values()) + overhead, per_op
+
+
+# ----------------------------------------------------------------------------- shaped cost
+
+# The tables' grids (simllm.config.kernels, simcore.codes.EFF_*), written out again: one point per
+# octave (power of two) from its first value.
+GEMM_M0, GEMM_NK0 = 0, 7  # GEMM tables: M = 2**0 .., N and K = 2**7 ..
+CURVE_POINTS = 18  # the packed GEMM seconds curve: M = 2**0 .. 2**17
+PREFILL_FLOPS0 = 20  # prefill attention: FLOPs of one layer from 2**20; context from 2**0
+LINK_BYTES0 = 7  # all-reduce: bus bytes from 2**7
+EFF_FLOOR = 1e-4
+# Weight GEMMs, and whether their weights are in the weight dtype (False: the activation dtype).
+GEMM_OPS = {"qkv_proj": True, "o_proj": True, "ffn_up": True, "ffn_down": True, "moe_router": False,
+            "moe_experts_up": True, "moe_experts_down": True, "lm_head": False}
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_table_json(path):
+    """The kernel-table JSON file at ``path``, parsed (nested lists, as written)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _coordinate(value, first_log2):
+    """Grid coordinate: octaves above the grid's first point (values below 1 count as 1)."""
+    return (math.log2(value) if value > 1 else 0.0) - first_log2
+
+
+def _lerp(values, x):
+    """Linear interpolation of a list at coordinate ``x`` (0 = first point), clamped to its ends."""
+    last = len(values) - 1
+    x = min(max(x, 0.0), float(last))
+    i = min(int(math.floor(x)), last - 1)
+    return values[i] + (x - i) * (values[i + 1] - values[i])
+
+
+def _lerp2(table, x1, x2):
+    """Bilinear: interpolate each row at ``x2``, then across rows at ``x1``."""
+    return _lerp([_lerp(row, x2) for row in table], x1)
+
+
+def _lerp3(table, x1, x2, x3):
+    return _lerp([_lerp2(plane, x2, x3) for plane in table], x1)
+
+
+def _gemm_shapes(model, tp):
+    """{op: (N, K)} of the weight GEMMs on one GPU (the projections' output and input widths)."""
+    h, d = model.hidden_size, model.head_dim
+    qh = model.num_attention_heads / tp
+    kvh = max(1, model.num_key_value_heads // tp)
+    inter = model.intermediate_size / tp
+    ei = model.moe_intermediate_size / tp
+    si = model.shared_expert_intermediate_size / tp
+    vocab_here = (model.vocab_size * h + (model.vocab_size if model.lm_head_bias else 0)) / tp / h
+    return {
+        "qkv_proj": ((qh + 2 * kvh) * d, h),
+        "o_proj": (h, qh * d),
+        "ffn_up": ((2 if model.ffn == "gated" else 1) * inter, h),
+        "ffn_down": (h, inter),
+        "moe_router": (model.num_experts, h),
+        "moe_experts_up": (2 * ei + 2 * si, h),
+        "moe_experts_down": (h, max(ei, si)),
+        "lm_head": (vocab_here, h),
+    }
+
+
+def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
+                          kv_ratio=1.0, framework="vllm", tables_path=None):
+    """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
+    operators the kernel tables cover priced from the table JSON file itself (``tables_path``,
+    default the file ``hw`` loaded for ``framework``), as simllm.config.kernels documents them:
+
+    - a weight GEMM over ``M`` rows (tokens; the LM head: emitting rows): its seconds at
+      ``M = 2**i`` are ``max(flops / peak, bytes / bandwidth) / eff(M', N, K)``, eff trilinear in
+      log2 M', log2 N, log2 K on the table of the weight dtype (FP8 when the weights are FP8 and the
+      table and the GPU have it, else BF16; the router and the LM head: BF16), ``M' = M`` except for
+      routed experts (the tokens each hit expert gets, ``M k / hit``, at least 1); the points are
+      made non-decreasing; between them seconds are linear in M, beyond the last proportional to M;
+    - attention: ``max(flops / (peak * eff_prefill), bytes / (bandwidth * eff_decode))``, the
+      prefill table bilinear in log2 FLOPs and log2 (pairs / tokens), the decode table in log2
+      (rows x KV heads) and log2 (keys read / rows), rows the emitting rows (at least 1);
+    - collectives: ``bus bytes / (link bandwidth * eff(bus bytes))``, the curve of the largest GPU
+      count measured at or below ``tp`` (the smallest when all are larger), linear in log2 bytes;
+    - the rest: the scalar roofline plus the launch gap, as :func:`iteration_time`.
+
+    Every coordinate is clamped to its grid. No kernel launch or collective latency is added to a
+    table-priced operator (the measured latency holds it); the framework's per-iteration CPU time
+    joins a non-empty batch's total.
+    """
+    fw = framework_for(hw, ServingConfig(), framework)
+    weight_dtype = weight_dtype or model.dtype
+    act = act_dtype or weight_dtype
+    data = kernel_table_json(str(tables_path or hw.tables_for(fw.name).source))
+    peak_act = hw.peak_flops(act) or hw.fp16_tflops * 1e12
+    peak_gemm = hw.peak_flops(weight_dtype) or peak_act
+    vector = (hw.fp32_tflops or hw.fp16_tflops) * 1e12
+    bw = hw.memory_bandwidth_gbps * 1e9
+    link_bw = hw.interconnect_bandwidth_gbps * 1e9
+    launch = fw.launch_overhead_us * 1e-6
+    fp8 = weight_dtype == "fp8" and hw.peak_flops("fp8") > 0 and "fp8" in data["gemm"]
+    tables = {op: data["gemm"]["fp8" if fp8 and in_weights else "bf16"] for op, in_weights in GEMM_OPS.items()}
+    counts = sorted((int(n), curve) for n, curve in data["allreduce"].items())
+    link_curve = counts[0][1]
+    for n, curve in counts:
+        if n <= tp:
+            link_curve = curve
+    shapes = _gemm_shapes(model, tp)
+    kvh = max(1, model.num_key_value_heads // tp)
+    E, k = model.num_experts, model.experts_per_token
+    dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio)
+
+    curves = {}  # op -> seconds at M = 2**0 .. 2**17
+
+    def gemm_seconds(op, rows):
+        if op not in curves:
+            n, kk = shapes[op]
+            points = []
+            for i in range(CURVE_POINTS):
+                m = 2.0**i
+                _, flops, nbytes, _ = ops_for_totals(model, m, m, m, m, **dtypes_kw)[op]
+                m_eff = m
+                if op.startswith("moe_experts") and E > 0:
+                    hit = E * (1 - (1 - k / E) ** m)
+                    m_eff = max(m * k / max(hit, 1.0), 1.0)
+                e = _lerp3(tables[op], _coordinate(m_eff, GEMM_M0), _coordinate(n, GEMM_NK0), _coordinate(kk, GEMM_NK0))
+                t = max(flops / peak_gemm, nbytes / bw) / max(e, EFF_FLOOR)
+                points.append(max(t, points[-1]) if points else t)  # a larger M never runs faster
+            curves[op] = points
+        points = curves[op]
+        if rows <= 1:
+            return points[0]
+        if rows >= 2.0 ** (CURVE_POINTS - 1):
+            return points[-1] * rows / 2.0 ** (CURVE_POINTS - 1)
+        i = 0
+        while 2.0 ** (i + 1) <= rows:
+            i += 1
+        f = (rows - 2.0**i) / 2.0**i  # linear in M between 2**i and 2**(i + 1)
+        return points[i] + f * (points[i + 1] - points[i])
+
+    T = sum(q for q, _, _ in batch)
+    emit = sum(1 for _, _, e in batch if e)
+    pairs = sum(sum(c + i + 1 for i in range(q)) for q, c, _ in batch)
+    kv_tokens = sum(c + q for q, c, _ in batch)
+    per_op = {}
+    for name, (count, flops, nbytes, unit) in ops_for_totals(model, T, emit, pairs, kv_tokens, **dtypes_kw).items():
+        if unit == GEMM:
+            t = gemm_seconds(name, emit if name == "lm_head" else T)
+        elif unit == ATTN:
+            rows = max(emit, 1)
+            e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(pairs / T, 0))
+            e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(kv_tokens / rows, 0))
+            t = max(flops / (peak_act * e_pf), nbytes / (bw * e_dec))
+        elif unit == LINK:
+            t = nbytes / (link_bw * _lerp(link_curve, _coordinate(nbytes, LINK_BYTES0)))
+        else:
+            t = max(flops / (vector * hw.compute_utilization), nbytes / (bw * hw.bandwidth_utilization)) + launch
+        per_op[name] = (count * flops, count * nbytes, count * t)
+    overhead = fw.iteration_overhead_us * 1e-6 if T > 0 else 0.0
     return sum(v[2] for v in per_op.values()) + overhead, per_op
 
 

@@ -1,0 +1,205 @@
+"""Held-out accuracy of the shipped kernel tables (the fit errors their provenance records), the
+packing reproducing the tables at their grid points, and the importer's fits on synthetic
+latencies (numpy only); reading aiconfigurator-core's Parquet needs pyarrow and is skipped
+without it."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+import simllm
+from helpers import ROOT, build
+from simcore import codes, iteration_costs_nb, new_cost_arrays
+from simllm.calibration import kernels as ck
+from simllm.config import kernels as kt
+
+KERNELS = ROOT / "configs" / "kernels"
+SYSTEMS = sorted(p.name for p in KERNELS.iterdir() if p.is_dir())
+LIMIT = 0.10  # median |predicted / measured - 1| of the held-out kernel latencies
+# The one documented exception (README, "Kernel tables"): L40S decode attention misses by 11.6%.
+# Its many small decode shapes run faster than the GDDR6 roofline because the 96 MB L2 holds their
+# KV cache; those rows are clipped at efficiency 1, which is what the memory-side table then misses.
+EXCEPTIONS = {("l40s", "attention_decode"): 0.12}
+
+
+def fit(system, framework="vllm"):
+    return json.loads((KERNELS / system / f"{framework}.json").read_text(encoding="utf-8"))["provenance"]["fit"]
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_shipped_vllm_tables_predict_held_out_latencies_within_10_percent(system):
+    errors = {table: rep["held_out_median_abs_error"] for table, rep in fit(system).items()}
+    assert {"gemm_bf16", "attention_prefill", "attention_decode", "allreduce"} <= set(errors)
+    for table, err in errors.items():
+        limit = EXCEPTIONS.get((system, table), LIMIT)
+        assert err <= limit, (system, table, err)
+        assert fit(system)[table]["held_out_rows"] >= 20, (system, table)
+
+
+def test_the_documented_exception_is_still_needed():
+    """If L40S decode attention ever fits within 10%, the exception above should go."""
+    assert fit("l40s")["attention_decode"]["held_out_median_abs_error"] > LIMIT
+
+
+def test_readme_table_quotes_the_provenance():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    columns = ("gemm_bf16", "gemm_fp8", "attention_prefill", "attention_decode", "allreduce")
+    for system in SYSTEMS:
+        row = re.search(rf"^\| {re.escape(system)} \|(.*)\|$", text, re.M)
+        assert row, system
+        cells = [c.strip() for c in row.group(1).split("|")]
+        errors = fit(system)
+        for cell, table in zip(cells, columns):
+            if cell == "-":
+                assert table not in errors, (system, table)
+            else:
+                assert float(cell.rstrip("%")) == pytest.approx(100 * errors[table]["held_out_median_abs_error"], abs=0.051)
+
+
+# --------------------------------------------------------------------------- packing
+@pytest.mark.parametrize("system, framework, dtype", [("h100-sxm", "vllm", "auto"), ("h200-sxm", "sglang", "fp8"),
+                                                      ("l40s", "trtllm", "auto"), ("a100-sxm-80gb", "vllm", "fp8")])
+def test_packed_gemm_seconds_are_the_tables_at_their_grid_points(system, framework, dtype):
+    """llama-3.1-8b's O projection is a 4096 x 4096 GEMM, on the grid in N and K: efficiency.py's
+    seconds at M = 2**i are the importer's roofline over the table's value there (made
+    non-decreasing), for every M the table measures."""
+    model, hw, s, r, p = build("llama-3.1-8b", system, framework=framework, dtype=dtype)
+    tables = hw.tables_for(framework)
+    fp8 = r.weight_dtype == "fp8" and hw.fp8_tflops > 0
+    table = tables.gemm_table("fp8" if fp8 else "bf16")
+    n = k = 4096
+    j = l = 12 - kt.GEMM_LOG2_NK[0]
+    m = 2.0 ** np.arange(len(kt.GEMM_LOG2_M))
+    expected = np.maximum.accumulate(ck.gemm_roofline_s(m, n, k, p.gemm_flops, p.mem_bw, p.w_bytes) / table[:, j, l])
+    start = codes.EFF_GEMM_S + codes.OP_O_PROJ * codes.EFF_M_POINTS
+    got = p.eff[start:start + len(m)]
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("system", ["h100-sxm", "gb200", "l40s"])
+def test_packed_all_reduce_is_the_measured_curve_at_its_grid_points(system):
+    """TP 2 all-reduce of 2**i tokens of llama-3.1-8b (8 KiB each in BF16): its bus bytes sit on the
+    grid, and its time is bus bytes / link bandwidth / the table's efficiency there, the latency the
+    importer turned into that efficiency."""
+    model, hw, s, r, p = build("llama-3.1-8b", system, tensor_parallel_size=2)
+    curve = hw.tables_for("vllm").allreduce_curve(2)
+    for i in range(0, 15):
+        tokens = 2.0**i
+        bus = kt.bus_bytes(tokens * 4096 * 2, 2)
+        x = np.log2(bus) - codes.EFF_LINK_LOG2_MIN
+        assert x == int(x)
+        flops, nbytes, seconds, bound = new_cost_arrays()
+        iteration_costs_nb(p, tokens, tokens, tokens, 0.0, flops, nbytes, seconds, bound)
+        one = seconds[codes.OP_ALLREDUCE_ATTN] / model.layers
+        assert one == pytest.approx(bus / p.link_bw / curve[int(x)], rel=1e-9), i
+
+
+# --------------------------------------------------------------------------- the importer's fits
+def test_fit_gemm_recovers_a_known_efficiency_and_holds_out_odd_shapes():
+    peak, bw = 1e15, 3e12
+    grid_m = 2.0 ** np.arange(16)
+    eff_of_m = np.clip(0.01 * np.sqrt(grid_m), 1e-3, 0.9)  # the same for every N and K
+    rows = []
+    for n in (128, 1024, 4096, 3000):  # 3000: not a power of two, held out
+        for k in (256, 8192, 5000):
+            for mi, e in zip(grid_m, eff_of_m):
+                rows.append((mi, n, k, ck.gemm_roofline_s(mi, n, k, peak, bw, 2.0) / e))
+    m, n, k, lat = (np.array(c, dtype=np.float64) for c in zip(*rows))
+    table, rep = ck.fit_gemm(m, n, k, lat, peak, bw, 2.0)
+    assert table.shape == kt.GEMM_SHAPE
+    assert rep["rows"] == 3 * 2 * 16 and rep["held_out_rows"] == (4 * 3 - 3 * 2) * 16
+    assert rep["held_out_median_abs_error"] < 1e-9 and rep["clipped_above_roofline"] == 0
+    for j in range(kt.GEMM_SHAPE[1]):  # unmeasured N, K take the nearest measured pair's curve
+        for l in range(kt.GEMM_SHAPE[2]):
+            np.testing.assert_allclose(table[:, j, l], eff_of_m, rtol=1e-9)
+    lat[0] = ck.gemm_roofline_s(1, 128, 256, peak, bw, 2.0) / 2.0  # twice the roofline's speed: clipped, counted
+    assert ck.fit_gemm(m, n, k, lat, peak, bw, 2.0)[1]["clipped_above_roofline"] == 1
+
+
+def test_fit_allreduce_recovers_the_curve_and_holds_out_odd_sizes():
+    link = 450e9
+    sizes = 2.0 ** np.arange(6, 28)  # BF16 elements
+    counts = np.repeat([2, 4], len(sizes))
+    elems = np.tile(sizes, 2)
+    bus = kt.bus_bytes(elems * 2.0, counts.astype(np.float64))
+    latency = 8e-6 + bus / link  # a fixed latency plus the bandwidth term
+    curves, rep = ck.fit_allreduce(counts, elems, latency, link)
+    assert sorted(curves) == [2, 4] and all(c.shape == kt.LINK_SHAPE for c in curves.values())
+    assert rep["held_out_rows"] == len(sizes) and rep["held_out_median_abs_error"] < 0.05
+    t = kt.tables_from_dict({**json.loads((KERNELS / "h100-sxm" / "vllm.json").read_text(encoding="utf-8")),
+                             "allreduce": {str(n): c.tolist() for n, c in curves.items()}})
+    x = 2.0**20
+    assert x / link / kt.link_efficiency(t.allreduce_curve(2), x) == pytest.approx(8e-6 + x / link, rel=0.05)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "simllm/calibration/kernels.py turns every latency into roofline / latency and clips it to "
+    "[EFF_FLOOR, 1] without checking it: a negative latency becomes a kernel 10,000x slower than its "
+    "roofline and a zero one an infinitely fast kernel counted as 'clipped above roofline', both silently"))
+def test_fit_rejects_a_non_positive_latency():
+    m = n = k = np.array([1.0, 2.0, 4.0]) * 128
+    with pytest.raises(simllm.ConfigError, match="latency"):
+        ck.fit_gemm(m, n, k, np.array([1e-5, -1e-5, 1e-5]), 1e15, 1e12, 2.0)
+
+
+# --------------------------------------------------------------------------- the optional dependency
+def test_package_root_without_aiconfigurator_core_is_a_one_line_error_with_the_install():
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        with pytest.raises(simllm.ConfigError, match=r'not installed: pip install "simllm\[kernels\]"') as err:
+            ck.package_root()
+        assert "\n" not in str(err.value)
+    else:
+        pytest.skip("aiconfigurator-core is installed")
+
+
+def test_import_from_a_parquet_tree_writes_tables_that_load(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    hw = simllm.load_hardware("h100-sxm", with_tables=False)
+    data = tmp_path / "systems" / "data" / "h100_sxm"
+
+    def write(op, name, columns, version="0.1.0"):
+        folder = data / op / "vllm" / version
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns), folder / name)
+
+    gm, gn, gk, glat = [], [], [], []
+    for m in (1, 16, 256, 4096):
+        for nk in (1024, 4096, 3000):
+            gm.append(m), gn.append(nk), gk.append(nk)
+            glat.append(float(ck.gemm_roofline_s(m, nk, nk, 989.4e12, 3350e9, 2.0)) / 0.5 * 1e3)  # ms at 50%
+    write("gemm", "gemm_perf.parquet", {"gemm_dtype": ["bfloat16"] * len(gm), "m": gm, "n": gn, "k": gk,
+                                        "latency": glat})
+    att = {"batch_size": [1, 8, 4, 2], "isl": [512, 1024, 256, 2048], "num_heads": [32, 32, 24, 32],
+           "num_key_value_heads": [8, 8, 8, 8], "head_dim": [128] * 4, "kv_cache_dtype": ["bfloat16"] * 4,
+           "window_size": [0] * 4, "latency": [0.05, 0.4, 0.03, 0.3]}
+    write("attention", "context_attention_perf.parquet", att)
+    write("attention", "generation_attention_perf.parquet", {**att, "step": [1, 1, 1, 1],
+                                                             "latency": [0.01, 0.02, 0.015, 0.03]})
+    write("comm", "custom_allreduce_perf.parquet", {"num_gpus": [2] * 6, "message_size": [2**i for i in range(10, 22, 2)],
+                                                    "latency": [0.008, 0.009, 0.012, 0.03, 0.1, 0.35]})
+    out = ck.import_tables("h100_sxm", "vllm", hw, root=tmp_path, package_version="0.0-test")
+    assert out["framework_version"] == "0.1.0" and "0.0-test" in out["provenance"]["source"]
+    path = ck.write_tables(out, tmp_path / "out")
+    t = kt.load_tables(path)
+    assert t.gpu == "h100-sxm" and t.framework == "vllm"
+    assert dict(t.gemm)["bf16"][4, 3, 3] == pytest.approx(0.5, rel=1e-3)  # M = 16, N = K = 1024
+    assert out["provenance"]["fit"]["gemm_bf16"]["held_out_rows"] == 4
+
+
+def test_reimporting_the_installed_package_reproduces_the_shipped_tables():
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    hw = simllm.load_hardware("h100-sxm", with_tables=False)
+    version = json.loads((KERNELS / "h100-sxm" / "vllm.json").read_text(encoding="utf-8"))["provenance"]["source"]
+    out = ck.import_tables("h100_sxm", "vllm", hw)
+    if out["provenance"]["source"] != version:
+        pytest.skip(f"installed {out['provenance']['source']}, shipped from {version}")
+    shipped = kt.load_tables(KERNELS / "h100-sxm" / "vllm.json")
+    fresh = kt.tables_from_dict(out)
+    np.testing.assert_allclose(dict(fresh.gemm)["bf16"], dict(shipped.gemm)["bf16"], rtol=1e-3)
+    np.testing.assert_allclose(fresh.attention_decode, shipped.attention_decode, rtol=1e-3)
+    assert json.loads(fresh.provenance)["fit"] == json.loads(shipped.provenance)["fit"]
