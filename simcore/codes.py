@@ -87,7 +87,11 @@ EFF_GEMM_S = 0  # N_OPS rows of EFF_M_POINTS: seconds over M per weight GEMM (th
 EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # one curve over log2 bus bytes at this TP degree
 EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
 EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side
-EFF_SIZE = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS
+# The layer-count-weighted sum of every weight GEMM curve whose M is the batch's tokens (all but
+# the LM head's): linear interpolation is linear in the curve, so one lookup gives what looking
+# each operator up and summing would (an iteration's total, reassociated).
+EFF_GEMM_SUM = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS
+EFF_SIZE = EFF_GEMM_SUM + EFF_M_POINTS
 EFF_FLOOR = 1e-4  # smallest efficiency a table may hold (a kernel 10,000x slower than its roofline)
 
 # Batching policies of the engine.

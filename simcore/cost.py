@@ -43,6 +43,7 @@ from simcore.codes import (
     EFF_DEC_POINTS,
     EFF_DECODE,
     EFF_GEMM_S,
+    EFF_GEMM_SUM,
     EFF_LINK,
     EFF_LINK_LOG2_MIN,
     EFF_LINK_POINTS,
@@ -277,7 +278,13 @@ def lerp_nb(tab, off, i, f):
 def gemm_seconds_nb(tab, op, rows):
     """Seconds of one instance of weight GEMM ``op`` over ``rows`` rows: linear in M between
     the curve's points at M = 2**i, proportional to M beyond the last one."""
-    off = EFF_GEMM_S + op * EFF_M_POINTS
+    return gemm_curve_nb(tab, EFF_GEMM_S + op * EFF_M_POINTS, rows)
+
+
+@jit_inline
+def gemm_curve_nb(tab, off, rows):
+    """The GEMM seconds curve at ``tab[off:off + EFF_M_POINTS]`` (M = 2**i) at ``rows`` rows:
+    linear in M between points, proportional to M beyond the last one."""
     if rows <= 1.0:
         return tab[off]
     m, e = math.frexp(rows)  # rows = m * 2**e, 0.5 <= m < 1: between 2**(e-1) and 2**e
@@ -380,22 +387,31 @@ def _op_runs_nb(op, n_tokens, n_emit):
 @jit_inline
 def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """:func:`iteration_totals_nb` with the tables (same times as :func:`shaped_time_nb`, the
-    elementwise divisions hoisted)."""
+    elementwise divisions hoisted and the weight GEMMs over the batch's tokens read off their
+    summed curve ``EFF_GEMM_SUM`` in one lookup)."""
     total = 0.0
     total_flops = 0.0
     total_bytes = 0.0
     tab = p.eff
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
     per_byte = 1.0 / (p.mem_bw * p.eff_bw)
+    att_count = 0
+    att_flops = 0.0
+    att_bytes = 0.0
     for op in range(N_OPS):
         count = op_count_nb(p, op)
         if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_GEMM:
-            seconds = gemm_seconds_nb(tab, op, n_emit if op == OP_LM_HEAD else n_tokens)
+            # The LM head's M is the emitting rows; the others are in the summed curve below.
+            seconds = gemm_seconds_nb(tab, op, n_emit) if op == OP_LM_HEAD else 0.0
         elif unit == UNIT_ATTN:
-            seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+            # Looked up once after the loop: inlined here, the lookups slowed the whole loop ~3x.
+            att_count = count
+            att_flops = flops
+            att_bytes = nbytes
+            seconds = 0.0
         elif unit == UNIT_LINK:
             seconds = nbytes / (p.link_bw * interp1_nb(tab, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN))
         else:
@@ -404,6 +420,10 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         total_flops += count * flops
         if unit != UNIT_LINK:
             total_bytes += count * nbytes
+    total += gemm_curve_nb(tab, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
+    if att_count > 0:
+        att, _ = shaped_attention_nb(p, att_flops, att_bytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        total += att_count * att
     return total + p.iter_overhead_s, total_flops, total_bytes
 
 

@@ -4,7 +4,8 @@
 A GEMM's N, K and dtype are fixed by the model, its tensor-parallel sharding and the weight dtype,
 so each weight GEMM's 3-D table collapses here, once, to its seconds at M = 2**i rows (the cost
 kernel's own FLOPs and bytes over the roofline, divided by the table's efficiency): the kernel then
-interpolates one curve per operator and an iteration stays O(1). A curve is made non-decreasing in
+interpolates one curve per operator and an iteration stays O(1); the layer-weighted sum of the
+curves over the batch's tokens is packed too (``EFF_GEMM_SUM``), so an iteration's total reads one. A curve is made non-decreasing in
 M (a larger batch never runs faster: engines pad to the captured size that is fast), and linear
 interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
 tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
@@ -49,6 +50,7 @@ def efficiency_array(tables, p, weight_dtype):
         the GPU's FP8 peak is what ``p.gemm_flops`` holds).
     """
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
+    eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] = 0.0
     rows = kt.log2_grid(0, codes.EFF_M_POINTS)
     weights = tables.gemm_table(weight_dtype)
     acts = tables.gemm_table("bf16")
@@ -68,8 +70,11 @@ def efficiency_array(tables, p, weight_dtype):
             seconds[i] = max(flops / p.gemm_flops, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
         start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
         eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
+        if op != codes.OP_LM_HEAD:
+            eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
+                op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
     eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = tables.allreduce_curve(p.tp)
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
-    eff[codes.EFF_DECODE:codes.EFF_SIZE] = tables.attention_decode.reshape(-1)
+    eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM] = tables.attention_decode.reshape(-1)
     eff.flags.writeable = False
     return eff
