@@ -133,10 +133,6 @@ def test_fit_allreduce_recovers_the_curve_and_holds_out_odd_sizes():
     assert x / link / kt.link_efficiency(t.allreduce_curve(2), x) == pytest.approx(8e-6 + x / link, rel=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "simllm/calibration/kernels.py turns every latency into roofline / latency and clips it to "
-    "[EFF_FLOOR, 1] without checking it: a negative latency becomes a kernel 10,000x slower than its "
-    "roofline and a zero one an infinitely fast kernel counted as 'clipped above roofline', both silently"))
 def test_fit_rejects_a_non_positive_latency():
     m = n = k = np.array([1.0, 2.0, 4.0]) * 128
     with pytest.raises(simllm.ConfigError, match="latency"):

@@ -194,10 +194,6 @@ def test_bad_kernel_tables_entry_is_one_line_with_file_line_and_key(tmp_path):
     assert "\n" not in msg and ":5:" in msg and "vllm.json" in msg and "attention_decode[0, 0]" in msg and "-1.0" in msg
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "simllm/config/hardware.py _kernel_tables: an unknown shipped name falls through to a folder "
-    "path relative to the YAML and the error says 'an existing folder of <framework>.json tables' "
-    "without naming the shipped sets (configs/kernels/*) a name may be"))
 def test_unknown_shipped_table_set_names_the_shipped_ones(tmp_path):
     with pytest.raises(simllm.ConfigError) as err:
         simllm.load_hardware(_hw_yaml(tmp_path, "h100-sxmm"))

@@ -123,6 +123,16 @@ def _fastest(keys, latency):
     return uniq, best
 
 
+def check_latencies(latency_s, what):
+    """Raise a one-line ConfigError naming the first latency of ``what`` that is not a positive
+    finite number of seconds (a measured kernel takes some time)."""
+    lat = np.asarray(latency_s, dtype=np.float64)
+    bad = ~np.isfinite(lat) | (lat <= 0.0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{what} row {i}: latency must be a positive finite time (> 0 s), got {lat[i]!r}")
+
+
 def _clip(eff):
     above = int(np.sum(eff > 1.0))
     return np.clip(eff, codes.EFF_FLOOR, 1.0), above
@@ -187,6 +197,7 @@ def fit_gemm(m, n, k, latency_s, peak_flops, mem_bw, w_bytes):
     report : dict
         ``rows`` used, ``held_out_rows``, ``held_out_median_abs_error``, ``clipped_above_roofline``.
     """
+    check_latencies(latency_s, "gemm_perf")
     eff, above = _clip(gemm_roofline_s(m, n, k, peak_flops, mem_bw, w_bytes) / latency_s)
     lo, hi = 2 ** kt.GEMM_LOG2_NK[0], 2 ** kt.GEMM_LOG2_NK[-1]
     in_range = (n >= lo) & (n <= hi) & (k >= lo) & (k <= hi)
@@ -238,6 +249,7 @@ def decode_bytes(batch, ctx, heads, kv_heads, head_dim, kv_bytes):
 
 def fit_prefill(batch, isl, heads, latency_s, peak_flops, head_dim=128):
     """The prefill-attention table (compute side) and its report."""
+    check_latencies(latency_s, "context_attention_perf")
     flops = prefill_flops(batch, isl, heads, head_dim)
     eff, above = _clip(flops / peak_flops / latency_s)
     ctx = (np.asarray(isl, dtype=np.float64) + 1.0) / 2.0
@@ -253,6 +265,7 @@ def fit_prefill(batch, isl, heads, latency_s, peak_flops, head_dim=128):
 
 def fit_decode(batch, ctx, heads, kv_heads, latency_s, mem_bw, head_dim=128, kv_bytes=_BF16):
     """The decode-attention table (memory side) and its report."""
+    check_latencies(latency_s, "generation_attention_perf")
     nbytes = decode_bytes(batch, ctx, heads, kv_heads, head_dim, kv_bytes)
     eff, above = _clip(nbytes / mem_bw / latency_s)
     fit = _is_pow2(heads)
@@ -277,6 +290,7 @@ def _link_curve(bus, eff):
 def fit_allreduce(n_gpus, message_elems, latency_s, link_bw):
     """All-reduce curves per GPU count over log2 bus bytes, and the report (held out: odd log2
     message sizes, predicted from curves fitted on the even ones)."""
+    check_latencies(latency_s, "custom_allreduce_perf")
     msg = np.asarray(message_elems, dtype=np.float64) * _BF16
     bus = kt.bus_bytes(msg, np.asarray(n_gpus, dtype=np.float64))
     eff, above = _clip(bus / link_bw / latency_s)

@@ -109,6 +109,10 @@ def _kernel_tables(sec, source):
         folder = shipped  # a shipped table set by name (``kernel_tables: h100-sxm``)
     elif not folder.is_absolute():
         folder = Path(source).parent / folder
+    if not folder.is_dir():
+        names = sorted(d.name for d in (presets.configs_dir() / "kernels").iterdir() if d.is_dir())
+        raise sec.error("kernel_tables", sec.raw("kernel_tables"),
+                        "a shipped table set (" + ", ".join(names) + ") or an existing folder of <framework>.json tables")
     try:
         found = kernel_tables_mod.load_table_folder(folder, FRAMEWORKS)
     except ConfigError as exc:
