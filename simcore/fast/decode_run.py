@@ -61,7 +61,15 @@ from simcore.codes import (
     WIN_SEQ_SECONDS,
 )
 from simcore.fast.cohort import needs_block_class_nb, regular_members_nb
-from simcore.cost import iteration_totals_nb, log2_nb, op_cost_nb, op_count_nb, op_seconds_nb, shaped_attention_at_nb
+from simcore.cost import (
+    iteration_totals_nb,
+    log2_nb,
+    op_cost_nb,
+    op_count_nb,
+    op_seconds_nb,
+    op_time_nb,
+    shaped_attention_at_nb,
+)
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, peek_nb
@@ -143,7 +151,9 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     # With shape-aware tables, attention's grid coordinates over the run: rows x KV heads is fixed,
     # both context coordinates are log2(x / B), and decode attention's FLOPs are proportional to x
     # (no constant part), so one log2 per iteration gives them all.
-    shaped = p.eff.shape[0] != 0 and fa0 == 0.0 and f_slope > 0.0
+    shaped = p.eff.shape[0] != 0
+    if shaped and not (fa0 == 0.0 and f_slope > 0.0):
+        return 0, now  # not decode attention's shape: the explicit path prices it
     x_rows = log2_nb(fb * p.kv_heads)
     log_b = log2_nb(fb)
     log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped else 0.0
@@ -168,7 +178,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
             lx = math.log2(x)
             att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b)
         else:
-            att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
+            att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables (shaped runs take the branch above)
         dt = t_rest + n_att * att
         t_end = now + dt
         w = window_of_nb(e, lay, t_end)
