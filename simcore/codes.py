@@ -73,7 +73,8 @@ UNIT_LINK = 3  # interconnect (collectives)
 
 # Shape-aware costs (``CostParams.eff``), fitted from measured kernel latencies. One float64 array;
 # each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at
-# M = 2**i rows, interpolated linearly in M (and proportionally beyond the last point); the other
+# M = 2**i rows, interpolated linearly in M (and proportionally beyond the last point), and so does
+# the collectives' curve over bus bytes (below its first point, the first point's time); the other
 # tables hold the achieved fraction of the roofline ``max(flops / peak, bytes / bandwidth)``,
 # interpolated linearly over log2 of each axis and clamped at both ends.
 EFF_M_POINTS = 18  # GEMM rows M (tokens; the LM head's emitting rows): 2**0 .. 2**17
@@ -84,7 +85,7 @@ EFF_PF_POINTS = 28  # ... 2**47
 EFF_CTX_POINTS = 18  # attention: mean keys per query (context), 2**0 .. 2**17
 EFF_DEC_POINTS = 24  # decode attention: rows x KV heads, 2**0 .. 2**23
 EFF_GEMM_S = 0  # N_OPS rows of EFF_M_POINTS: seconds over M per weight GEMM (the rest unused)
-EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # one curve over log2 bus bytes at this TP degree
+EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # seconds of one collective at bus bytes 2**(EFF_LINK_LOG2_MIN + i), this TP
 EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
 EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side
 # The layer-count-weighted sum of every weight GEMM curve whose M is the batch's tokens (all but

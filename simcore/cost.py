@@ -25,7 +25,9 @@ holds the kernel's fixed latency (no launch or collective latency is added on to
 - attention: ``max(flops / (peak * eff_prefill(flops, ctx)), bytes / (bw * eff_decode(rows x
   kv_heads, ctx)))`` with ``ctx`` the mean keys per query (prefill side) or per emitting row
   (decode side): long prefills sit on the compute side, decode batches on the memory side;
-- collectives: ``bus_bytes / (link_bw * eff_link(bus_bytes))``.
+- collectives: seconds read off one curve over the bus bytes, which packing computed as
+  ``bus_bytes / (link_bw * eff_link(bus_bytes))`` at bus bytes 2**i (made non-decreasing) and the
+  kernel interpolates linearly in bytes (a larger message never takes less time).
 
 Elementwise operators keep the scalar efficiencies and the launch overhead.
 """
@@ -285,21 +287,27 @@ def gemm_seconds_nb(tab, op, rows):
 def gemm_curve_nb(tab, off, rows):
     """The GEMM seconds curve at ``tab[off:off + EFF_M_POINTS]`` (M = 2**i) at ``rows`` rows:
     linear in M between points, proportional to M beyond the last one."""
-    if rows <= 1.0:
+    return pow2_curve_nb(tab, off, EFF_M_POINTS, 0, rows)
+
+
+@jit_inline
+def pow2_curve_nb(tab, off, n, log2_min, x):
+    """A seconds curve ``tab[off:off + n]`` sampled at ``x = 2**(log2_min + i)``, at ``x``: linear
+    in ``x`` between points (so a non-decreasing curve stays so between them), the first point's
+    value below it, proportional to ``x`` beyond the last."""
+    m, e = math.frexp(x)  # x = m * 2**e, 0.5 <= m < 1: between 2**(e-1) and 2**e
+    i = e - 1 - log2_min
+    if i < 0 or (i == 0 and m == 0.5):
         return tab[off]
-    m, e = math.frexp(rows)  # rows = m * 2**e, 0.5 <= m < 1: between 2**(e-1) and 2**e
-    i = e - 1
-    if i >= EFF_M_POINTS - 1:
-        return tab[off + EFF_M_POINTS - 1] * (rows / 2.0 ** (EFF_M_POINTS - 1))
+    if i >= n - 1:
+        return tab[off + n - 1] * (x / 2.0 ** (log2_min + n - 1))
     return lerp_nb(tab, off, i, 2.0 * m - 1.0)
 
 
 @jit_inline
-def interp1_nb(tab, off, n, x):
-    """Linear interpolation of the curve ``tab[off:off + n]`` at grid coordinate ``x``, clamped to
-    its ends."""
-    i, f = grid_pos_nb(x, n)
-    return lerp_nb(tab, off, i, f)
+def link_seconds_nb(tab, bus_bytes):
+    """Seconds of one collective moving ``bus_bytes`` per GPU, off the packed ``EFF_LINK`` curve."""
+    return pow2_curve_nb(tab, EFF_LINK, EFF_LINK_POINTS, EFF_LINK_LOG2_MIN, bus_bytes)
 
 
 @jit_inline
@@ -330,8 +338,7 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
     bound : int
     """
     if unit == UNIT_LINK:
-        e = interp1_nb(p.eff, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN)
-        return nbytes / (p.link_bw * e), BOUND_COMM
+        return link_seconds_nb(p.eff, nbytes), BOUND_COMM
     if unit == UNIT_GEMM:
         seconds = gemm_seconds_nb(p.eff, op, n_emit if op == OP_LM_HEAD else n_tokens)
         if flops / p.gemm_flops > nbytes / p.mem_bw:
@@ -413,7 +420,7 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             att_bytes = nbytes
             seconds = 0.0
         elif unit == UNIT_LINK:
-            seconds = nbytes / (p.link_bw * interp1_nb(tab, EFF_LINK, EFF_LINK_POINTS, log2_nb(nbytes) - EFF_LINK_LOG2_MIN))
+            seconds = link_seconds_nb(tab, nbytes)
         else:
             seconds = max(flops * per_vector, nbytes * per_byte) + p.launch_s
         total += count * seconds

@@ -281,6 +281,40 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         f = (rows - 2.0**i) / 2.0**i  # linear in M between 2**i and 2**(i + 1)
         return points[i] + f * (points[i + 1] - points[i])
 
+    link_points = []  # seconds at bus bytes 2**7 .. 2**30, a larger message never faster
+    for i, e in enumerate(link_curve):
+        t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
+        link_points.append(max(t, link_points[-1]) if link_points else t)
+
+    def link_seconds(x):
+        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(link_points) - 1)
+        if x <= first:
+            return link_points[0]
+        if x >= last:
+            return link_points[-1] * x / last
+        i = 0
+        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
+            i += 1
+        lo = 2.0 ** (LINK_BYTES0 + i)
+        return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
+
+    link_points = []  # seconds at bus bytes 2**7 .. 2**30, a larger message never faster
+    for i, e in enumerate(link_curve):
+        t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
+        link_points.append(max(t, link_points[-1]) if link_points else t)
+
+    def link_seconds(x):
+        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(link_points) - 1)
+        if x <= first:
+            return link_points[0]
+        if x >= last:
+            return link_points[-1] * x / last
+        i = 0
+        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
+            i += 1
+        lo = 2.0 ** (LINK_BYTES0 + i)
+        return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
+
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs = sum(sum(c + i + 1 for i in range(q)) for q, c, _ in batch)
@@ -295,7 +329,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(kv_tokens / rows, 0))
             t = max(flops / (peak_act * e_pf), nbytes / (bw * e_dec))
         elif unit == LINK:
-            t = nbytes / (link_bw * _lerp(link_curve, _coordinate(nbytes, LINK_BYTES0)))
+            t = link_seconds(nbytes)
         else:
             t = max(flops / (vector * hw.compute_utilization), nbytes / (bw * hw.bandwidth_utilization)) + launch
         per_op[name] = (count * flops, count * nbytes, count * t)

@@ -12,7 +12,7 @@ import yaml
 import simllm
 from helpers import ROOT, build
 from simcore import codes
-from simcore.cost import interp1_nb, interp2_nb
+from simcore.cost import interp2_nb, link_seconds_nb
 from simllm.config import kernels as kt
 from simllm.config.serving import FRAMEWORKS
 
@@ -224,9 +224,12 @@ def test_tables_for_each_framework_and_the_scalar_fallback(tmp_path):
 def test_numpy_interpolators_match_the_kernels_point_for_point():
     t = simllm.load_hardware("h100-sxm").tables_for("vllm")
     rng = np.random.default_rng(7)
-    curve = t.allreduce_curve(2)
-    for x in np.concatenate([rng.uniform(-3, 30, 200), np.arange(-1.0, 26.0)]):
-        assert kt.interp1(curve, x) == interp1_nb(curve, 0, curve.shape[0], x)
+    link_bw = 450e9
+    packed = np.zeros(codes.EFF_SIZE)
+    packed[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = kt.link_seconds_curve(t.allreduce_curve(2), link_bw)
+    for log2_bytes in np.concatenate([rng.uniform(0, 34, 200), np.arange(0.0, 34.0)]):
+        x = 2.0**log2_bytes
+        assert kt.link_seconds(t.allreduce_curve(2), x, link_bw) == pytest.approx(link_seconds_nb(packed, x), rel=1e-12)
     for table in (t.attention_prefill, t.attention_decode):
         flat = np.ascontiguousarray(table).reshape(-1)
         n1, n2 = table.shape

@@ -408,12 +408,6 @@ def test_with_tables_moe_experts_meet_the_roofline_between_the_curve_points():
     assert not roofline_violations(p, 6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "all-reduce time bus_bytes / (link_bw x eff) with eff interpolated linearly in log2 bus bytes "
-    "(simcore.cost shaped_time_nb / _shaped_totals_nb): where the collective is latency-bound the "
-    "measured efficiency about doubles per octave, and a straight line in log2 bytes between e and 2e "
-    "overestimates e mid-octave, so the time dips up to ~6% inside an octave: llama-3.1-8b, h200-sxm, "
-    "vllm, TP 2, 3 tokens' all-reduce (24 KiB) ~4.3% faster than 2 tokens' (16 KiB)"))
 def test_with_tables_all_reduce_time_never_decreases_with_message_size():
     p = shaped("llama-3.1-8b", "h200-sxm", "vllm", 2)[4]
     times = [agg_costs(p, n, n, n, 0)[0]["allreduce_attn"][2] for n in range(1, 65)]

@@ -303,7 +303,7 @@ def fit_allreduce(n_gpus, message_elems, latency_s, link_bw):
         test = sel & odd
         if train.sum() >= 2 and test.any():
             curve = _link_curve(bus[train], eff[train])
-            pred.append(bus[test] / link_bw / kt.link_efficiency(curve, bus[test]))
+            pred.append(kt.link_seconds(curve, bus[test], link_bw))
             meas.append(latency_s[test])
     pred = np.concatenate(pred) if pred else np.zeros(0)
     meas = np.concatenate(meas) if meas else np.zeros(0)

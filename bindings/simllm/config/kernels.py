@@ -13,12 +13,13 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
 - ``attention_decode``: over log2 (rows x KV heads) x log2 context, relative to
   ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
 - ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
-  ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message.
+  ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message (packing turns
+  it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`).
 
 Every efficiency lies in ``[simcore.codes.EFF_FLOOR, 1]``: a measured kernel faster than the
 datasheet roofline is clipped to 1 by the importer, which reports how many were. The numpy
 interpolators here are the ones the importer's held-out check and the packing use; they match the
-kernel's (:func:`simcore.cost.interp1_nb`, :func:`simcore.cost.interp2_nb`) point for point.
+kernel's (:func:`simcore.cost.interp2_nb`, :func:`simcore.cost.link_seconds_nb`) point for point.
 """
 import json
 from dataclasses import dataclass
@@ -165,14 +166,6 @@ def grid_coordinate(values, log2_min):
     return np.log2(np.maximum(v, 1.0)) - log2_min
 
 
-def interp1(curve, x):
-    """Linear interpolation of ``curve`` at grid coordinates ``x``, clamped to its ends."""
-    n = curve.shape[0]
-    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, n - 1.0)
-    i = np.minimum(x.astype(np.int64), n - 2)
-    return curve[i] + (x - i) * (curve[i + 1] - curve[i])
-
-
 def interp2(table, x1, x2):
     """Bilinear interpolation of a 2-D table at grid coordinates ``(x1, x2)``, clamped."""
     n1, n2 = table.shape
@@ -220,9 +213,23 @@ def decode_efficiency(table, rows_kv_heads, ctx):
     return interp2(table, grid_coordinate(rows_kv_heads, 0), grid_coordinate(ctx, 0))
 
 
-def link_efficiency(curve, bus_bytes):
-    """Efficiency of a collective moving ``bus_bytes`` per GPU."""
-    return interp1(curve, grid_coordinate(bus_bytes, codes.EFF_LINK_LOG2_MIN))
+def link_seconds_curve(curve, link_bw):
+    """Seconds of a collective at the efficiency curve's bus-byte points ``2**(EFF_LINK_LOG2_MIN +
+    i)`` over a link of ``link_bw`` bytes/s, made non-decreasing (a larger message never takes
+    less time): what the cost kernel interpolates."""
+    points = 2.0 ** (codes.EFF_LINK_LOG2_MIN + np.arange(codes.EFF_LINK_POINTS, dtype=np.float64))
+    return np.maximum.accumulate(points / (link_bw * np.asarray(curve, dtype=np.float64)))
+
+
+def link_seconds(curve, bus_bytes, link_bw):
+    """Seconds of a collective moving ``bus_bytes`` per GPU, as the cost kernel prices it: the
+    :func:`link_seconds_curve` interpolated linearly in bytes, its first point's time below it and
+    proportional to the bytes beyond the last."""
+    seconds = link_seconds_curve(curve, link_bw)
+    x = np.asarray(bus_bytes, dtype=np.float64)
+    points = 2.0 ** (codes.EFF_LINK_LOG2_MIN + np.arange(codes.EFF_LINK_POINTS, dtype=np.float64))
+    inside = np.interp(x, points, seconds)
+    return np.where(x > points[-1], seconds[-1] * x / points[-1], inside)
 
 
 def bus_bytes(message_bytes, n_gpus):

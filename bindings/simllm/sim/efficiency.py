@@ -9,8 +9,9 @@ curves over the batch's tokens is packed too (``EFF_GEMM_SUM``), so an iteration
 M (a larger batch never runs faster: engines pad to the captured size that is fast), and linear
 interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
 tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
-per-expert M. The attention tables and the all-reduce curve of this TP degree are copied as they
-are.
+per-expert M. The all-reduce curve of this TP degree becomes seconds at its bus-byte points, made
+non-decreasing and interpolated linearly in bytes the same way; the attention tables are copied as
+they are.
 """
 import numpy as np
 
@@ -37,8 +38,8 @@ def _gemm_shapes(p):
 
 
 def efficiency_array(tables, p, weight_dtype):
-    """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM blocks in
-    seconds, the rest efficiencies in ``[EFF_FLOOR, 1]``).
+    """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
+    collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
     Parameters
     ----------
@@ -73,7 +74,8 @@ def efficiency_array(tables, p, weight_dtype):
         if op != codes.OP_LM_HEAD:
             eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
                 op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
-    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = tables.allreduce_curve(p.tp)
+    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = kt.link_seconds_curve(tables.allreduce_curve(p.tp),
+                                                                                     p.link_bw)
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
     eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM] = tables.attention_decode.reshape(-1)
     eff.flags.writeable = False
