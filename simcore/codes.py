@@ -89,7 +89,7 @@ EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # seconds of one collective at bus
 EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
 EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side
 # The layer-count-weighted sum of every weight GEMM curve whose M is the batch's tokens (all but
-# the LM head's): linear interpolation is linear in the curve, so one lookup gives what looking
+# the LM head's and the routed experts', which the kernel holds at the roofline one by one): linear interpolation is linear in the curve, so one lookup gives what looking
 # each operator up and summing would (an iteration's total, reassociated).
 EFF_GEMM_SUM = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS
 EFF_SIZE = EFF_GEMM_SUM + EFF_M_POINTS

@@ -284,6 +284,20 @@ def gemm_seconds_nb(tab, op, rows):
 
 
 @jit_inline
+def gemm_op_seconds_nb(p, op, flops, nbytes, rows):
+    """Seconds of one instance of weight GEMM ``op`` (``flops``, ``nbytes`` over ``rows`` rows) off
+    its curve. Routed-expert GEMMs are held at the datasheet roofline: their weight bytes follow
+    the experts hit, concave in M, so a chord between the curve's points can dip below it (a dense
+    GEMM's roofline is convex in M and its chords stay above)."""
+    seconds = gemm_seconds_nb(p.eff, op, rows)
+    if op == OP_MOE_UP or op == OP_MOE_DOWN:
+        roof = max(flops / p.gemm_flops, nbytes / p.mem_bw)
+        if roof > seconds:
+            return roof
+    return seconds
+
+
+@jit_inline
 def gemm_curve_nb(tab, off, rows):
     """The GEMM seconds curve at ``tab[off:off + EFF_M_POINTS]`` (M = 2**i) at ``rows`` rows:
     linear in M between points, proportional to M beyond the last one."""
@@ -340,7 +354,7 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
     if unit == UNIT_LINK:
         return link_seconds_nb(p.eff, nbytes), BOUND_COMM
     if unit == UNIT_GEMM:
-        seconds = gemm_seconds_nb(p.eff, op, n_emit if op == OP_LM_HEAD else n_tokens)
+        seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_emit if op == OP_LM_HEAD else n_tokens)
         if flops / p.gemm_flops > nbytes / p.mem_bw:
             return seconds, BOUND_COMPUTE
         return seconds, BOUND_MEMORY
@@ -411,8 +425,14 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_GEMM:
-            # The LM head's M is the emitting rows; the others are in the summed curve below.
-            seconds = gemm_seconds_nb(tab, op, n_emit) if op == OP_LM_HEAD else 0.0
+            # The LM head's M is the emitting rows, routed experts are held at the roofline; the
+            # others are in the summed curve below.
+            if op == OP_LM_HEAD:
+                seconds = gemm_seconds_nb(tab, op, n_emit)
+            elif op == OP_MOE_UP or op == OP_MOE_DOWN:
+                seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_tokens)
+            else:
+                seconds = 0.0
         elif unit == UNIT_ATTN:
             # Looked up once after the loop: inlined here, the lookups slowed the whole loop ~3x.
             att_count = count

@@ -323,6 +323,8 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     for name, (count, flops, nbytes, unit) in ops_for_totals(model, T, emit, pairs, kv_tokens, **dtypes_kw).items():
         if unit == GEMM:
             t = gemm_seconds(name, emit if name == "lm_head" else T)
+            if name.startswith("moe_experts"):  # never faster than the datasheet roofline
+                t = max(t, flops / peak_gemm, nbytes / bw)
         elif unit == ATTN:
             rows = max(emit, 1)
             e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(pairs / T, 0))

@@ -71,7 +71,7 @@ def efficiency_array(tables, p, weight_dtype):
             seconds[i] = max(flops / p.gemm_flops, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
         start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
         eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
-        if op != codes.OP_LM_HEAD:
+        if op not in (codes.OP_LM_HEAD, codes.OP_MOE_UP, codes.OP_MOE_DOWN):  # (see simcore.cost.gemm_op_seconds_nb)
             eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
                 op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
     eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = kt.link_seconds_curve(tables.allreduce_curve(p.tp),
