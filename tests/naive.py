@@ -298,23 +298,6 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         lo = 2.0 ** (LINK_BYTES0 + i)
         return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
 
-    link_points = []  # seconds at bus bytes 2**7 .. 2**30, a larger message never faster
-    for i, e in enumerate(link_curve):
-        t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
-        link_points.append(max(t, link_points[-1]) if link_points else t)
-
-    def link_seconds(x):
-        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(link_points) - 1)
-        if x <= first:
-            return link_points[0]
-        if x >= last:
-            return link_points[-1] * x / last
-        i = 0
-        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
-            i += 1
-        lo = 2.0 ** (LINK_BYTES0 + i)
-        return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
-
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs = sum(sum(c + i + 1 for i in range(q)) for q, c, _ in batch)

@@ -2,7 +2,6 @@
 headline figures, the out-of-domain line, --no-error-band and --accuracy-record."""
 import json
 
-import pytest
 
 import simllm.cli
 

@@ -1,7 +1,6 @@
 """Kernel tables (simllm.config.kernels): every shipped set loads with its provenance, a bad file is
 a one-line ConfigError naming file, key, value and what is allowed, hardware YAMLs name a shipped
 set or a folder, and a framework without tables falls back to the scalar roofline."""
-import copy
 import json
 import re
 
