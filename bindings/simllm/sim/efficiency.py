@@ -9,7 +9,8 @@ M (a larger batch never runs faster: engines pad to the captured size that is fa
 interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
 tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
 per-expert M. The attention tables and the all-reduce curve of this TP degree are copied as they
-are.
+are; tables without an all-reduce curve (no collective measured) get the scalar model's
+``latency + launch + bytes / (link bandwidth x utilisation)`` as efficiencies at the curve's points.
 """
 import numpy as np
 
@@ -68,8 +69,18 @@ def efficiency_array(tables, p, weight_dtype):
             seconds[i] = max(flops / p.gemm_flops, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
         start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
         eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
-    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = tables.allreduce_curve(p.tp)
+    curve = tables.allreduce_curve(p.tp)
+    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = scalar_link_curve(p) if curve is None else curve
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
     eff[codes.EFF_DECODE:codes.EFF_SIZE] = tables.attention_decode.reshape(-1)
     eff.flags.writeable = False
     return eff
+
+
+def scalar_link_curve(p):
+    """Efficiencies over the all-reduce curve's bus bytes that give the scalar cost model's time
+    ``link_latency + launch + bytes / (link_bw x eff_link)`` at each point (clamped to
+    ``[EFF_FLOOR, 1]``): what tables without a measured collective use."""
+    nbytes = kt.log2_grid(codes.EFF_LINK_LOG2_MIN, codes.EFF_LINK_POINTS)
+    seconds = p.link_latency_s + p.launch_s + nbytes / (p.link_bw * p.eff_link)
+    return np.clip(nbytes / (p.link_bw * seconds), codes.EFF_FLOOR, 1.0)
