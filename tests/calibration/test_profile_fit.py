@@ -155,7 +155,8 @@ def result_with(table_rows):
     out, methods, raw = fit(synthetic())
     return ProfileResult(gpu=BASE.gpu, base_source=BASE.source, device="cuda:0", device_name="Made-up GPU",
                          torch_version="0.0-test", date="2026-01-01", dtype="bf16", gemm_dtype="bf16",
-                         attention_dtype="bf16", size="tiny", peak_tflops=PEAK / 1e12, attention_peak_tflops=PEAK / 1e12,
+                         attention_dtype="bf16", size="tiny", peak_tflops=PEAK / 1e12,
+                         attention_peak_tflops=PEAK / 1e12,
                          memory_bandwidth_gbps=BASE.memory_bandwidth_gbps,
                          interconnect_bandwidth_gbps=BASE.interconnect_bandwidth_gbps, measurements=tuple(synthetic()),
                          methods=methods, raw_fits=raw, table_measurements=tuple(table_rows), **out)

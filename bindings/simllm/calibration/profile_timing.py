@@ -431,7 +431,8 @@ def measure_table_rows(torch, dev, base, tgrid, gemm_dtype, act_dtype, repeats, 
                                       for m, n, k in tgrid.gemms + tgrid.gemms_held])
         d = tgrid.head_dim
         report("prefill attention",
-               [_prefill_row(torch, dev, timer, b, s, tgrid.heads, d, act_dtype, attn_peak, bw) for b, s in tgrid.prefill]
+               [_prefill_row(torch, dev, timer, b, s, tgrid.heads, d, act_dtype, attn_peak, bw)
+                for b, s in tgrid.prefill]
                + [_prefill_row(torch, dev, timer, b, s, tgrid.held_heads, d, act_dtype, attn_peak, bw)
                   for b, s in tgrid.prefill_held])
         report("decode attention",
