@@ -108,8 +108,8 @@ def test_fit(tiny, torch):
 
 def test_write_profile_loads_and_keeps_the_datasheet(tiny, profile_mod, tmp_path):
     out = tmp_path / "my-gpu.yaml"
-    yaml_path, raw_path = profile_mod.write_profile(tiny, "h100-sxm", out)
-    assert yaml_path == out and raw_path == tmp_path / "my-gpu.profile.json"
+    yaml_path, raw_path, tables_path = profile_mod.write_profile(tiny, "h100-sxm", out)
+    assert yaml_path == out and raw_path == tmp_path / "my-gpu.profile.json" and tables_path is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my-gpu.profile.json", "my-gpu.yaml"]  # no temp files
     base, calibrated = load_hardware("h100-sxm"), load_hardware(out)
     for key in DATASHEET:
@@ -135,11 +135,12 @@ def test_write_profile_loads_and_keeps_the_datasheet(tiny, profile_mod, tmp_path
 
 
 def test_write_profile_csv_raw(tiny, profile_mod, tmp_path):
-    _, raw_path = profile_mod.write_profile(tiny, load_hardware("h100-sxm"), tmp_path / "gpu.yaml",
-                                            raw_output=tmp_path / "raw.csv")
+    _, raw_path, _ = profile_mod.write_profile(tiny, load_hardware("h100-sxm"), tmp_path / "gpu.yaml",
+                                               raw_output=tmp_path / "raw.csv")
     with raw_path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == len(tiny.measurements) + len(tiny.gemm_curve)
+    assert len(rows) == len(tiny.measurements) + len(tiny.gemm_curve) + len(tiny.table_measurements)
+    assert sum(r["set"] == "kernel_tables" for r in rows) == len(tiny.table_measurements) > 0
     assert {r["kind"] for r in rows} == {*profile_mod.KINDS, "gemm_curve"}
     assert all(float(r["seconds"]) > 0 for r in rows if r["kind"] == "gemm")
 
@@ -227,3 +228,95 @@ def test_yaml_number_round_trips(x):
     from simllm.calibration.hwyaml import yaml_number  # needs no torch
 
     assert yaml.safe_load(yaml_number(x)) == x
+
+
+# ----------------------------------------------------------------------------- kernel tables
+
+def test_profile_times_the_kernel_table_shapes(tiny, profile_mod):
+    rows = tiny.table_measurements
+    grid = profile_mod._TABLE_GRIDS["tiny"]
+    gemms = {(r["m"], r["n"], r["k"]) for r in rows if r["kind"] == "gemm" and not r["skipped"]}
+    assert gemms == set(grid.gemms + grid.gemms_held)
+    assert {r["heads"] for r in rows if r["kind"] == "attention_decode"} == {grid.heads, grid.held_heads}
+    assert [r["skipped"] for r in rows if r["kind"] == "allreduce"] == [True]  # one CPU: no collective
+    # Kept apart: the scalar fit sees only its own measurements.
+    assert {(r["m"], r["n"], r["k"]) for r in tiny.measurements if r["kind"] == "gemm"} != gemms
+
+
+def test_written_kernel_tables_load_and_the_yaml_names_them(tiny, profile_mod, tmp_path):
+    from simllm.config.kernels import load_tables
+
+    out = tmp_path / "my-gpu.yaml"
+    tables = profile_mod.kernel_tables(tiny, load_hardware("h100-sxm"))
+    yaml_path, raw_path, tables_path = profile_mod.write_profile(tiny, "h100-sxm", out, tables=tables)
+    assert tables_path == tmp_path / "kernels" / "h100-sxm" / "vllm.json"
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["kernels/h100-sxm/vllm.json", "my-gpu.profile.json", "my-gpu.yaml"]  # no temp files
+    loaded = load_tables(tables_path)
+    assert (loaded.gpu, loaded.framework, loaded.framework_version) == ("h100-sxm", "vllm",
+                                                                        f"torch {tiny.torch_version}")
+    prov = json.loads(loaded.provenance)
+    assert prov["source"] == "simllm profile" and prov["torch_version"] == tiny.torch_version
+    assert prov["device_name"] == tiny.device_name
+    assert prov["rows_measured"] == sum(not r["skipped"] for r in tiny.table_measurements)
+    assert {"gemm_bf16", "attention_prefill", "attention_decode"} <= set(prov["fit"])
+    assert all(prov["fit"][t]["held_out_rows"] > 0 for t in ("gemm_bf16", "attention_prefill", "attention_decode"))
+    assert "all-reduce needs two or more" in prov["omitted"]["allreduce"]
+    assert yaml.safe_load(out.read_text())["hardware"]["kernel_tables"] == "kernels/h100-sxm"
+    hardware = load_hardware(out)
+    assert hardware.tables_for("vllm").source == str(tables_path)
+    assert hardware.tables_for("sglang") is None  # measured for vllm only: the others take the scalar factors
+    assert hardware.compute_utilization == tiny.compute_utilization
+
+
+def test_cli_profile_writes_tables_that_simllm_run_uses(torch, tmp_path, monkeypatch, capsys):
+    from simllm.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", "out/gpu.yaml"]
+    assert main(argv + ["--framework", "sglang", "--tables-dir", "tabs"]) == 0
+    stdout = capsys.readouterr().out
+    assert "kernel tables (sglang.json" in stdout and "tabs/h100-sxm/sglang.json" in stdout
+    assert (tmp_path / "tabs/h100-sxm/sglang.json").is_file() and not (tmp_path / "out/kernels").exists()
+    assert yaml.safe_load((tmp_path / "out/gpu.yaml").read_text())["hardware"]["kernel_tables"] == "../tabs/h100-sxm"
+    assert load_hardware(tmp_path / "out/gpu.yaml").tables_for("sglang") is not None
+    run = ["run", "--model", "llama-3.1-8b", "--hardware", "out/gpu.yaml", "--framework", "sglang",
+           "--num-prompts", "8", "--max-concurrency", "2", "--format", "json"]
+    assert main(run) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 8
+
+
+def test_cli_no_tables_writes_no_json(torch, tmp_path, monkeypatch, capsys):
+    from simllm.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", "gpu.yaml",
+                 "--no-tables"]) == 0
+    assert "kernel tables" not in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.profile.json", "gpu.yaml"]
+    assert yaml.safe_load((tmp_path / "gpu.yaml").read_text())["hardware"]["kernel_tables"] == "h100-sxm"  # the base's
+    assert json.loads((tmp_path / "gpu.profile.json").read_text())["table_measurements"] == []
+
+
+@pytest.mark.parametrize("flags", [["--no-tables", "--tables-dir", "t"], ["--no-tables", "--framework", "vllm"],
+                                   ["--framework", "tgi"]])
+def test_cli_bad_table_flags_are_one_line_errors(flags, tmp_path, monkeypatch, capsys):
+    from simllm.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = main(["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", "g.yaml", *flags])
+    except SystemExit as exc:  # argparse's own errors
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "error" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_help_lists_the_table_flags(capsys):
+    from simllm.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    text = capsys.readouterr().out
+    assert all(flag in text for flag in ("--framework", "--tables-dir", "--no-tables"))

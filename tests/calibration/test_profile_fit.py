@@ -2,9 +2,10 @@
 efficiencies. Needs no PyTorch (torch is made unimportable here), so it runs everywhere."""
 import sys
 
+import numpy as np
 import pytest
 
-from simllm.calibration.profile_fit import KINDS, fit_profile, measurement_row, skipped_row
+from simllm.calibration.profile_fit import KINDS, ProfileResult, fit_profile, measurement_row, skipped_row
 from simllm.config.hardware import load_hardware
 from simllm.errors import ConfigError
 
@@ -140,3 +141,147 @@ def test_measurement_rows_carry_their_fractions():
     assert row["kind"] in KINDS and not row["skipped"] and row["bound"] == "compute"
     assert row["compute_fraction"] == pytest.approx(0.5) and row["achieved_fraction"] == row["compute_fraction"]
     assert row["achieved_tflops"] == pytest.approx(0.5 * PEAK / 1e12)
+
+
+# ----------------------------------------------------------------------------- kernel tables
+# Timings made from closed forms (a fixed latency plus the roofline's time), fitted by the code
+# `simllm kernels import` uses too: the tables must give those latencies back.
+
+LATENCY = 20e-6  # s, the fixed part of every made-up kernel
+
+
+def result_with(table_rows):
+    """A ProfileResult of the synthetic scalar rows with ``table_rows`` as its table measurements."""
+    out, methods, raw = fit(synthetic())
+    return ProfileResult(gpu=BASE.gpu, base_source=BASE.source, device="cuda:0", device_name="Made-up GPU",
+                         torch_version="0.0-test", date="2026-01-01", dtype="bf16", gemm_dtype="bf16",
+                         attention_dtype="bf16", size="tiny", peak_tflops=PEAK / 1e12,
+                         attention_peak_tflops=PEAK / 1e12,
+                         memory_bandwidth_gbps=BASE.memory_bandwidth_gbps,
+                         interconnect_bandwidth_gbps=BASE.interconnect_bandwidth_gbps, measurements=tuple(synthetic()),
+                         methods=methods, raw_fits=raw, table_measurements=tuple(table_rows), **out)
+
+
+def gemm_at(m, n, k):
+    flops = 2.0 * m * n * k
+    return measurement_row("gemm", {"m": m, "n": n, "k": k, "dtype": "bf16"}, LATENCY + flops / PEAK, flops,
+                           (m * k + k * n + m * n) * 2, PEAK, BW)
+
+
+def decode_at(batch, context, heads=32, kv_heads=8):
+    nbytes = 2.0 * batch * kv_heads * context * 128 * 2 + 2.0 * batch * heads * 128 * 2
+    shape = {"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads, "head_dim": 128, "dtype": "bf16"}
+    return measurement_row("attention_decode", shape, LATENCY + nbytes / BW, 4.0 * 128 * heads * batch * context,
+                           nbytes, PEAK, BW)
+
+
+def prefill_at(batch, context, heads=32):
+    flops = 4.0 * 128 * heads * batch * context * (context + 1) / 2.0
+    shape = {"batch": batch, "context": context, "heads": heads, "kv_heads": heads, "head_dim": 128, "dtype": "bf16"}
+    return measurement_row("attention_prefill", shape, LATENCY + flops / PEAK, flops, 0.0, PEAK, BW)
+
+
+def allreduce_at(size, gpus=2):
+    bus = 2.0 * (gpus - 1) / gpus * size
+    return measurement_row("allreduce", {"message_bytes": size, "gpus": gpus}, LATENCY + bus / LINK, 0.0, bus, 1.0,
+                           LINK, bound="link")
+
+
+NK_FIT = [(n, k) for n in (1024, 2048, 4096) for k in (1024, 2048, 4096)]
+NK_HELD = [(3072, 4096), (4096, 1536)]
+
+
+def closed_form_rows(with_allreduce=True):
+    rows = [gemm_at(2**i, n, k) for i in range(16) for n, k in NK_FIT]
+    rows += [gemm_at(2**i, n, k) for i in range(0, 16, 3) for n, k in NK_HELD]
+    rows += [prefill_at(b, s) for b in (1, 4) for s in (256, 1024, 4096)] + [prefill_at(1, 1024, heads=40)]
+    rows += [decode_at(b, c) for b in (1, 8, 64) for c in (256, 1024, 4096, 16384)] + [decode_at(8, 4096, heads=40)]
+    if with_allreduce:
+        rows += [allreduce_at(2**p) for p in range(12, 28)]
+    else:
+        rows.append(skipped_row("allreduce", "1 CUDA GPU visible; all-reduce needs two or more"))
+    return rows
+
+
+def test_kernel_tables_give_the_closed_form_latencies_back():
+    from simllm.calibration import kernels
+    from simllm.calibration.profile_fit import kernel_tables
+    from simllm.config import kernels as kt
+
+    data = kernel_tables(result_with(closed_form_rows()), BASE, "sglang")
+    tables = kt.tables_from_dict(data)  # what simllm run reads
+    assert (tables.gpu, tables.framework, tables.framework_version) == ("h100-sxm", "sglang", "torch 0.0-test")
+    prov = data["provenance"]
+    assert prov["source"] == "simllm profile" and prov["torch_version"] == "0.0-test"
+    assert prov["device_name"] == "Made-up GPU" and prov["rows_measured"] == len(closed_form_rows())
+    assert "omitted" not in prov
+    fit_report = prov["fit"]
+    assert fit_report["gemm_bf16"]["rows"] == 16 * len(NK_FIT)
+    assert fit_report["gemm_bf16"]["held_out_rows"] == 6 * len(NK_HELD)
+    assert (fit_report["attention_prefill"]["held_out_rows"], fit_report["attention_decode"]["held_out_rows"]) == (1, 1)
+    assert fit_report["allreduce"]["held_out_rows"] == 8  # the odd log2 message sizes
+
+    # GEMMs: latency = a + flops / peak within 1% at every measured shape and, between the
+    # measured M, as the cost kernel reads the table (seconds at M = 2**i, linear in M).
+    table = tables.gemm_table("bf16")
+
+    def seconds(m, n, k):
+        return float(kernels.gemm_roofline_s(m, n, k, PEAK, BW, 2.0) / kt.gemm_efficiency(table, m, n, k))
+    for n, k in NK_FIT:
+        for m in [2**i for i in range(16)]:
+            assert seconds(m, n, k) == pytest.approx(LATENCY + 2.0 * m * n * k / PEAK, rel=0.01), (m, n, k)
+        for m in (3, 48, 700, 20000):
+            lo = 2 ** int(np.log2(m))
+            got = np.interp(m, [lo, 2 * lo], [seconds(lo, n, k), seconds(2 * lo, n, k)])
+            assert got == pytest.approx(LATENCY + 2.0 * m * n * k / PEAK, rel=0.01), (m, n, k)
+    # The held-out error is the importer's: median |predicted / measured - 1| of the held-out GEMMs.
+    held = [r for r in closed_form_rows() if r["kind"] == "gemm" and (r["n"], r["k"]) in NK_HELD]
+    m, n, k = (np.array([r[x] for r in held]) for x in ("m", "n", "k"))
+    pred = kernels.gemm_roofline_s(m, n, k, PEAK, BW, 2.0) / kt.gemm_efficiency(table, m, n, k)
+    err = float(np.median(np.abs(pred / np.array([r["seconds"] for r in held]) - 1.0)))
+    # (the fit checks its unrounded table; the file holds 4 significant digits)
+    assert fit_report["gemm_bf16"]["held_out_median_abs_error"] == pytest.approx(err, rel=1e-3)
+    assert err < 0.05
+
+    # Decode attention (rows x KV heads and contexts on the grid) and 2-GPU all-reduce likewise.
+    for r in closed_form_rows():
+        if r["kind"] == "attention_decode" and r["heads"] == 32:
+            eff = kt.decode_efficiency(tables.attention_decode, r["batch"] * 8, r["context"])
+            assert r["bytes"] / BW / float(eff) == pytest.approx(r["seconds"], rel=0.01)
+        if r["kind"] == "allreduce":
+            got = kt.link_seconds(tables.allreduce_curve(2), r["bytes"], LINK)
+            assert float(got) == pytest.approx(r["seconds"], rel=0.01)
+
+
+def test_kernel_tables_without_a_collective_omit_it_and_say_why():
+    from types import SimpleNamespace
+
+    from simllm.calibration.profile_fit import kernel_tables
+    from simllm.config import kernels as kt
+    from simcore.cost import link_seconds_nb
+    from simllm.sim.efficiency import scalar_link_seconds
+
+    data = kernel_tables(result_with(closed_form_rows(with_allreduce=False)), BASE)
+    assert data["framework"] == "vllm" and data["allreduce"] == {}
+    assert "1 CUDA GPU visible" in data["provenance"]["omitted"]["allreduce"]
+    assert "allreduce" not in data["provenance"]["fit"]
+    assert kt.tables_from_dict(data).allreduce_curve(8) is None
+    # Collectives are then priced as without tables: latency + launch + bytes / (bandwidth x utilisation).
+    p = SimpleNamespace(link_latency_s=8e-6, launch_s=4e-6, link_bw=LINK, eff_link=0.8)
+    seconds = scalar_link_seconds(p)
+    nbytes = kt.log2_grid(7, len(seconds))
+    assert seconds == pytest.approx(12e-6 + nbytes / (LINK * 0.8), rel=1e-12)
+    # ... and between the points, as the kernel reads the curve (linear in bytes).
+    packed = np.zeros(kt.codes.EFF_SIZE)
+    packed[kt.codes.EFF_LINK:kt.codes.EFF_LINK + len(seconds)] = seconds
+    for x in (200.0, 3e4, 5e6, 7e8):
+        assert link_seconds_nb(packed, x) == pytest.approx(12e-6 + x / (LINK * 0.8), rel=1e-12)
+
+
+def test_kernel_tables_need_table_measurements_and_a_known_framework():
+    from simllm.calibration.profile_fit import kernel_tables
+
+    with pytest.raises(ConfigError, match="without --no-tables"):
+        kernel_tables(result_with([]), BASE)
+    with pytest.raises(ConfigError, match="vllm, sglang, trtllm"):
+        kernel_tables(result_with(closed_form_rows()), BASE, "tgi")

@@ -32,8 +32,16 @@ def yaml_number(x):
     return text
 
 
+def yaml_scalar(value):
+    """A number as :func:`yaml_number` writes it; a string as a plain (or, when needed, quoted)
+    YAML scalar that reads back as the same string."""
+    if isinstance(value, str):
+        return yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()[1:-1]
+    return yaml_number(value)
+
+
 def value_line(indent, key, value, comment, column):
-    head = f"{indent}{key}: {yaml_number(value)}"
+    head = f"{indent}{key}: {yaml_scalar(value)}"
     return f"{head:<{max(column, len(head) + 1)}}# {comment}"
 
 

@@ -340,7 +340,7 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     if not data_dir.is_dir():
         known = sorted(p.name for p in (Path(root) / "systems" / "data").iterdir() if p.is_dir())
         raise ConfigError(f"--system: one of {', '.join(known)}, got {system[:100]!r}")
-    files, report = {}, {}
+    files = {}
 
     def need(op, filename):
         path = table_file(data_dir, op, framework, filename, version)
@@ -352,38 +352,26 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
 
     # GEMM
     g = read_columns(need("gemm", "gemm_perf.parquet"), ("gemm_dtype", "m", "n", "k", "latency"))
-    gemm, fw_version = {}, Path(files["gemm_perf.parquet"]).parent.name
+    fw_version = Path(files["gemm_perf.parquet"]).parent.name
+    gemm = {}
     for src, dtype in (("bfloat16", "bf16"), ("fp8", "fp8")):
-        peak = hardware.peak_flops(dtype)
         sel = g["gemm_dtype"] == src
-        if not sel.any() or peak <= 0:
-            continue
-        keys, lat = _fastest(np.stack([g["m"][sel], g["n"][sel], g["k"][sel]], axis=1).astype(np.int64),
-                             g["latency"][sel].astype(np.float64) * 1e-3)
-        table, rep = fit_gemm(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak, hardware.memory_bandwidth_bytes_per_s,
-                              1.0 if dtype == "fp8" else _BF16)
-        gemm[dtype] = table
-        report[f"gemm_{dtype}"] = rep
+        if sel.any():
+            gemm[dtype] = (g["m"][sel], g["n"][sel], g["k"][sel], g["latency"][sel].astype(np.float64) * 1e-3)
     if "bf16" not in gemm:
         raise ConfigError(f"{files['gemm_perf.parquet']}: no bfloat16 GEMM rows")
 
     # attention
     cols = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "window_size",
             "latency")
-    peak_bf16 = hardware.peak_flops("bf16")
     ctx_rows = read_columns(need("attention", "context_attention_perf.parquet"), cols)
     sel = _attention_rows(ctx_rows)
-    keys, lat = _fastest(np.stack([ctx_rows["batch_size"][sel], ctx_rows["isl"][sel], ctx_rows["num_heads"][sel]],
-                                  axis=1).astype(np.int64), ctx_rows["latency"][sel].astype(np.float64) * 1e-3)
-    prefill, report["attention_prefill"] = fit_prefill(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak_bf16)
+    prefill = (ctx_rows["batch_size"][sel], ctx_rows["isl"][sel], ctx_rows["num_heads"][sel],
+               ctx_rows["latency"][sel].astype(np.float64) * 1e-3)
     gen = read_columns(need("attention", "generation_attention_perf.parquet"), cols + ("step",))
     sel = _attention_rows(gen)
-    ctx = gen["isl"][sel].astype(np.int64) + gen["step"][sel].astype(np.int64)
-    keys, lat = _fastest(np.stack([gen["batch_size"][sel], ctx, gen["num_heads"][sel],
-                                   gen["num_key_value_heads"][sel]], axis=1).astype(np.int64),
-                         gen["latency"][sel].astype(np.float64) * 1e-3)
-    decode, report["attention_decode"] = fit_decode(keys[:, 0], keys[:, 1].astype(np.float64), keys[:, 2], keys[:, 3],
-                                                    lat, hardware.memory_bandwidth_bytes_per_s)
+    decode = (gen["batch_size"][sel], gen["isl"][sel].astype(np.int64) + gen["step"][sel].astype(np.int64),
+              gen["num_heads"][sel], gen["num_key_value_heads"][sel], gen["latency"][sel].astype(np.float64) * 1e-3)
 
     # all-reduce
     path = need("comm", "custom_allreduce_perf.parquet")
@@ -393,32 +381,110 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     sel = np.ones(len(ar["latency"]), dtype=bool)
     if "backend" in ar and any("graph" in str(b) for b in ar["backend"]):
         sel = np.array(["graph" in str(b) for b in ar["backend"]])
-    keys, lat = _fastest(np.stack([ar["num_gpus"][sel], ar["message_size"][sel]], axis=1).astype(np.int64),
-                         ar["latency"][sel].astype(np.float64) * 1e-3)
-    link_bw = hardware.interconnect_bandwidth_gbps * 1e9
-    curves, report["allreduce"] = fit_allreduce(keys[:, 0], keys[:, 1], lat, link_bw)
+    allreduce = (ar["num_gpus"][sel], ar["message_size"][sel], ar["latency"][sel].astype(np.float64) * 1e-3)
 
-    gpu = SYSTEMS.get(system, hardware.gpu)
+    provenance = {
+        "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
+        "files": files,
+        "assumptions": ["custom_allreduce message_size counts BF16 elements",
+                        "attention tables: window_size 0, head_dim 128, BF16 KV cache",
+                        "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled"],
+    }
+    return tables_from_rows(hardware, SYSTEMS.get(system, hardware.gpu), framework, fw_version, provenance,
+                            gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce)
+
+
+def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *, gemm, prefill, decode,
+                     allreduce=None, head_dim=128, omitted=None):
+    """The kernel-table mapping fitted from measured latencies: what ``simllm kernels import``
+    (aiconfigurator-core's rows) and ``simllm profile`` (torch timings) both write.
+
+    Several rows of one shape keep the fastest (the kernel a framework's dispatch would pick).
+    Each table is fitted by :func:`fit_gemm`, :func:`fit_prefill`, :func:`fit_decode` and
+    :func:`fit_allreduce`, held-out check included (see the module docstring).
+
+    Parameters
+    ----------
+    hardware : HardwareConfig
+        Whose datasheet peaks define the roofline.
+    gpu, framework, framework_version : str
+        The mapping's labels (``gpu`` names the folder the file belongs in).
+    provenance : dict
+        The source's own record (``source`` first; ``assumptions`` a list of strings); the date,
+        the roofline and the fit report are added here.
+    gemm : dict
+        ``{dtype: (m, n, k, latency_s)}``, dtype ``bf16`` (required) or ``fp8``; a dtype the
+        hardware has no peak for is left out.
+    prefill : tuple
+        ``(batch, isl, heads, latency_s)`` of causal prefill attention, ``head_dim`` wide.
+    decode : tuple
+        ``(batch, context, heads, kv_heads, latency_s)`` of one-token decode attention, BF16 KV cache.
+    allreduce : tuple or None
+        ``(n_gpus, message_elems, latency_s)``, messages counted in BF16 elements; None: no
+        collective was measured and the mapping's ``allreduce`` is empty (the cost model then
+        prices collectives with the hardware's scalar interconnect figures).
+    head_dim : int
+    omitted : dict, optional
+        Table -> why it was not measured, recorded as the provenance's ``omitted``.
+
+    Returns
+    -------
+    dict
+        The kernel-table JSON mapping (:func:`simllm.config.kernels.tables_from_dict` reads it).
+
+    Raises
+    ------
+    ConfigError
+        For no bf16 GEMM rows, or a table without a usable row.
+    """
+    report, tables = {}, {}
+    for dtype, (m, n, k, latency) in gemm.items():
+        peak = hardware.peak_flops(dtype)
+        if peak <= 0 or len(latency) == 0:
+            continue
+        keys, lat = _fastest(np.stack([m, n, k], axis=1).astype(np.int64), np.asarray(latency, dtype=np.float64))
+        tables[dtype], report[f"gemm_{dtype}"] = fit_gemm(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak,
+                                                          hardware.memory_bandwidth_bytes_per_s,
+                                                          1.0 if dtype == "fp8" else _BF16)
+    if "bf16" not in tables:
+        raise ConfigError("kernel tables need bf16 GEMM rows, got none")
+
+    batch, isl, heads, latency = prefill
+    keys, lat = _fastest(np.stack([batch, isl, heads], axis=1).astype(np.int64), np.asarray(latency, dtype=np.float64))
+    attn_prefill, report["attention_prefill"] = fit_prefill(keys[:, 0], keys[:, 1], keys[:, 2], lat,
+                                                            hardware.peak_flops("bf16"), head_dim)
+    batch, ctx, heads, kv_heads, latency = decode
+    keys, lat = _fastest(np.stack([batch, ctx, heads, kv_heads], axis=1).astype(np.int64),
+                         np.asarray(latency, dtype=np.float64))
+    attn_decode, report["attention_decode"] = fit_decode(keys[:, 0], keys[:, 1].astype(np.float64), keys[:, 2],
+                                                         keys[:, 3], lat, hardware.memory_bandwidth_bytes_per_s,
+                                                         head_dim)
+    curves = {}
+    if allreduce is not None:
+        n_gpus, elems, latency = allreduce
+        keys, lat = _fastest(np.stack([n_gpus, elems], axis=1).astype(np.int64), np.asarray(latency, dtype=np.float64))
+        curves, report["allreduce"] = fit_allreduce(keys[:, 0], keys[:, 1], lat,
+                                                    hardware.interconnect_bandwidth_gbps * 1e9)
+
+    record = {k: v for k, v in provenance.items() if k != "assumptions"}
+    record["created"] = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    record["roofline"] = {"hardware": hardware.gpu, "bf16_tflops": hardware.bf16_tflops,
+                          "fp8_tflops": hardware.fp8_tflops, "memory_bandwidth_gbps": hardware.memory_bandwidth_gbps,
+                          "interconnect_bandwidth_gbps": hardware.interconnect_bandwidth_gbps}
+    if "assumptions" in provenance:
+        record["assumptions"] = list(provenance["assumptions"])
+    if omitted:
+        record["omitted"] = dict(omitted)
+    record["fit"] = report
     return {
         "format": kt.FORMAT,
         "gpu": gpu,
         "framework": framework,
-        "framework_version": fw_version,
-        "provenance": {
-            "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
-            "files": files,
-            "created": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "roofline": {"hardware": hardware.gpu, "bf16_tflops": hardware.bf16_tflops,
-                         "fp8_tflops": hardware.fp8_tflops, "memory_bandwidth_gbps": hardware.memory_bandwidth_gbps,
-                         "interconnect_bandwidth_gbps": hardware.interconnect_bandwidth_gbps},
-            "assumptions": ["custom_allreduce message_size counts BF16 elements",
-                            "attention tables: window_size 0, head_dim 128, BF16 KV cache",
-                            "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled"],
-            "fit": report,
-        },
-        "gemm": {d: _rounded(t) for d, t in gemm.items()},
-        "attention_prefill": _rounded(prefill),
-        "attention_decode": _rounded(decode),
+        "framework_version": framework_version,
+        "provenance": record,
+        "gemm": {d: _rounded(t) for d, t in tables.items()},
+        "attention_prefill": _rounded(attn_prefill),
+        "attention_decode": _rounded(attn_decode),
         "allreduce": {str(n): _rounded(c) for n, c in sorted(curves.items())},
     }
 

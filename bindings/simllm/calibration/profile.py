@@ -20,6 +20,15 @@ measurement                  how
                              process) when two or more are visible; otherwise recorded as skipped
 ===========================  =====================================================================
 
+With ``tables=True`` (the default) it also times the shapes shape-aware kernel tables are fitted
+from (:class:`_TableGrid`, kept apart in :attr:`ProfileResult.table_measurements`): GEMMs over the
+tables' log2 M grid at power-of-two N and K (and a few model widths that are not, held out),
+prefill attention by batch and sequence length, decode attention by batch and context (at a
+power-of-two head count, and one that is not, held out), and all-reduce by message size on each
+power of two GPUs when two or more are visible. :func:`kernel_tables` fits them with the importer's
+code (:func:`simllm.calibration.kernels.tables_from_rows`) into the same ``simllm-kernel-tables/1``
+mapping ``simllm kernels import`` writes.
+
 The work is split three ways, so that the fit runs (and is tested) without PyTorch:
 :mod:`.profile_timing` runs the measurements (PyTorch, imported only when a profile runs),
 :mod:`.profile_fit` turns them into the factors (pure arithmetic; :class:`ProfileResult`), and
@@ -39,21 +48,22 @@ PyTorch is optional (``pip install "simllm[profile]"``) and imported only when a
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from simllm.calibration.profile_fit import KINDS, MIB, ProfileResult, fit_profile
+from simllm.calibration.profile_fit import KINDS, MIB, ProfileResult, fit_profile, kernel_tables
 from simllm.calibration.profile_timing import (
     device_name,
     fp8_gemm_available,
     import_torch,
     measure_all,
+    measure_table_rows,
     resolve_device,
 )
-from simllm.calibration.profile_write import format_profile, write_profile
+from simllm.calibration.profile_write import format_profile, format_tables, write_profile
 from simllm.config import dtypes
 from simllm.config.hardware import HardwareConfig
 from simllm.errors import ConfigError
 
-__all__ = ["DTYPES", "KINDS", "SIZES", "ProfileResult", "format_profile", "fp8_gemm_available", "profile_hardware",
-           "write_profile"]
+__all__ = ["DTYPES", "KINDS", "SIZES", "ProfileResult", "format_profile", "format_tables", "fp8_gemm_available",
+           "kernel_tables", "profile_hardware", "write_profile"]
 
 DTYPES = ("bf16", "fp16", "fp8")
 SIZES = ("tiny", "full")
@@ -115,7 +125,76 @@ _GRIDS = {
 }
 
 
-def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=None, progress=None):
+@dataclass(frozen=True)
+class _TableGrid:
+    """The shapes kernel tables are fitted from at one profile size (see
+    :func:`simllm.calibration.profile_timing.measure_table_rows`)."""
+
+    gemms: tuple  # (M, N, K), N and K powers of two: fitted
+    gemms_held: tuple  # (M, N, K), N or K not a power of two: held out
+    prefill: tuple  # (batch, sequence length) at `heads`
+    prefill_held: tuple  # ... at `held_heads` (not a power of two: held out)
+    decode: tuple  # (batch, context) at `heads` / `kv_heads`
+    decode_held: tuple  # ... at `held_heads` / `held_kv_heads`
+    heads: int
+    kv_heads: int
+    held_heads: int
+    held_kv_heads: int
+    head_dim: int
+    allreduce_bytes: tuple  # even and odd log2 (the odd ones are the held-out check)
+    repeats: int
+    warmup: int
+    flush_bytes: int
+
+
+def _pow2(lo, hi):
+    return tuple(2**i for i in range(lo, hi + 1))
+
+
+def _table_grid(m, nk, nk_held, m_held, prefill, prefill_held, decode, decode_held, **rest):
+    return _TableGrid(gemms=tuple((a, n, k) for a in m for n, k in nk),
+                      gemms_held=tuple((a, n, k) for a in m_held for n, k in nk_held),
+                      prefill=prefill, prefill_held=prefill_held, decode=decode, decode_held=decode_held, **rest)
+
+
+# full (a GPU): every M of the tables' grid (1 .. 32768); N, K = 128 .. 65536 where the weight has
+# at most 2**28 elements (Llama-3.1-405B's widest shard has 2**27.8), 90 pairs, the rest filled
+# from the nearest; held out: Llama-3 / Qwen2.5 widths at every other M. Prefill: sequences of
+# 128 .. 32768 tokens, batches up to 65536 tokens; decode: batch 1 .. 256, context 128 .. 131072,
+# KV caches to 8 GiB. 1,660 shapes (4.4e14 GEMM FLOPs per pass); a minute or two on an H100 (an estimate).
+_TABLE_GRIDS = {
+    "full": _table_grid(
+        m=_pow2(0, 15), nk=tuple((n, k) for n in _pow2(7, 16) for k in _pow2(7, 16) if n * k <= 2**28),
+        m_held=_pow2(0, 15)[::2],
+        nk_held=((6144, 4096), (28672, 4096), (4096, 14336), (8192, 28672), (5120, 13824), (1536, 1536)),
+        prefill=tuple((b, s) for s in _pow2(7, 15) for b in _pow2(0, 5) if b == 1 or b * s <= 2**16),
+        prefill_held=tuple((b, s) for s in _pow2(7, 15) for b in (1, 4) if b == 1 or b * s <= 2**16),
+        decode=tuple((b, c) for b in _pow2(0, 8) for c in _pow2(7, 17) if b * c <= 2**21),
+        decode_held=tuple((b, c) for b in (1, 16) for c in _pow2(7, 17) if b * c <= 2**21),
+        heads=32, kv_heads=8, held_heads=40, held_kv_heads=8, head_dim=128,
+        allreduce_bytes=_pow2(10, 29), repeats=10, warmup=2, flush_bytes=256 * MIB,
+    ),
+    # size="full" on a CPU: a few shapes per table, about a minute.
+    "full-cpu": _table_grid(
+        m=_pow2(0, 10)[::2], nk=tuple((n, k) for n in (256, 1024, 4096) for k in (256, 1024, 4096)),
+        m_held=(1, 64, 1024), nk_held=((1536, 1024),),
+        prefill=((1, 128), (1, 512), (1, 2048), (4, 512)), prefill_held=((1, 512),),
+        decode=((1, 256), (1, 1024), (1, 4096), (8, 1024)), decode_held=((1, 1024),),
+        heads=32, kv_heads=8, held_heads=40, held_kv_heads=8, head_dim=128,
+        allreduce_bytes=(), repeats=3, warmup=1, flush_bytes=0,
+    ),
+    "tiny": _table_grid(
+        m=(1, 8, 64), nk=((128, 128), (128, 256), (256, 128), (256, 256)),
+        m_held=(1, 64), nk_held=((384, 256), (128, 384)),
+        prefill=((1, 64), (1, 128), (2, 128)), prefill_held=((1, 128),),
+        decode=((1, 256), (4, 256), (1, 1024)), decode_held=((1, 512),),
+        heads=4, kv_heads=2, held_heads=6, held_kv_heads=2, head_dim=64,
+        allreduce_bytes=(2**12, 2**13, 2**20, 2**21), repeats=3, warmup=1, flush_bytes=0,
+    ),
+}
+
+
+def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=None, progress=None, tables=True):
     """Measure the local device with PyTorch and fit the efficiency factors of ``base``.
 
     Parameters
@@ -136,6 +215,9 @@ def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=Non
         Timed calls per measurement (median taken); default 20 (full), 5 (full on CPU), 3 (tiny).
     progress : callable, optional
         Called with one line of text per measurement.
+    tables : bool
+        Also time the shapes of the kernel tables (:attr:`ProfileResult.table_measurements`,
+        fitted by :func:`kernel_tables`); False: the scalar factors only.
 
     Returns
     -------
@@ -181,6 +263,13 @@ def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=Non
     for row in rows:
         if row["skipped"] and row["kind"] == "allreduce":
             notes.append(f"all-reduce skipped: {row['reason']}; interconnect figures keep the base's values")
+    table_rows = ()
+    if tables:
+        tgrid = _TABLE_GRIDS[grid_name]
+        table_rows = tuple(measure_table_rows(torch, dev, base, tgrid, gemm_dtype, act_dtype, repeats, say))
+        skipped = [r for r in table_rows if r["skipped"] and r["kind"] != "allreduce"]
+        if skipped:
+            notes.append(f"kernel tables: {len(skipped)} shape(s) skipped; first: {skipped[0]['reason']}")
 
     fit, methods, raw_fits = fit_profile(base, rows, gemm_dtype, peak_flops, notes)
     return ProfileResult(
@@ -202,5 +291,6 @@ def profile_hardware(base, device="cuda", dtype="bf16", size="full", repeats=Non
         methods=methods,
         raw_fits=raw_fits,
         notes=tuple(notes),
+        table_measurements=table_rows,
         **fit,
     )

@@ -30,6 +30,10 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
+from simllm.calibration import kernels
+from simllm.config.serving import FRAMEWORKS
 from simllm.errors import ConfigError
 
 #: The kinds of measurement (see :mod:`simllm.calibration.profile`).
@@ -106,6 +110,9 @@ class ProfileResult:
         Fitted key -> value before rounding and clamping.
     notes : tuple of str
         Fallbacks and cross-check warnings.
+    table_measurements : tuple of dict
+        The kernel-table shapes (rows as ``measurements``; empty when the profile ran without
+        tables), fitted by :func:`kernel_tables`.
     """
 
     gpu: str
@@ -136,6 +143,7 @@ class ProfileResult:
     methods: dict = field(default_factory=dict)
     raw_fits: dict = field(default_factory=dict)
     notes: tuple = ()
+    table_measurements: tuple = ()
 
     @property
     def fitted(self):
@@ -149,6 +157,7 @@ class ProfileResult:
         out["fitted"] = self.fitted
         out["gemm_curve"] = [dict(p) for p in self.gemm_curve]
         out["measurements"] = [dict(r) for r in self.measurements]
+        out["table_measurements"] = [dict(r) for r in self.table_measurements]
         out["notes"] = list(self.notes)
         return out
 
@@ -313,3 +322,85 @@ def fit_profile(base, measurements, gemm_dtype, peak_flops, notes):
             notes.append("all-reduce: the largest message was not slower than the smallest; "
                          "interconnect_utilization not fitted")
     return out, methods, raw_fits
+
+
+# ----------------------------------------------------------------------------- kernel tables
+
+def kernel_tables(result, hardware, framework="vllm"):
+    """The kernel-table mapping (``simllm-kernel-tables/1``) of a profile's table measurements,
+    fitted against ``hardware``'s datasheet peaks by the importer's own code
+    (:func:`simllm.calibration.kernels.tables_from_rows`: the same grids, clipping and held-out
+    check as ``simllm kernels import``).
+
+    Parameters
+    ----------
+    result : ProfileResult
+        Profiled with tables (:attr:`ProfileResult.table_measurements` not empty).
+    hardware : HardwareConfig
+        The base profile the result was measured against.
+    framework : str
+        The file's name and label: which framework's tables these stand for (``vllm``, ``sglang``,
+        ``trtllm``).
+
+    Returns
+    -------
+    dict
+        The mapping; its provenance says ``source: simllm profile``, the torch version, device,
+        rows measured and skipped, and, with no collective measured, why (``omitted``).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown framework, a result without table measurements, or a table without rows.
+    """
+    if framework not in FRAMEWORKS:
+        raise ConfigError("one of " + ", ".join(FRAMEWORKS), key="framework", value=framework)
+    if not result.table_measurements:
+        raise ConfigError("a profile with kernel-table measurements (profile_hardware(tables=True); "
+                          "simllm profile without --no-tables)")
+    done = [r for r in result.table_measurements if not r["skipped"]]
+
+    def rows(kind, *keys):
+        got = [r for r in done if r["kind"] == kind]
+        return tuple(np.array([r[k] for r in got]) for k in keys)
+    gemm = {}
+    for dtype in ("bf16", "fp8"):
+        sel = [r for r in done if r["kind"] == "gemm" and ("fp8" if r["dtype"] == "fp8" else "bf16") == dtype]
+        if sel:
+            gemm[dtype] = tuple(np.array([r[k] for r in sel]) for k in ("m", "n", "k", "seconds"))
+    prefill = rows("attention_prefill", "batch", "context", "heads", "seconds")
+    decode = rows("attention_decode", "batch", "context", "heads", "kv_heads", "seconds")
+    head_dims = {r["head_dim"] for r in done if r["kind"].startswith("attention")}
+    if len(prefill[0]) == 0 or len(decode[0]) == 0 or len(head_dims) != 1:
+        raise ConfigError("kernel tables need timed prefill and decode attention of one head_dim; "
+                          f"got {len(prefill[0])} prefill, {len(decode[0])} decode rows, head_dim {sorted(head_dims)}")
+    reduces = rows("allreduce", "gpus", "message_bytes", "seconds")
+    allreduce, omitted = None, None
+    if len(reduces[0]):
+        allreduce = (reduces[0], reduces[1] // 2, reduces[2])  # BF16 elements, as the importer counts
+    else:
+        why = [r["reason"] for r in result.table_measurements if r["kind"] == "allreduce" and r["skipped"]]
+        omitted = {"allreduce": (why[0] if why else "not measured")
+                   + "; collectives use the hardware profile's scalar interconnect figures"}
+    (head_dim,) = head_dims
+    act = next((r["dtype"] for r in done if r["kind"] == "attention_prefill"), "bf16")
+    provenance = {
+        "source": "simllm profile",
+        "torch_version": result.torch_version,
+        "device": result.device,
+        "device_name": result.device_name,
+        "profile_size": result.size,
+        "rows_measured": len(done),
+        "rows_skipped": sum(r["skipped"] and r["kind"] != "allreduce" for r in result.table_measurements),
+        "assumptions": [
+            "GEMM: torch.mm of x (M, K) by W.T, W (N, K) as nn.Linear weights; fp16 timings stand for bf16; "
+            "fp8 = torch._scaled_mm, per-tensor scaled",
+            f"attention: torch scaled_dot_product_attention, causal MHA prefill, GQA decode (a group's query "
+            f"heads as rows of one KV head), head_dim {head_dim}, {act} KV cache",
+            "all-reduce: in-process NCCL (torch.cuda.nccl), message sizes in BF16 elements",
+            "each timing the median after warm-up; CUDA events with the L2 cache flushed on a GPU",
+        ],
+    }
+    return kernels.tables_from_rows(hardware, result.gpu, framework, f"torch {result.torch_version}", provenance,
+                                    gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce,
+                                    head_dim=head_dim, omitted=omitted)

@@ -174,27 +174,31 @@ def _timed(torch, timer, kind, shape, build, peak_flops, bw, catch=()):
     return skipped_row(kind, reason, **shape)
 
 
+def _gemm_row(torch, dev, timer, m, n, k, gemm_dtype, peak_flops, bw):
+    """One GEMM of ``x (M, K) @ W.T`` with ``W (N, K)`` row-major (``nn.Linear``'s layout), timed."""
+    def build():
+        if gemm_dtype == "fp8":
+            a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
+            w = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn)
+            scale = torch.ones((), device=dev, dtype=torch.float32)
+            nbytes = (m * k + k * n) * 1 + m * n * 2  # fp8 in, bf16 out
+            return (lambda: _scaled_mm(torch, a, w.t(), scale)), 2.0 * m * n * k, nbytes
+        tdt = _torch_dtype(torch, gemm_dtype)
+        a = torch.randn(m, k, device=dev, dtype=tdt)
+        w = torch.randn(n, k, device=dev, dtype=tdt)
+        out = torch.empty(m, n, device=dev, dtype=tdt)
+        return (lambda: torch.mm(a, w.t(), out=out)), 2.0 * m * n * k, (m * k + k * n + m * n) * 2
+    shape = {"m": m, "n": n, "k": k, "dtype": gemm_dtype}
+    # An FP8 shape the kernels refuse (alignment) is skipped, not fatal.
+    return _timed(torch, timer, "gemm", shape, build, peak_flops, bw,
+                  catch=(RuntimeError,) if gemm_dtype == "fp8" else ())
+
+
 def _measure_gemms(torch, dev, grid, timer, gemm_dtype, peak_flops, bw, say):
     rows = []
     for m in grid.gemm_m:
         for n, k in grid.gemm_nk:
-            def build(m=m, n=n, k=k):
-                # x (M, K) times W^T with W (N, K) row-major: nn.Linear's layout.
-                if gemm_dtype == "fp8":
-                    a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
-                    w = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn)
-                    scale = torch.ones((), device=dev, dtype=torch.float32)
-                    nbytes = (m * k + k * n) * 1 + m * n * 2  # fp8 in, bf16 out
-                    return (lambda: _scaled_mm(torch, a, w.t(), scale)), 2.0 * m * n * k, nbytes
-                tdt = _torch_dtype(torch, gemm_dtype)
-                a = torch.randn(m, k, device=dev, dtype=tdt)
-                w = torch.randn(n, k, device=dev, dtype=tdt)
-                out = torch.empty(m, n, device=dev, dtype=tdt)
-                return (lambda: torch.mm(a, w.t(), out=out)), 2.0 * m * n * k, (m * k + k * n + m * n) * 2
-            shape = {"m": m, "n": n, "k": k, "dtype": gemm_dtype}
-            # An FP8 shape the kernels refuse (alignment) is skipped, not fatal.
-            row = _timed(torch, timer, "gemm", shape, build, peak_flops, bw,
-                         catch=(RuntimeError,) if gemm_dtype == "fp8" else ())
+            row = _gemm_row(torch, dev, timer, m, n, k, gemm_dtype, peak_flops, bw)
             rows.append(row)
             if row["skipped"]:
                 say(f"gemm M={m} N={n} K={k}: skipped ({row['reason']})")
@@ -204,35 +208,48 @@ def _measure_gemms(torch, dev, grid, timer, gemm_dtype, peak_flops, bw, say):
     return rows
 
 
-def _measure_attention(torch, dev, grid, timer, act_dtype, peak_flops, bw, say):
+def _prefill_row(torch, dev, timer, b, s, h, d, act_dtype, peak_flops, bw):
+    """Causal multi-head prefill attention of ``b`` sequences of ``s`` tokens, ``h`` heads of ``d``."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     tdt = _torch_dtype(torch, act_dtype)
-    e = 2
+
+    def build():
+        q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=tdt) for _ in range(3))
+        # Causal: s (s + 1) / 2 query-key pairs per sequence, 4 d FLOPs per pair and head (QK^T
+        # and PV), as simcore.cost counts them; Q, K, V read and O written once.
+        flops = 4.0 * d * h * b * s * (s + 1) / 2.0
+        return (lambda: sdpa(q, k, v, is_causal=True)), flops, 4.0 * b * h * s * d * 2
+    shape = {"batch": b, "context": s, "heads": h, "kv_heads": h, "head_dim": d, "dtype": act_dtype}
+    return _timed(torch, timer, "attention_prefill", shape, build, peak_flops, bw)
+
+
+def _decode_row(torch, dev, timer, b, c, h, kvh, d, act_dtype, peak_flops, bw):
+    """One-token decode attention of ``b`` sequences against ``c`` cached tokens, GQA ``h`` / ``kvh``."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    tdt = _torch_dtype(torch, act_dtype)
+    group = h // kvh
+
+    def build():
+        # GQA decode: the `group` query heads sharing a KV head are the rows of one query block,
+        # so each KV head's cache is read once (as FlashDecoding-style kernels do).
+        q = torch.randn(b, kvh, group, d, device=dev, dtype=tdt)
+        k, v = (torch.randn(b, kvh, c, d, device=dev, dtype=tdt) for _ in range(2))
+        nbytes = 2.0 * b * kvh * c * d * 2 + 2.0 * b * h * d * 2
+        return (lambda: sdpa(q, k, v)), 4.0 * d * h * b * c, nbytes
+    shape = {"batch": b, "context": c, "heads": h, "kv_heads": kvh, "head_dim": d, "dtype": act_dtype}
+    return _timed(torch, timer, "attention_decode", shape, build, peak_flops, bw)
+
+
+def _measure_attention(torch, dev, grid, timer, act_dtype, peak_flops, bw, say):
     h, kvh, d = grid.heads, grid.kv_heads, grid.head_dim
     rows = []
     for b, s in grid.prefill:
-        def build(b=b, s=s):
-            q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=tdt) for _ in range(3))
-            # Causal: s (s + 1) / 2 query-key pairs per sequence, 4 d FLOPs per pair and head (QK^T
-            # and PV), as simcore.cost counts them; Q, K, V read and O written once.
-            flops = 4.0 * d * h * b * s * (s + 1) / 2.0
-            return (lambda: sdpa(q, k, v, is_causal=True)), flops, 4.0 * b * h * s * d * e
-        shape = {"batch": b, "context": s, "heads": h, "kv_heads": h, "head_dim": d, "dtype": act_dtype}
-        row = _timed(torch, timer, "attention_prefill", shape, build, peak_flops, bw)
+        row = _prefill_row(torch, dev, timer, b, s, h, d, act_dtype, peak_flops, bw)
         rows.append(row)
         say(f"attention prefill batch={b} context={s}: "
             + (f"skipped ({row['reason']})" if row["skipped"] else f"{row['achieved_tflops']:.3g} TFLOP/s"))
-    group = h // kvh
     for b, c in grid.decode:
-        def build(b=b, c=c):
-            # GQA decode: the `group` query heads sharing a KV head are the rows of one query block,
-            # so each KV head's cache is read once (as FlashDecoding-style kernels do).
-            q = torch.randn(b, kvh, group, d, device=dev, dtype=tdt)
-            k, v = (torch.randn(b, kvh, c, d, device=dev, dtype=tdt) for _ in range(2))
-            nbytes = 2.0 * b * kvh * c * d * e + 2.0 * b * h * d * e
-            return (lambda: sdpa(q, k, v)), 4.0 * d * h * b * c, nbytes
-        shape = {"batch": b, "context": c, "heads": h, "kv_heads": kvh, "head_dim": d, "dtype": act_dtype}
-        row = _timed(torch, timer, "attention_decode", shape, build, peak_flops, bw)
+        row = _decode_row(torch, dev, timer, b, c, h, kvh, d, act_dtype, peak_flops, bw)
         rows.append(row)
         say(f"attention decode batch={b} context={c}: "
             + (f"skipped ({row['reason']})" if row["skipped"] else f"{row['achieved_gbps']:.4g} GB/s"))
@@ -293,33 +310,48 @@ def _graph_seconds(torch, timer, body):
     return timer.seconds(graph.replay, flush=False)
 
 
-def _measure_allreduce(torch, dev, base, grid, timer, say):
+def _allreduce_gpus(torch, dev, base):
+    """(GPUs an all-reduce can span, None), or (0, why none can run)."""
     if dev.type != "cuda":
-        return [skipped_row("allreduce", "profiled on the CPU; all-reduce needs two or more CUDA GPUs")]
+        return 0, "profiled on the CPU; all-reduce needs two or more CUDA GPUs"
     visible = torch.cuda.device_count()
     if visible < 2:
-        return [skipped_row("allreduce", f"{visible} CUDA GPU visible; all-reduce needs two or more")]
-    gpus = min(visible, base.gpus_per_node)
+        return 0, f"{visible} CUDA GPU visible; all-reduce needs two or more"
+    return min(visible, base.gpus_per_node), None
+
+
+def _allreduce_rows(torch, base, sizes, gpu_counts, timer, say):
+    """In-process NCCL all-reduce (``torch.cuda.nccl``) of BF16 messages of ``sizes`` bytes on GPUs
+    ``0 .. n - 1`` for each ``n`` of ``gpu_counts``; one skipped row, with why, if NCCL fails."""
+    gpus = max(gpu_counts)
     try:
         from torch.cuda import nccl
 
-        elems = max(grid.allreduce_bytes) // 2
+        elems = max(sizes) // 2
         buffers = [torch.zeros(elems, dtype=torch.bfloat16, device=torch.device("cuda", i)) for i in range(gpus)]
         if not nccl.is_available(buffers):
             return [skipped_row("allreduce", f"NCCL is not available to torch {torch.__version__}", gpus=gpus)]
         rows = []
         link = base.interconnect_bandwidth_gbps * 1e9
-        for size in grid.allreduce_bytes:
-            views = [t[: size // 2] for t in buffers]
-            seconds = _allreduce_seconds(torch, nccl, views, timer)
-            bus_bytes = 2.0 * (gpus - 1) / gpus * size
-            shape = {"message_bytes": size, "gpus": gpus}
-            row = measurement_row("allreduce", shape, seconds, 0.0, bus_bytes, 1.0, link, bound="link")
-            rows.append(row)
-            say(f"all-reduce {size} B on {gpus} GPUs: {seconds * 1e6:.4g} us, bus {row['achieved_gbps']:.4g} GB/s")
+        for n in gpu_counts:
+            for size in sizes:
+                views = [t[: size // 2] for t in buffers[:n]]
+                seconds = _allreduce_seconds(torch, nccl, views, timer)
+                bus_bytes = 2.0 * (n - 1) / n * size
+                shape = {"message_bytes": size, "gpus": n}
+                row = measurement_row("allreduce", shape, seconds, 0.0, bus_bytes, 1.0, link, bound="link")
+                rows.append(row)
+                say(f"all-reduce {size} B on {n} GPUs: {seconds * 1e6:.4g} us, bus {row['achieved_gbps']:.4g} GB/s")
         return rows
     except Exception as exc:  # noqa: BLE001 - record why and go on: the rest of the profile stands
         return [skipped_row("allreduce", f"in-process NCCL all-reduce failed: {_first_line(exc)}", gpus=gpus)]
+
+
+def _measure_allreduce(torch, dev, base, grid, timer, say):
+    gpus, why = _allreduce_gpus(torch, dev, base)
+    if why:
+        return [skipped_row("allreduce", why)]
+    return _allreduce_rows(torch, base, grid.allreduce_bytes, (gpus,), timer, say)
 
 
 def _allreduce_seconds(torch, nccl, views, timer):
@@ -365,5 +397,55 @@ def measure_all(torch, dev, base, grid, gemm_dtype, act_dtype, repeats, say, not
         rows += _measure_copy(torch, dev, grid, timer, attn_peak, bw, say)
         rows += _measure_launch(torch, dev, grid, timer, act_dtype, attn_peak, bw, say, notes)
         rows += _measure_allreduce(torch, dev, base, grid, timer, say)
+        timer.flush = None
+    return rows
+
+
+def measure_table_rows(torch, dev, base, tgrid, gemm_dtype, act_dtype, repeats, say):
+    """The measurements kernel tables are fitted from (:func:`simllm.calibration.kernels.tables_from_rows`),
+    as rows of :func:`~simllm.calibration.profile_fit.measurement_row` (skipped ones with their reason).
+
+    ``tgrid`` (see :mod:`simllm.calibration.profile`): GEMMs ``(m, n, k)`` in ``gemms`` (power-of-two
+    N and K: fitted) and ``gemms_held`` (another N or K: the held-out check), in ``act_dtype`` and,
+    when ``gemm_dtype`` is fp8, in FP8 too; prefill ``(batch, context)`` and decode ``(batch,
+    context)`` shapes at ``heads`` / ``kv_heads`` (fitted) and at ``held_heads`` / ``held_kv_heads``
+    (held out), ``head_dim`` wide; all-reduce of ``allreduce_bytes`` on every power of two GPUs up
+    to those visible (and all of them) when two or more are, else one skipped row saying why.
+    Timed as :func:`measure_all` times (``repeats``, ``warmup``, ``flush_bytes`` of ``tgrid``).
+    ``say`` gets one line per kind of table.
+    """
+    bw = base.memory_bandwidth_bytes_per_s
+    attn_peak = base.peak_flops(act_dtype)
+    context = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+    rows = []
+
+    def report(what, got):
+        skipped = sum(r["skipped"] for r in got)
+        say(f"kernel tables: {what}: {len(got) - skipped} timed" + (f", {skipped} skipped" if skipped else ""))
+        rows.extend(got)
+    with context, torch.no_grad():
+        timer = Timer(torch, dev, tgrid, repeats or tgrid.repeats)
+        for dtype in (act_dtype, "fp8") if gemm_dtype == "fp8" else (act_dtype,):
+            peak = base.peak_flops(dtype)
+            report(f"{dtype} GEMMs", [_gemm_row(torch, dev, timer, m, n, k, dtype, peak, bw)
+                                      for m, n, k in tgrid.gemms + tgrid.gemms_held])
+        d = tgrid.head_dim
+        report("prefill attention",
+               [_prefill_row(torch, dev, timer, b, s, tgrid.heads, d, act_dtype, attn_peak, bw)
+                for b, s in tgrid.prefill]
+               + [_prefill_row(torch, dev, timer, b, s, tgrid.held_heads, d, act_dtype, attn_peak, bw)
+                  for b, s in tgrid.prefill_held])
+        report("decode attention",
+               [_decode_row(torch, dev, timer, b, c, tgrid.heads, tgrid.kv_heads, d, act_dtype, attn_peak, bw)
+                for b, c in tgrid.decode]
+               + [_decode_row(torch, dev, timer, b, c, tgrid.held_heads, tgrid.held_kv_heads, d, act_dtype, attn_peak,
+                              bw) for b, c in tgrid.decode_held])
+        gpus, why = _allreduce_gpus(torch, dev, base)
+        if why:
+            rows.append(skipped_row("allreduce", why))
+        else:
+            counts = sorted({2**i for i in range(1, gpus.bit_length()) if 2**i <= gpus} | {gpus})
+            report("all-reduce", _allreduce_rows(torch, base, tgrid.allreduce_bytes, tuple(counts), timer,
+                                                 lambda _line: None))
         timer.flush = None
     return rows

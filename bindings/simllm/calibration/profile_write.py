@@ -1,18 +1,23 @@
 """``simllm profile``'s output: the calibrated hardware YAML (the base profile's text with the
-measured factors in place, through :mod:`simllm.calibration.hwyaml`), the raw measurements (JSON
-or CSV) and the summary printed by the CLI.
+measured factors in place, through :mod:`simllm.calibration.hwyaml`), the kernel tables it names
+(``<tables dir>/<gpu>/<framework>.json``, written by :func:`simllm.calibration.kernels.write_tables`),
+the raw measurements (JSON or CSV) and the summary printed by the CLI.
 """
 import contextlib
 import json
 import math
+import os
 from pathlib import Path
 
 import yaml
 
+from simllm.calibration import kernels
 from simllm.calibration.hwyaml import base_path_of, edit_hardware_yaml, generate_hardware_yaml
+from simllm.config import kernels as kt
 from simllm.config.hardware import hardware_from_dict, load_hardware
 from simllm.errors import ConfigError
 from simllm.fileio import csv_text, write_text_atomic
+from simllm.text import table
 
 
 def _curve_comment(result):
@@ -27,7 +32,7 @@ def _curve_comment(result):
     return lines
 
 
-def _header(result, base_path, raw_name, kept_comments):
+def _header(result, base_path, raw_name, kept_comments, tables=None):
     lines = [
         (f"# Calibrated by `simllm profile` on {result.device_name} ({result.device}), {result.date}, "
          f"torch {result.torch_version}, {result.gemm_dtype} GEMMs, size {result.size}."),
@@ -38,6 +43,12 @@ def _header(result, base_path, raw_name, kept_comments):
         *_curve_comment(result),
         f"# Raw measurements: {raw_name}",
     ]
+    if tables is not None:
+        errors = ", ".join(f"{name} {'-' if err is None else f'{100 * err:.1f}%'}"
+                           for name, _, _, err, _ in kernels.fit_rows(tables))
+        shapes = tables["provenance"].get("rows_measured", len(result.table_measurements))
+        lines.append(f"# Kernel tables ({tables['framework']}.json, from {shapes} timed shapes; "
+                     f"held-out median error {errors}): kernel_tables below.")
     lines += [f"# Note: {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
 
@@ -46,14 +57,28 @@ def _csv_text(result):
     """The raw CSV: one row per measurement, then one ``gemm_curve`` row per tokens M."""
     rows = [dict(r) for r in result.measurements]
     rows += [{"kind": "gemm_curve", **p} for p in result.gemm_curve]
+    rows += [{**r, "set": "kernel_tables"} for r in result.table_measurements]
     columns = []
     for row in rows:
         columns += [k for k in row if k not in columns]
     return csv_text(columns, ([row.get(k) for k in columns] for row in rows))  # None/missing: empty cell
 
 
-def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
-    """Write the calibrated hardware YAML and the raw measurements.
+def tables_value(folder, output_yaml):
+    """The ``kernel_tables:`` value naming ``folder`` from a YAML written to ``output_yaml``: the
+    path relative to the YAML's folder (``./NAME`` rather than a bare ``NAME``, which would name a
+    shipped set), or absolute where no relative path exists."""
+    folder, base = Path(folder).resolve(), Path(output_yaml).resolve().parent
+    try:
+        rel = Path(os.path.relpath(folder, base)).as_posix()
+    except ValueError:  # another drive
+        return folder.as_posix()
+    return rel if "/" in rel else f"./{rel}"
+
+
+def write_profile(result, base_path_or_name, output_yaml, raw_output=None, tables=None, tables_dir=None):
+    """Write the calibrated hardware YAML, the raw measurements and, given ``tables``, the kernel
+    tables the YAML's ``kernel_tables`` then names.
 
     The YAML is the base profile's text with its datasheet keys and source comments as they are,
     the measured figures in place of (or after) the base's values, each with the comment
@@ -72,11 +97,17 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
         The raw measurements: JSON (everything: metadata, fit, GEMM curve, measurements) unless the
         name ends in ``.csv`` (one row per measurement plus ``gemm_curve`` rows). Default:
         ``<output stem>.profile.json`` next to ``output_yaml``.
+    tables : dict, optional
+        A kernel-table mapping (:func:`simllm.calibration.profile_fit.kernel_tables`), written to
+        ``<tables_dir>/<gpu>/<framework>.json``; the YAML's ``kernel_tables`` names that folder
+        (relative to the YAML). None: the base's ``kernel_tables`` (if any) is kept.
+    tables_dir : str or Path, optional
+        Default: ``kernels`` next to ``output_yaml``.
 
     Returns
     -------
-    (Path, Path)
-        The YAML and raw files written.
+    (Path, Path, Path or None)
+        The YAML, raw and kernel-table files written (None without ``tables``).
 
     Raises
     ------
@@ -97,10 +128,19 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
 
     stamp = f"measured by simllm profile on {result.device_name}, {result.date}, torch {result.torch_version}"
     updates = [(key, value, f"{stamp}: {result.methods[key]}") for key, value in result.fitted.items()]
+    written = dict(result.fitted)
+    tables_path = None
+    if tables is not None:
+        kt.tables_from_dict(tables, "<simllm profile>")  # what is written must load
+        folder = Path(tables_dir if tables_dir is not None else output_yaml.parent / "kernels") / tables["gpu"]
+        tables_path = folder / f"{tables['framework']}.json"
+        written["kernel_tables"] = tables_value(folder, output_yaml)
+        updates.append(("kernel_tables", written["kernel_tables"],
+                        f"{stamp}: shape-aware tables of torch kernels ({tables['framework']}.json)"))
     base_text = base_path.read_text(encoding="utf-8")
     base_data = yaml.safe_load(base_text) if base_path.suffix.lower() != ".json" else json.loads(base_text)
     expected = dict(base_data.get("hardware", base_data))
-    expected.update(result.fitted)
+    expected.update(written)
 
     body = edit_hardware_yaml(base_text, updates) if base_path.suffix.lower() != ".json" else None
     if body is not None:
@@ -111,9 +151,13 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
     kept = body is not None
     if body is None:
         body = generate_hardware_yaml(base_data, updates)
-    text = _header(result, base_path, raw_path.name, kept) + body
+    text = _header(result, base_path, raw_path.name, kept, tables) + body
     data = yaml.safe_load(text)
-    check = hardware_from_dict(data, str(output_yaml))  # raises ConfigError before anything is written
+    # Raises ConfigError before anything is written (the new tables, not yet written, are checked above).
+    check = hardware_from_dict(data, str(output_yaml), with_tables=tables is None)
+    if tables is not None and data.get("hardware", data).get("kernel_tables") != written["kernel_tables"]:
+        raise ConfigError(f"kernel_tables = {written['kernel_tables']!r} after writing, read back otherwise",
+                          source=str(output_yaml))
     for key, value in result.fitted.items():
         if getattr(check, key) != value:
             raise ConfigError(f"{key} = {value!r} after writing, read back as {getattr(check, key)!r}",
@@ -125,9 +169,22 @@ def write_profile(result, base_path_or_name, output_yaml, raw_output=None):
         raw_text = json.dumps({"format": "simllm-profile", "version": 1, "base": str(base_path),
                                "hardware_yaml": str(output_yaml), **result.to_dict()},
                               indent=1, allow_nan=False) + "\n"
+    if tables is not None:
+        kernels.write_tables(tables, tables_path.parent)
     write_text_atomic(raw_path, raw_text)
     write_text_atomic(output_yaml, text)
-    return output_yaml, raw_path
+    return output_yaml, raw_path, tables_path
+
+
+def format_tables(tables):
+    """The kernel tables' fit, one line per table: rows, held-out rows, the held-out median
+    ``|predicted / measured - 1|`` and the rows clipped at the roofline (for the CLI)."""
+    rows = [(name, used, held, "-" if err is None else f"{100 * err:.1f}%", clipped)
+            for name, used, held, err, clipped in kernels.fit_rows(tables)]
+    lines = [f"kernel tables ({tables['framework']}.json, {tables['framework_version']}; held-out median "
+             "|predicted/measured - 1|)", table(("table", "rows", "held out", "median error", "clipped >1"), rows)]
+    lines += [f"  omitted {name}: {why}" for name, why in tables["provenance"].get("omitted", {}).items()]
+    return "\n".join(lines)
 
 
 def format_profile(result):

@@ -14,7 +14,9 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
   ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
 - ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
   ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message (packing turns
-  it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`).
+  it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`); empty
+  (``{}``) when no collective was measured (a single-GPU ``simllm profile``): collectives are then
+  priced with the hardware profile's scalar interconnect figures.
 
 Every efficiency lies in ``[simcore.codes.EFF_FLOOR, 1]``: a measured kernel faster than the
 datasheet roofline is clipped to 1 by the importer, which reports how many were. The numpy
@@ -54,7 +56,7 @@ class KernelTables:
     gemm: tuple  # ((dtype, ndarray GEMM_SHAPE), ...)
     attention_prefill: np.ndarray
     attention_decode: np.ndarray
-    allreduce: tuple  # ((n_gpus, ndarray LINK_SHAPE), ...) in increasing n_gpus
+    allreduce: tuple  # ((n_gpus, ndarray LINK_SHAPE), ...) in increasing n_gpus; () when none was measured
     provenance: str = "{}"
     source: str = "<dict>"
 
@@ -66,7 +68,9 @@ class KernelTables:
 
     def allreduce_curve(self, n_gpus):
         """The all-reduce curve measured on the nearest GPU count at or below ``n_gpus`` (the
-        smallest one measured when ``n_gpus`` is below all)."""
+        smallest one measured when ``n_gpus`` is below all); None when no collective was measured."""
+        if not self.allreduce:
+            return None
         best = self.allreduce[0][1]
         for n, curve in self.allreduce:
             if n <= n_gpus:
@@ -108,8 +112,9 @@ def tables_from_dict(data, source="<dict>"):
         raise ConfigError(f"gemm: a mapping of {', '.join(GEMM_DTYPES)} (bf16 required), got {str(gemm)[:100]}",
                           source=source)
     link = data["allreduce"]
-    if not isinstance(link, dict) or not link:
-        raise ConfigError(f"allreduce: a mapping of GPU count to a curve, got {str(link)[:100]}", source=source)
+    if not isinstance(link, dict):
+        raise ConfigError(f"allreduce: a mapping of GPU count to a curve ({{}} for none), got {str(link)[:100]}",
+                          source=source)
     curves = []
     for n, curve in link.items():
         if not str(n).isdigit() or not 2 <= int(n) <= 1024:

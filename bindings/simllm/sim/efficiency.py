@@ -10,8 +10,10 @@ M (a larger batch never runs faster: engines pad to the captured size that is fa
 interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
 tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
 per-expert M. The all-reduce curve of this TP degree becomes seconds at its bus-byte points, made
-non-decreasing and interpolated linearly in bytes the same way; the attention tables are copied as
-they are.
+non-decreasing and interpolated linearly in bytes the same way; tables without an all-reduce curve
+(no collective measured) get the scalar model's ``latency + launch + bytes / (link bandwidth x
+utilisation)`` at those points, which linear interpolation in bytes reproduces exactly. The
+attention tables are copied as they are.
 """
 import numpy as np
 
@@ -74,9 +76,18 @@ def efficiency_array(tables, p, weight_dtype):
         if op not in (codes.OP_LM_HEAD, codes.OP_MOE_UP, codes.OP_MOE_DOWN):  # (see simcore.cost.gemm_op_seconds_nb)
             eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
                 op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
-    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = kt.link_seconds_curve(tables.allreduce_curve(p.tp),
-                                                                                     p.link_bw)
+    curve = tables.allreduce_curve(p.tp)
+    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = (
+        scalar_link_seconds(p) if curve is None else kt.link_seconds_curve(curve, p.link_bw))
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
     eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM] = tables.attention_decode.reshape(-1)
     eff.flags.writeable = False
     return eff
+
+
+def scalar_link_seconds(p):
+    """Seconds of the scalar cost model, ``link_latency + launch + bytes / (link_bw x eff_link)``,
+    at the all-reduce curve's bus-byte points: what tables without a measured collective use
+    (affine in bytes, so the kernel's linear interpolation gives the scalar model between them)."""
+    nbytes = kt.log2_grid(codes.EFF_LINK_LOG2_MIN, codes.EFF_LINK_POINTS)
+    return p.link_latency_s + p.launch_s + nbytes / (p.link_bw * p.eff_link)
