@@ -64,7 +64,7 @@ AFTER = {"frontier": "sweep"}  # frontier reads the sweep's table
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\bnan\b|\binf\b|\bNaN\b|\bInfinity\b")
 # Lines (text) and keys (JSON/YAML/CSV headers) that hold wall-clock time or today's date.
 # (the profile's first line names the machine's processor)
-VOLATILE = re.compile(r"wall|date|_per_s\"|elapsed|configs/s|requests/s|took|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|^simllm profile: "
+VOLATILE = re.compile(r"wall|date|_per_s\"|elapsed|configs/s|requests/s|took|run in [0-9.]+ s|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|^simllm profile: "
                       r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-", re.I)
 
 
