@@ -16,7 +16,7 @@ frees its blocks and requeues it at the front; it later recomputes prompt plus g
 """
 import numpy as np
 
-from simcore._jit import jit
+from simcore._jit import jit, jit_alloc
 from simcore.codes import (
     CLOCK_COHORT,
     CLOCK_DEADLINE,
@@ -236,7 +236,7 @@ def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     return t_end
 
 
-@jit
+@jit_alloc
 def simulate_nb(p, e, lay, reqi, reqf, acc):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
@@ -278,7 +278,7 @@ def simulate_nb(p, e, lay, reqi, reqf, acc):
     return simulate_into_nb(p, e, lay, reqi, reqf, glob, acc)
 
 
-@jit
+@jit_alloc
 def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
     """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
     the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can

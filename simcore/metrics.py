@@ -2,8 +2,7 @@
 
 Everything a replica accumulates lives in one float64 array ``acc`` (its layout is
 :class:`simcore.layout.Layout`: STAT_* slots, then the batch-size histogram, the time series, the ITL histogram,
-the clock), so kernels pass one array instead of five: each array argument of a call costs two
-atomic reference-count updates.
+the clock), so kernels pass one array instead of five.
 
 Inter-token latencies go into a log-linear histogram indexed straight from the float's binary
 exponent and top mantissa bits (no logarithm per token): ``2**itl_sub_bits`` bins per octave

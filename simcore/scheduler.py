@@ -5,16 +5,13 @@ Per-request state is the two arrays ``reqi``/``reqf`` (columns ``RI_*``/``RF_*``
 A replica's own integers live in one int64 workspace ``ws`` (slots in codes.py, offsets in
 :class:`simcore.layout.Layout`): the workspace slots, the decode cohort's block-phase counts, the
 running list in admission order, the schedule rows (``SCHED_*``) and the waiting queue, a ring
-buffer whose front takes preempted requests. One array instead of five keeps kernel calls cheap:
-each array argument costs two atomic reference-count updates per call.
+buffer whose front takes preempted requests. One array instead of five keeps kernel signatures
+short (kernels run without reference counting: see ``_jit.py``).
 
 Two rules are written once here and called by both the explicit path (this module and
 engine.py) and the fast path (the cohort and decode runs): whether the waiting head can be
 admitted now (:func:`admission_nb`), and how a request that emitted its last token ends
-(:func:`retire_nb`: its blocks freed, done or timed out when its client gave up first). The
-admission rule takes scalars only: inlined helpers with array arguments, or a ``while True``
-loop around one, leave reference-count updates in the hot loops that cost 5-10% of the engine's
-speed.
+(:func:`retire_nb`: its blocks freed, done or timed out when its client gave up first).
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
@@ -186,8 +183,7 @@ def admission_nb(e, n_running, budget, free, whole, computed, need, cached, bloc
     needs a sequence slot, some budget, and blocks for its next chunk within the budget (with
     ``whole``, v0 without chunked prefill: for its whole prompt, which must fit the budget).
 
-    Returns (new tokens, extra blocks); new tokens is 0 when it cannot be admitted. (Scalars
-    only: an array argument of an inlined helper costs reference counting in its caller's loop.)
+    Returns (new tokens, extra blocks); new tokens is 0 when it cannot be admitted.
     """
     new = 0
     extra = 0
@@ -223,8 +219,7 @@ def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
     """Admit waiting requests FCFS while :func:`admission_nb` allows, writing each to
     schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with ``whole`` (v0,
     no chunked prefill) its whole prompt. Returns (n, budget left)."""
-    # The guard repeats the rule's cheapest test; it keeps the loop in the shape numba prunes
-    # reference counts in (a ``while True`` loop here costs ~5% of the engine's speed).
+    # The guard repeats the rule's cheapest test.
     while ws[RUNNING_COUNT] < e.max_num_seqs and budget > 0:
         r = peek_nb(lay, reqi, ws)
         if r < 0:
