@@ -8,12 +8,19 @@ A batch is described by four aggregates (see :func:`batch_aggregates_nb`):
   token (q = 1) scores ``c + 1``;
 - ``kv_read_tokens``: tokens whose K and V attention reads, summed over sequences (``c + q``):
   each is read once per KV head, which is how GQA/MQA cut the bytes to n_kv_heads/n_heads of MHA;
+  with multi-head latent attention (MLA: DeepSeek-V2/V3, Kimi-K2) each token stores and attention
+  reads one compressed latent plus a shared rope key (``kv_width``), whatever the heads;
 - ``n_emit``: rows that emit a token (decode rows and chunks that finish their prompt); only
   these go through the LM head and the sampler.
 
 Each operator's time is ``max(flops / (peak * eff_compute), bytes / (bw * eff_bw)) + launch``;
 collectives are ``latency + 2 (tp - 1) / tp * message / (link_bw * eff_link)`` (ring all-reduce).
 Weights are read once per iteration whatever the batch, which is why batching pays in decode.
+The attention geometry (``CostParams.qkv_width`` ... ``qk_norm_params``) is packed per GPU; for MLA the
+FLOPs per query-key pair are those of the MHA-style prefill form (``2 x heads x (qk + v head
+dims)``), which vLLM and SGLang run for prefill; their absorbed decode form scores each pair
+against the latent instead (``2 x heads x (2 kv_lora_rank + rope)``, about 3.4x the FLOPs) but
+stays memory-bound at TP >= 2, where the latent read dominates.
 
 With shape-aware tables (``p.eff`` not empty, see ``codes.EFF_*``) the measured operators take
 their efficiency from the shape instead, as a fraction of the datasheet roofline that already
@@ -148,31 +155,23 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     t = n_tokens
     h = p.hidden
     ab = p.a_bytes
-    qh = p.q_heads
-    kvh = p.kv_heads
-    d = p.head_dim
     if op == OP_EMBEDDING:
         # Gather t rows of the table: only those rows are read, not the whole table.
-        return 0.0, t * h * (p.e_bytes + ab), UNIT_VECTOR
+        return 0.0, t * h * (p.a_bytes + ab), UNIT_VECTOR
     if op == OP_INPUT_NORM or op == OP_POST_NORM or op == OP_FINAL_NORM:
-        return p.norm_flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.e_bytes, UNIT_VECTOR
+        return p.norm_flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.a_bytes, UNIT_VECTOR
     if op == OP_QKV_PROJ:
-        width = (qh + 2.0 * kvh) * d
-        return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + width) * ab, UNIT_GEMM
+        return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + p.qkv_width) * ab, UNIT_GEMM
     if op == OP_ROPE:
-        elems = t * (qh + kvh) * d
-        flops = 3.0 * t * (qh + kvh) * p.rotary_dim + p.qk_norm * 4.0 * elems
-        nbytes = 2.0 * elems * ab * (1.0 + p.qk_norm) + p.qk_norm * 2.0 * d * p.e_bytes
-        return flops, nbytes, UNIT_VECTOR
+        return t * p.rope_flops, t * p.rope_bytes * ab + p.qk_norm_params * ab, UNIT_VECTOR
     if op == OP_KV_WRITE:
-        elems = t * 2.0 * kvh * d
-        return 0.0, elems * (ab + p.kv_bytes), UNIT_VECTOR
+        return 0.0, t * p.kv_width * (ab + p.kv_bytes), UNIT_VECTOR
     if op == OP_ATTENTION:
-        flops = 4.0 * d * qh * attn_pairs
-        nbytes = kv_read_tokens * 2.0 * kvh * d * p.kv_bytes + 2.0 * t * qh * d * ab
+        flops = p.pair_flops * attn_pairs
+        nbytes = kv_read_tokens * p.kv_width * p.kv_bytes + t * (0.5 * p.pair_flops) * ab
         return flops, nbytes, UNIT_ATTN
     if op == OP_O_PROJ:
-        return 2.0 * t * p.p_o, p.p_o * p.w_bytes + t * (qh * d + h) * ab, UNIT_GEMM
+        return 2.0 * t * p.p_o, p.p_o * p.w_bytes + t * (p.p_o / h + h) * ab, UNIT_GEMM
     if op == OP_ALLREDUCE_ATTN or op == OP_ALLREDUCE_FFN or op == OP_LOGITS_GATHER:
         tp = float(p.tp)
         if op == OP_LOGITS_GATHER:
@@ -195,7 +194,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
     if op == OP_MOE_ROUTER:
         flops = 2.0 * t * p.p_router
-        return flops, p.p_router * p.e_bytes + t * h * ab + t * p.n_experts * LOGIT_BYTES, UNIT_GEMM
+        return flops, p.p_router * p.a_bytes + t * h * ab + t * p.n_experts * LOGIT_BYTES, UNIT_GEMM
     if op == OP_MOE_UP or op == OP_MOE_DOWN:
         routed = t * p.experts_per_token  # token-expert assignments
         hit = experts_hit_nb(p.n_experts, p.experts_per_token, t)
@@ -217,7 +216,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
     if op == OP_LM_HEAD:
         vocab_here = p.p_lm_head / h
-        nbytes = p.p_lm_head * p.e_bytes + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
+        nbytes = p.p_lm_head * p.a_bytes + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
         return 2.0 * n_emit * p.p_lm_head, nbytes, UNIT_GEMM
     if op == OP_SAMPLING:
         logits = n_emit * p.vocab

@@ -12,9 +12,9 @@ def resident_weight_bytes_nb(p):
     gemm += p.n_moe_layers * (p.n_experts * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
     small = p.n_moe_layers * p.p_router
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
-    small += p.n_layers * p.qk_norm * 2.0 * p.head_dim
+    small += p.n_layers * p.qk_norm_params
     small += p.p_embed + (1.0 - p.tied) * p.p_lm_head
-    return gemm * p.w_bytes + small * p.e_bytes
+    return gemm * p.w_bytes + small * p.a_bytes
 
 
 @jit
@@ -28,16 +28,17 @@ def streamed_weight_bytes_nb(p, n_tokens):
     gemm += p.n_moe_layers * (hit * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
     small = p.n_moe_layers * p.p_router
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
-    small += p.n_layers * p.qk_norm * 2.0 * p.head_dim
+    small += p.n_layers * p.qk_norm_params
     small += p.p_lm_head
-    return gemm * p.w_bytes + small * p.e_bytes
+    return gemm * p.w_bytes + small * p.a_bytes
 
 
 @jit
 def kv_bytes_per_token_nb(p):
-    """KV-cache bytes one token occupies on one GPU: 2 (K and V) x layers x KV heads x head_dim
-    x bytes per element (after compression)."""
-    return 2.0 * p.n_layers * p.kv_heads * p.head_dim * p.kv_bytes
+    """KV-cache bytes one token occupies on one GPU: layers x the elements each stores
+    (``kv_width``: 2 x KV heads x head_dim, or MLA's latent + rope key) x bytes per element
+    (after compression)."""
+    return p.n_layers * p.kv_width * p.kv_bytes
 
 
 @jit
@@ -45,7 +46,7 @@ def activation_workspace_bytes_nb(p, max_tokens, max_seqs):
     """Peak activation memory of a forward pass over ``max_tokens`` tokens plus the sampler's
     logits and probabilities for ``max_seqs`` rows, as the engine's profiling run reserves it."""
     h = p.hidden
-    attn_peak = (p.q_heads + 2.0 * p.kv_heads) * p.head_dim + p.q_heads * p.head_dim
+    attn_peak = p.qkv_width + p.p_o / h
     dense_peak = p.ffn_up_width + p.ffn_inner
     moe_peak = 0.0
     if p.n_moe_layers > 0:

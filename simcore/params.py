@@ -21,11 +21,16 @@ class CostParams(NamedTuple):
     n_layers: int  # transformer layers
     n_moe_layers: int  # layers whose FFN is a mixture of experts (the rest are dense)
     hidden: float  # hidden size (the residual stream is replicated on every GPU)
-    q_heads: float  # query heads on this GPU
-    kv_heads: float  # key/value heads on this GPU (replicated when TP > KV heads)
-    head_dim: float
-    rotary_dim: float  # dimensions of q and k that RoPE rotates
-    qk_norm: float  # 1.0 when q and k get a per-head RMSNorm (Qwen3), else 0.0
+    kv_heads: float  # key/value heads on this GPU (replicated when TP > KV heads; MLA: 1, its latent)
+    # attention geometry per token on this GPU, elements (MHA/GQA: from the heads; MLA: the
+    # compressed latent, see simllm.sim.pack):
+    qkv_width: float  # written by the QKV projection(s)
+    kv_width: float  # stored in the KV cache per layer (K and V, or MLA's latent + rope key)
+    pair_flops: float  # FLOPs per query-key pair scored (QK^T and PV over this GPU's heads); half
+    #                    of it is the query and output elements per token attention reads and writes
+    rope_flops: float  # FLOPs per token of RoPE (and Qwen3's per-head q/k norms)
+    rope_bytes: float  # activation elements per token RoPE (and the q/k norms) reads and writes
+    qk_norm_params: float  # weights of the per-head q/k norms per layer (2 x head_dim, or 0)
     norm_params: float  # parameters of one norm (hidden for RMSNorm, 2 x hidden for LayerNorm)
     norm_flops_per_elem: float  # FLOPs per element of one norm
     norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
@@ -52,8 +57,7 @@ class CostParams(NamedTuple):
     tied: float  # 1.0 when the LM head is the embedding table (stored once)
     # --- dtypes, bytes per element ---
     w_bytes: float  # GEMM weights (fp16 2, fp8 1, int4 0.5 + scales)
-    e_bytes: float  # embedding, LM head, norms, router: kept in the activation dtype
-    a_bytes: float  # activations
+    a_bytes: float  # activations, and the embedding, LM head, norms and router (kept in the activation dtype)
     kv_bytes: float  # KV cache per element, after the optional compression ratio
     # --- hardware, already in FLOP/s, B/s and s ---
     tp: int  # tensor-parallel degree

@@ -66,17 +66,20 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
 
     ops["embedding"] = (1, 0.0, T * h * 2 * ab, VECTOR)
     ops["input_norm"] = (L,) + norm()
-    qkv_w = (qh + 2 * kvh) * d
-    p_qkv = h * qkv_w + (qkv_w if model.attention_bias else 0)
-    ops["qkv_proj"] = (L, 2 * T * p_qkv, p_qkv * wb + T * (h + qkv_w) * ab, GEMM)
-    rope_elems = T * (qh + kvh) * d
-    qk = 1.0 if model.qk_norm else 0.0
-    ops["rope"] = (L, 3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems,
-                   2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, VECTOR)
-    ops["kv_cache_write"] = (L, 0.0, T * 2 * kvh * d * (ab + kvb), VECTOR)
-    ops["attention"] = (L, 4 * d * qh * pairs, kv_tokens * 2 * kvh * d * kvb + 2 * T * qh * d * ab, ATTN)
-    p_o = qh * d * h
-    ops["o_proj"] = (L, 2 * T * p_o, p_o * wb + T * (qh * d + h) * ab, GEMM)
+    if model.is_mla:
+        ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb))
+    else:
+        qkv_w = (qh + 2 * kvh) * d
+        p_qkv = h * qkv_w + (qkv_w if model.attention_bias else 0)
+        ops["qkv_proj"] = (L, 2 * T * p_qkv, p_qkv * wb + T * (h + qkv_w) * ab, GEMM)
+        rope_elems = T * (qh + kvh) * d
+        qk = 1.0 if model.qk_norm else 0.0
+        ops["rope"] = (L, 3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems,
+                       2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, VECTOR)
+        ops["kv_cache_write"] = (L, 0.0, T * 2 * kvh * d * (ab + kvb), VECTOR)
+        ops["attention"] = (L, 4 * d * qh * pairs, kv_tokens * 2 * kvh * d * kvb + 2 * T * qh * d * ab, ATTN)
+        p_o = qh * d * h
+        ops["o_proj"] = (L, 2 * T * p_o, p_o * wb + T * (qh * d + h) * ab, GEMM)
     if tp > 1:
         ar = 2 * (tp - 1) / tp * T * h * ab
         ops["allreduce_attn"] = (L, (tp - 1) / tp * T * h, ar, LINK)
@@ -113,6 +116,32 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
             ops["logits_gather"] = (1, 0.0, (tp - 1) / tp * emit * V * 4, LINK)
         ops["sampling"] = (1, 6 * emit * V, 3 * emit * V * 4, VECTOR)
     return ops
+
+
+def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb):
+    """Multi-head latent attention's operators (DeepSeek-V2 paper, section 2.1), per GPU: queries
+    through the low-rank ``q_a`` (h -> q_lora, replicated, then its norm) and ``q_b`` (q_lora ->
+    heads x (nope + rope), split by heads); keys and values through ``kv_a`` (h -> latent + rope
+    key, replicated, then the latent's norm) and ``kv_b`` (latent -> heads x (nope + v), split);
+    the cache holds the latent and the rope key; attention in the MHA form (q/k width nope + rope,
+    value width v); the output projection from heads x v."""
+    L, h, heads = model.layers, model.hidden_size, model.num_attention_heads
+    rope, lat, ql, dv = model.qk_rope_head_dim, model.kv_lora_rank, model.q_lora_rank, model.v_head_dim
+    dqk = model.head_dim
+    qh = heads / tp
+    q_params = (h * ql + ql + ql * heads * dqk / tp) if ql else h * heads * dqk / tp
+    kv_params = h * (lat + rope) + lat + lat * heads * (dqk - rope + dv) / tp
+    p_qkv = q_params + kv_params
+    out = (ql + qh * dqk) + (lat + rope) + qh * (dqk - rope + dv)
+    rotated = T * (qh + 1) * rope  # every head's rope part of q, and the one shared rope key
+    p_o = qh * dv * h
+    return {
+        "qkv_proj": (L, 2 * T * p_qkv, p_qkv * wb + T * (h + out) * ab, GEMM),
+        "rope": (L, 3 * rotated, 2 * rotated * ab, VECTOR),
+        "kv_cache_write": (L, 0.0, T * (lat + rope) * (ab + kvb), VECTOR),
+        "attention": (L, 2 * qh * (dqk + dv) * pairs, kv_tokens * (lat + rope) * kvb + T * qh * (dqk + dv) * ab, ATTN),
+        "o_proj": (L, 2 * T * p_o, p_o * wb + T * (qh * dv + h) * ab, GEMM),
+    }
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
@@ -196,9 +225,14 @@ def _gemm_shapes(model, tp):
     ei = model.moe_intermediate_size / tp
     si = model.shared_expert_intermediate_size / tp
     vocab_here = (model.vocab_size * h + (model.vocab_size if model.lm_head_bias else 0)) / tp / h
+    if model.is_mla:
+        dv, rope, lat, ql = model.v_head_dim, model.qk_rope_head_dim, model.kv_lora_rank, model.q_lora_rank
+        qkv_n, o_k = ql + qh * d + lat + rope + qh * (d - rope + dv), qh * dv
+    else:
+        qkv_n, o_k = (qh + 2 * kvh) * d, qh * d
     return {
-        "qkv_proj": ((qh + 2 * kvh) * d, h),
-        "o_proj": (h, qh * d),
+        "qkv_proj": (qkv_n, h),
+        "o_proj": (h, o_k),
         "ffn_up": ((2 if model.ffn == "gated" else 1) * inter, h),
         "ffn_down": (h, inter),
         "moe_router": (model.num_experts, h),
@@ -249,7 +283,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         if n <= tp:
             link_curve = curve
     shapes = _gemm_shapes(model, tp)
-    kvh = max(1, model.num_key_value_heads // tp)
+    kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
     dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio)
 

@@ -23,7 +23,7 @@ PUBLISHED = {
 }
 
 # tests/data/<name>.config.json -> the preset describing the same model
-HF_FIXTURES = ["llama-3.1-8b", "mixtral-8x7b", "qwen2.5-0.5b", "gpt-j-6b"]
+HF_FIXTURES = ["llama-3.1-8b", "mixtral-8x7b", "qwen2.5-0.5b", "gpt-j-6b", "deepseek-v3"]
 
 
 def test_presets_found():
@@ -40,7 +40,10 @@ def test_model_preset_loads(name):
     assert model.layers > 0 and model.hidden_size > 0 and model.vocab_size > 0
     assert model.num_attention_heads % model.num_key_value_heads == 0
     assert model.parameter_count() > 0
-    assert model.kv_elements_per_token() == 2 * model.layers * model.num_key_value_heads * model.head_dim
+    if model.is_mla:  # one latent and one rope key per token and layer, whatever the heads
+        assert model.kv_elements_per_token() == model.layers * (model.kv_lora_rank + model.qk_rope_head_dim)
+    else:
+        assert model.kv_elements_per_token() == 2 * model.layers * model.num_key_value_heads * model.head_dim
 
 
 @pytest.mark.parametrize("name", MODEL_PRESETS)
@@ -102,7 +105,9 @@ def test_hf_config_matches_preset(name):
     assert hf.active_parameter_count() == preset.active_parameter_count()
     for field in ("layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                   "intermediate_size", "vocab_size", "max_sequence_length", "tie_word_embeddings",
-                  "num_experts", "experts_per_token"):
+                  "num_experts", "experts_per_token", "moe_layers", "num_shared_experts",
+                  "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                  "rotary_dim", "dtype"):
         assert getattr(hf, field) == getattr(preset, field), field
     assert hf.kv_elements_per_token() == preset.kv_elements_per_token()
 
@@ -245,3 +250,80 @@ def test_unknown_hardware_preset_suggests():
 def test_missing_file_is_config_error():
     with pytest.raises(simllm.ConfigError):
         simllm.load_model(str(ROOT / "configs" / "does-not-exist.yaml"))
+
+
+# ---------------------------------------------------------------- today's MoE / MLA models
+
+
+def test_deepseek_v3_published_figures():
+    """DeepSeek-V3 Technical Report (arXiv 2412.19437): 671B total, 37B activated per token."""
+    m = simllm.load_model("deepseek-v3")
+    assert m.attention_kind == "mla" and m.is_moe and m.dtype == "fp8"
+    assert m.parameter_count() == pytest.approx(671e9, rel=1e-3)
+    assert m.active_parameter_count() == pytest.approx(37e9, rel=0.02)
+    # MLA caches kv_lora_rank + qk_rope_head_dim per token and layer: 61 x (512 + 64) elements
+    assert m.kv_elements_per_token() == 61 * (512 + 64) == 35_136
+    assert m.head_dim == 128 + 64 and m.v_head_dim == 128 and m.rope_dim == 64
+    assert m.moe_layers == 58 and m.dense_layers == 3 and m.shared_expert_intermediate_size == 2048
+
+
+@pytest.mark.parametrize("name, total, active, rel", [
+    ("kimi-k2", 1.0e12, 32e9, 0.03),  # model card: "1 trillion total parameters, 32 billion activated"
+    ("qwen3-235b-a22b", 235e9, 22e9, 0.01),  # model card: 235B in total, 22B activated
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02),  # model card: 30.5B in total, 3.3B activated
+])
+def test_moe_presets_published_counts(name, total, active, rel):
+    m = simllm.load_model(name)
+    assert m.parameter_count() == pytest.approx(total, rel=rel)
+    assert m.active_parameter_count() == pytest.approx(active, rel=rel)
+
+
+def test_hf_quantization_config_sets_the_weight_dtype(tmp_path):
+    import json
+    cfg = json.loads((DATA / "llama-3.1-8b.config.json").read_text(encoding="utf-8"))
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    assert simllm.load_model(str(path)).dtype == "fp8"
+    assert simllm.load_model(DATA / "llama-3.1-8b.config.json").dtype == "bf16"
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"q_lora_rank": 1536}, "q_lora_rank"),  # an MLA key without kv_lora_rank
+    ({"kv_lora_rank": 512, "qk_rope_head_dim": 128, "head_dim": 128}, "head_dim"),  # no room for the nope part
+    ({"kv_lora_rank": 512}, "qk_rope_head_dim"),
+])
+def test_mla_keys_are_validated(change, key):
+    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
+            "max_sequence_length": 128, "intermediate_size": 512, **change}
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.model_from_dict(data)
+    assert key in str(info.value)
+
+
+def _acc_model_configs():
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        return None
+    from pathlib import Path
+    return Path(aiconfigurator_core.__file__).parent / "model_configs"
+
+
+@pytest.mark.parametrize("stem, preset", [
+    ("deepseek-ai--DeepSeek-V3", "deepseek-v3"), ("deepseek-ai--DeepSeek-R1", "deepseek-v3"),
+    ("moonshotai--Kimi-K2-Instruct", "kimi-k2"), ("Qwen--Qwen3-235B-A22B", "qwen3-235b-a22b"),
+    ("Qwen--Qwen3-30B-A3B", "qwen3-30b-a3b"),
+])
+def test_real_configs_match_presets(stem, preset):
+    """The config.json files aiconfigurator-core ships (the checkpoints' own) give the presets'
+    architecture; skipped without the optional package."""
+    folder = _acc_model_configs()
+    if folder is None:
+        pytest.skip("aiconfigurator-core is not installed (pip install simllm[kernels])")
+    hf = simllm.load_model(str(folder / f"{stem}_config.json"))
+    ref = simllm.load_model(preset)
+    assert hf.parameter_count() == ref.parameter_count()
+    assert hf.active_parameter_count() == ref.active_parameter_count()
+    assert hf.kv_elements_per_token() == ref.kv_elements_per_token()
+    assert hf.dtype == ref.dtype or (hf.dtype == "bf16" and ref.dtype == "bf16")

@@ -20,6 +20,7 @@ from simcore import (
     iteration_time_nb,
     kv_bytes_per_token_nb,
     new_cost_arrays,
+    op_cost_nb,
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
 )
@@ -106,7 +107,7 @@ def test_gqa_reads_exactly_kv_over_heads_of_mha(heads, group, contexts):
     for model in (mha, gqa):
         p = build(model, hw)[4]
         ops, _, agg = costs(p, batch)
-        q_and_out = p.n_layers * 2 * agg[0] * p.q_heads * p.head_dim * p.a_bytes
+        q_and_out = p.n_layers * 2 * agg[0] * model.num_attention_heads * model.head_dim * p.a_bytes
         kv_bytes.append(ops["attention"][1] - q_and_out)
     assert kv_bytes[1] / kv_bytes[0] == pytest.approx(kv / heads, rel=1e-12)
 
@@ -135,9 +136,10 @@ def test_tensor_parallel_2_halves_weights_and_adds_all_reduce_time():
 
 def test_tensor_parallel_beyond_kv_heads_replicates_them():
     p = build("llama-3.1-8b", "h100-sxm", tensor_parallel_size=8)[4]  # 8 KV heads, 8 GPUs
-    assert p.kv_heads == 1 and p.q_heads == 4
+    assert p.kv_heads == 1 and p.pair_flops == 4 * 128 * 4  # 4 query heads of 128
+    assert p.kv_width == 2 * 128  # one K and one V head per GPU
     p16 = build("llama-3.1-405b", "h100-sxm", tensor_parallel_size=16)[4]  # 8 KV heads, 16 GPUs
-    assert p16.kv_heads == 1 and p16.q_heads == 8
+    assert p16.kv_heads == 1 and p16.pair_flops == 4 * 128 * 8
 
 
 def test_experts_hit_goes_from_k_to_all():
@@ -178,7 +180,8 @@ batches = st.lists(
 
 
 @given(
-    name=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "gpt-j-6b", "qwen3-32b", "qwen2.5-0.5b", "jalapeno"]),
+    name=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "gpt-j-6b", "qwen3-32b", "qwen2.5-0.5b", "jalapeno",
+                          "deepseek-v3"]),
     hw_name=st.sampled_from(["h100-sxm", "a100-pcie-80gb", "rtx-4090", "custom-gpu"]),
     tp=st.sampled_from([1, 2]),
     dtype=st.sampled_from(["auto", "fp8", "int4"]),
@@ -249,7 +252,7 @@ def test_weights_are_read_once_per_iteration_so_batching_pays(tables):
 # Presets with measured kernel tables (configs/kernels/<gpu>/) price weight GEMMs, attention and
 # collectives by shape; naive.iteration_time_shaped recomputes that from the JSON files.
 TABLE_GPUS = ["h100-sxm", "h200-sxm", "l40s", "a100-sxm-80gb"]
-TABLE_MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mixtral-8x7b", "qwen3-32b"]
+TABLE_MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mixtral-8x7b", "qwen3-32b", "deepseek-v3"]
 FRAMEWORKS = ["vllm", "sglang", "trtllm"]
 GEMM_OPS = ["qkv_proj", "o_proj", "ffn_up", "ffn_down", "moe_router", "moe_experts_up", "moe_experts_down", "lm_head"]
 
@@ -451,3 +454,23 @@ def test_more_work_with_tables_never_takes_less_time(batch, extra_tokens, extra_
     assert costs(p, batch[:i] + [(q + extra_tokens, c, e)] + batch[i + 1:])[1] >= base
     assert costs(p, batch[:i] + [(q, c + extra_ctx, e)] + batch[i + 1:])[1] >= base
     assert costs(p, batch + [(1, c, True)])[1] >= base
+
+
+# --------------------------------------------------------------------------- multi-head latent attention
+@pytest.mark.parametrize("tp", [1, 8])
+def test_mla_caches_and_reads_one_latent_per_token(tp):
+    """DeepSeek-V3: 61 x (512 + 64) x 2 = 70,272 KV bytes per token in BF16 on every GPU (the latent
+    is shared by the heads, so TP does not divide it); one decode token at context c reads the
+    c + 1 latents once and scores them with every local head in the MHA form (q/k 192, v 128)."""
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=tp)
+    assert r.kv_dtype in ("fp16", "bf16")
+    assert kv_bytes_per_token_nb(p) == 61 * (512 + 64) * 2 == 70_272
+    c, heads = 4095.0, 128 / tp
+    flops, nbytes, _ = op_cost_nb(p, codes.OP_ATTENTION, 1.0, c + 1, c + 1, 1.0)
+    assert flops == 2 * heads * (192 + 128) * (c + 1)
+    assert nbytes == (c + 1) * 576 * 2 + heads * (192 + 128) * 2
+    # q_a, kv_a and their norms are replicated; q_b, kv_b and o split by heads
+    replicated = 7168 * 1536 + 1536 + 7168 * (512 + 64) + 512
+    sharded = 1536 * 128 * 192 + 512 * 128 * (128 + 128)
+    assert p.p_qkv == replicated + sharded / tp
+    assert p.p_o == heads * 128 * 7168

@@ -43,6 +43,13 @@ class ModelConfig:
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
     parallel_attention: bool = False  # attention and FFN share one norm (GPT-J)
     rotary_dim: int = 0  # 0 means head_dim
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): each token caches one latent of
+    # kv_lora_rank plus a rope key of qk_rope_head_dim shared by all heads; head_dim is then the
+    # query/key width per head (qk_nope_head_dim + qk_rope_head_dim) and v_head_dim the value width.
+    kv_lora_rank: int = 0  # 0 = not MLA
+    q_lora_rank: int = 0  # 0 = queries projected directly from the hidden state
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
@@ -70,13 +77,38 @@ class ModelConfig:
     def rope_dim(self):
         return self.rotary_dim or self.head_dim
 
+    @property
+    def is_mla(self):
+        return self.kv_lora_rank > 0
+
+    @property
+    def attention_kind(self):
+        """``"mla"`` (multi-head latent), ``"mha"``, ``"mqa"`` or ``"gqa"``."""
+        if self.is_mla:
+            return "mla"
+        if self.num_key_value_heads == self.num_attention_heads:
+            return "mha"
+        return "mqa" if self.num_key_value_heads == 1 else "gqa"
+
+    def mla_params(self):
+        """MLA's attention parameters of one layer, split into what tensor parallelism replicates
+        (``replicated``: the down-projections ``q_a`` and ``kv_a`` and their norms) and what it
+        shards by heads (``sharded``: ``q_b`` (or the direct ``q`` projection), ``kv_b``)."""
+        h, nh, d = self.hidden_size, self.num_attention_heads, self.head_dim
+        rope, lat, ql = self.qk_rope_head_dim, self.kv_lora_rank, self.q_lora_rank
+        nope = d - rope
+        replicated = h * (lat + rope) + lat + (h * ql + ql if ql else 0)
+        sharded = lat * nh * (nope + self.v_head_dim) + (ql if ql else h) * nh * d
+        return {"replicated": replicated, "sharded": sharded}
+
     def matrix_params(self):
         """Parameters of each weight matrix group, unsharded (biases included).
 
         Returns
         -------
         dict
-            ``qkv``, ``o``, ``ffn_up``, ``ffn_down`` (one dense layer); ``router``,
+            ``qkv`` (MLA: its four projections and two norms), ``o``, ``ffn_up``, ``ffn_down``
+            (one dense layer); ``router``,
             ``expert_up``, ``expert_down`` (one routed expert), ``shared_up``, ``shared_down``
             (all shared experts of one MoE layer); ``norm`` (one norm), ``qk_norm`` (per layer);
             ``embed``, ``lm_head``.
@@ -86,9 +118,14 @@ class ModelConfig:
         up_mult = 2 if self.ffn == "gated" else 1
         qkv_out = (nh + 2 * nkv) * d
         shared = self.shared_expert_intermediate_size
+        if self.is_mla:
+            mla = self.mla_params()
+            qkv, o = mla["replicated"] + mla["sharded"], nh * self.v_head_dim * h
+        else:
+            qkv, o = h * qkv_out + (qkv_out if self.attention_bias else 0), nh * d * h
         return {
-            "qkv": h * qkv_out + (qkv_out if self.attention_bias else 0),
-            "o": nh * d * h,
+            "qkv": qkv,
+            "o": o,
             "ffn_up": h * up_mult * inter + (up_mult * inter if self.mlp_bias else 0),
             "ffn_down": inter * h + (h if self.mlp_bias else 0),
             "router": h * self.num_experts,
@@ -128,7 +165,10 @@ class ModelConfig:
         return self.parameter_count() - self.moe_layers * idle * (m["expert_up"] + m["expert_down"])
 
     def kv_elements_per_token(self):
-        """K and V elements one token stores: 2 x layers x KV heads x head_dim."""
+        """KV-cache elements one token stores (all layers, unsharded): 2 x layers x KV heads x
+        head_dim; MLA: layers x (kv_lora_rank + qk_rope_head_dim)."""
+        if self.is_mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.layers * self.num_key_value_heads * self.head_dim
 
     def with_overrides(self, **changes):
@@ -145,6 +185,7 @@ _EXTRA_KEYS = {
     "attention_bias", "mlp_bias", "lm_head_bias", "qk_norm", "parallel_attention", "rotary_dim",
     "moe", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
     "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     # HF-style spellings accepted in YAML too
     "num_hidden_layers", "max_position_embeddings",
 }
@@ -174,10 +215,11 @@ def model_from_dict(data, source="<dict>"):
     hidden = sec.positive_int("hidden_size")
     heads = sec.positive_int("num_attention_heads")
     kv_heads = sec.positive_int("num_key_value_heads", heads)
-    head_dim_given = sec.has("head_dim")
+    mla = _mla_fields(sec)
+    head_dim_given = sec.has("head_dim") or bool(mla)
     if not head_dim_given and hidden % heads:
         raise sec.error("num_attention_heads", heads, f"a divisor of hidden_size {hidden} (or set head_dim)")
-    head_dim = sec.positive_int("head_dim", hidden // heads)
+    head_dim = mla.pop("head_dim", None) or sec.positive_int("head_dim", hidden // heads)
     if heads % kv_heads:
         raise sec.error("num_key_value_heads", kv_heads, f"a divisor of num_attention_heads {heads}")
     notes = []
@@ -233,7 +275,8 @@ def model_from_dict(data, source="<dict>"):
         lm_head_bias=sec.boolean("lm_head_bias", False),
         qk_norm=sec.boolean("qk_norm", False),
         parallel_attention=sec.boolean("parallel_attention", False),
-        rotary_dim=sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
+        rotary_dim=mla.get("qk_rope_head_dim") or sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
+        **mla,
         num_experts=n_experts,
         experts_per_token=k,
         moe_intermediate_size=moe_inter,
@@ -248,6 +291,31 @@ def model_from_dict(data, source="<dict>"):
         source=source,
     )
     return _with_warnings(cfg, notes)
+
+
+def _mla_fields(sec):
+    """The MLA fields of a model mapping (empty without ``kv_lora_rank``), with ``head_dim`` the
+    query/key width per head: ``qk_nope_head_dim + qk_rope_head_dim`` when the former is given
+    (transformers' DeepSeek keys), else the mapping's ``head_dim``."""
+    if not sec.has("kv_lora_rank"):
+        for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if sec.has(key) and sec.data.get(key) not in (None, 0):
+                raise sec.error(key, sec.data[key], "given only with kv_lora_rank (multi-head latent attention)")
+        return {}
+    out = {"kv_lora_rank": sec.positive_int("kv_lora_rank")}
+    q_lora = sec.data.get("q_lora_rank")
+    out["q_lora_rank"] = 0 if q_lora is None else sec.number("q_lora_rank", 0, integer=True, minimum=0)
+    rope = sec.positive_int("qk_rope_head_dim")
+    if sec.has("qk_nope_head_dim"):
+        head_dim = sec.positive_int("qk_nope_head_dim") + rope
+    else:
+        head_dim = sec.positive_int("head_dim")
+        if head_dim <= rope:
+            raise sec.error("head_dim", head_dim, f"more than qk_rope_head_dim ({rope}): the query/key width per head")
+    out["qk_rope_head_dim"] = rope
+    out["v_head_dim"] = sec.positive_int("v_head_dim", head_dim - rope)
+    out["head_dim"] = head_dim
+    return out
 
 
 # HuggingFace config.json: the keys transformers uses, with the per-architecture aliases.
@@ -315,6 +383,14 @@ def model_from_hf_config(data, source="config.json"):
     out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
     if sec.has("rotary_dim"):
         out["rotary_dim"] = sec.positive_int("rotary_dim")
+    if data.get("kv_lora_rank"):  # DeepSeek-V2/V3, Kimi-K2 (model_type deepseek_v2/v3, kimi_k2)
+        for key in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if data.get(key) is not None:
+                out[key] = data[key]
+        out.pop("head_dim", None)
+    quant = data.get("quantization_config")
+    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "fp8":
+        out["dtype"] = "fp8"  # an FP8 checkpoint (DeepSeek's block-scaled e4m3, or per-tensor)
     experts_key = pick("num_experts")
     if sec.has(experts_key) and sec.number(experts_key, integer=True, minimum=0) > 0:
         moe = {"num_experts": sec.number(experts_key, integer=True, minimum=1)}

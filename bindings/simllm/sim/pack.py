@@ -17,6 +17,26 @@ def framework_for(hardware, serving, framework=None):
     return profile.with_overrides(**overrides) if overrides else profile
 
 
+def _mla_geometry(model, tp, q_heads):
+    """Per-GPU attention fields of multi-head latent attention (DeepSeek-V2/V3, Kimi-K2), as vLLM
+    and SGLang shard it: the down-projections (``q_a``, ``kv_a``) and their norms are replicated,
+    ``q_b``, ``kv_b`` and the output projection are split by heads, and every GPU caches the whole
+    latent (``kv_lora_rank + qk_rope_head_dim`` per token and layer: the latent is shared by the
+    heads, so tensor parallelism does not divide it). Attention is priced in the MHA-style prefill
+    form (q/k width ``head_dim``, value width ``v_head_dim``); decode reads the latent once per
+    token whatever the heads, which the decode table sees as one KV head."""
+    h, d, dv = model.hidden_size, model.head_dim, model.v_head_dim
+    rope, lat, ql = model.qk_rope_head_dim, model.kv_lora_rank, model.q_lora_rank
+    mla = model.mla_params()
+    return dict(
+        kv_heads=1.0, p_qkv=mla["replicated"] + mla["sharded"] / tp, p_o=q_heads * dv * h,
+        qkv_width=ql + q_heads * d + lat + rope + q_heads * (d - rope + dv), kv_width=float(lat + rope),
+        pair_flops=2.0 * q_heads * (d + dv),
+        # every head's rope part of q and the one shared rope key, rotated in place
+        rope_flops=3.0 * (q_heads + 1.0) * rope, rope_bytes=2.0 * (q_heads + 1.0) * rope, qk_norm_params=0.0,
+    )
+
+
 def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     """Per-GPU :class:`simcore.CostParams` for ``model`` on ``hardware`` under ``serving``.
 
@@ -42,8 +62,19 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     m = model.matrix_params()
     h, d = model.hidden_size, model.head_dim
     q_heads = model.num_attention_heads / tp
-    kv_heads = float(r.kv_heads_per_gpu)
-    qkv_width = (q_heads + 2.0 * kv_heads) * d
+    if model.is_mla:
+        attention = _mla_geometry(model, tp, q_heads)
+    else:
+        kv_heads = float(r.kv_heads_per_gpu)
+        qkv_width = (q_heads + 2.0 * kv_heads) * d
+        qk = 1.0 if model.qk_norm else 0.0
+        rope_elems = (q_heads + kv_heads) * d  # of q and k, read and written (again by the q/k norms)
+        attention = dict(
+            kv_heads=kv_heads, p_qkv=h * qkv_width + (qkv_width if model.attention_bias else 0.0),
+            p_o=q_heads * d * h, qkv_width=qkv_width, kv_width=2.0 * kv_heads * d, pair_flops=4.0 * d * q_heads,
+            rope_flops=3.0 * (q_heads + kv_heads) * model.rope_dim + qk * 4.0 * rope_elems,
+            rope_bytes=2.0 * rope_elems * (1.0 + qk), qk_norm_params=qk * 2.0 * d,
+        )
     up_mult = 2.0 if model.ffn == "gated" else 1.0
     inter = model.intermediate_size / tp
     e_inter = model.moe_intermediate_size / tp
@@ -60,16 +91,10 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         n_layers=model.layers,
         n_moe_layers=model.moe_layers,
         hidden=float(h),
-        q_heads=q_heads,
-        kv_heads=kv_heads,
-        head_dim=float(d),
-        rotary_dim=float(model.rope_dim),
-        qk_norm=1.0 if model.qk_norm else 0.0,
+        **attention,
         norm_params=float(m["norm"]),
         norm_flops_per_elem=7.0 if model.norm == "layernorm" else 4.0,
         norms_per_layer=1 if model.parallel_attention else 2,
-        p_qkv=h * qkv_width + (qkv_width if model.attention_bias else 0.0),
-        p_o=q_heads * d * h,
         ffn_up_width=up_mult * inter,
         ffn_inner=inter,
         p_ffn_up=h * up_mult * inter + mlp_bias * up_mult * inter,
@@ -90,7 +115,6 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         p_lm_head=m["lm_head"] / tp,
         tied=1.0 if model.tie_word_embeddings else 0.0,
         w_bytes=dtypes.BYTES[r.weight_dtype],
-        e_bytes=act_bytes,
         a_bytes=act_bytes,
         kv_bytes=dtypes.BYTES[r.kv_dtype] / r.kv_compression_ratio,
         tp=tp,
