@@ -178,6 +178,7 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
 # The tables' grids (simllm.config.kernels, simcore.codes.EFF_*), written out again: one point per
 # octave (power of two) from its first value.
 GEMM_M0, GEMM_NK0 = 0, 7  # GEMM tables: M = 2**0 .., N and K = 2**7 ..
+MOE_M0, MOE_BYTES0 = 0, 20  # MoE tables: tokens per hit expert 2**0 .., hit experts' weights 2**20 bytes ..
 CURVE_POINTS = 18  # the packed GEMM seconds curve: M = 2**0 .. 2**17
 PREFILL_FLOPS0 = 20  # prefill attention: FLOPs of one layer from 2**20; context from 2**0
 LINK_BYTES0 = 7  # all-reduce: bus bytes from 2**7
@@ -242,6 +243,19 @@ def _gemm_shapes(model, tp):
     }
 
 
+def _own_moe_curve(data, fp8, model, tp):
+    """The set's measured curve for exactly this model's routed experts (hidden, per-GPU width,
+    experts, top-k), or None."""
+    shapes = data.get("moe_shapes", {})
+    items = shapes.get("fp8" if fp8 and "fp8" in shapes else "bf16", [])
+    for item in items:
+        if (item["hidden"], item["experts"], item["topk"]) == (model.hidden_size, model.num_experts,
+                                                                 model.experts_per_token) \
+                and abs(item["inter"] - model.moe_intermediate_size / tp) < 1e-6:
+            return item["eff"]
+    return None
+
+
 def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
                           kv_ratio=1.0, framework="vllm", tables_path=None):
     """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
@@ -252,7 +266,10 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
       ``M = 2**i`` are ``max(flops / peak, bytes / bandwidth) / eff(M', N, K)``, eff trilinear in
       log2 M', log2 N, log2 K on the table of the weight dtype (FP8 when the weights are FP8 and the
       table and the GPU have it, else BF16; the router and the LM head: BF16), ``M' = M`` except for
-      routed experts (the tokens each hit expert gets, ``M k / hit``, at least 1); the points are
+      routed experts: one grouped kernel, the measured curve of the model's own expert shape over
+      log2 tokens where the set has it, else the set's MoE table bilinear in log2 of the tokens each
+      hit expert gets (``M k / hit``, at least 1) and of the hit experts' weight bytes, or without
+      one the GEMM table at that M and N times the experts hit; the points are
       made non-decreasing; between them seconds are linear in M, beyond the last proportional to M;
     - attention: ``max(flops / (peak * eff_prefill), bytes / (bandwidth * eff_decode))``, the
       prefill table bilinear in log2 FLOPs and log2 (pairs / tokens), the decode table in log2
@@ -282,6 +299,8 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     for n, curve in counts:
         if n <= tp:
             link_curve = curve
+    moe_tables = data.get("moe", {})
+    moe_table = moe_tables.get("fp8" if fp8 and "fp8" in moe_tables else "bf16")
     shapes = _gemm_shapes(model, tp)
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
@@ -296,11 +315,23 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             for i in range(CURVE_POINTS):
                 m = 2.0**i
                 _, flops, nbytes, _ = ops_for_totals(model, m, m, m, m, **dtypes_kw)[op]
-                m_eff = m
                 if op.startswith("moe_experts") and E > 0:
-                    hit = E * (1 - (1 - k / E) ** m)
-                    m_eff = max(m * k / max(hit, 1.0), 1.0)
-                e = _lerp3(tables[op], _coordinate(m_eff, GEMM_M0), _coordinate(n, GEMM_NK0), _coordinate(kk, GEMM_NK0))
+                    # one grouped kernel over the hit experts: the MoE table at (tokens per hit
+                    # expert, hit experts' weight bytes), or without one the GEMM table at N x hit
+                    hit = max(E * (1 - (1 - k / E) ** m), 1.0)
+                    m_eff = max(m * k / hit, 1.0)
+                    own = _own_moe_curve(data, fp8, model, tp)
+                    if own is not None:  # the model's own expert shape, measured
+                        e = _lerp(own, _coordinate(m, 0))
+                    elif moe_table is not None:
+                        ei = model.moe_intermediate_size / tp
+                        hit_bytes = hit * 3 * model.hidden_size * ei * _bytes(weight_dtype)
+                        e = _lerp2(moe_table, _coordinate(m_eff, MOE_M0), _coordinate(hit_bytes, MOE_BYTES0))
+                    else:
+                        e = _lerp3(tables[op], _coordinate(m_eff, GEMM_M0), _coordinate(n * hit, GEMM_NK0),
+                                   _coordinate(kk, GEMM_NK0))
+                else:
+                    e = _lerp3(tables[op], _coordinate(m, GEMM_M0), _coordinate(n, GEMM_NK0), _coordinate(kk, GEMM_NK0))
                 t = max(flops / peak_gemm, nbytes / bw) / max(e, EFF_FLOOR)
                 points.append(max(t, points[-1]) if points else t)  # a larger M never runs faster
             curves[op] = points

@@ -21,6 +21,10 @@ LIMIT = 0.10  # median |predicted / measured - 1| of the held-out kernel latenci
 # Its many small decode shapes run faster than the GDDR6 roofline because the 96 MB L2 holds their
 # KV cache; those rows are clipped at efficiency 1, which is what the memory-side table then misses.
 EXCEPTIONS = {("l40s", "attention_decode"): 0.12}
+# Grouped-MoE tables: the 15% target of the MoE issue (their grid has no axis for the expert's own
+# GEMM shape); H200 FP8 misses it by 0.2 points (README, "Kernel tables").
+MOE_LIMIT = 0.15
+EXCEPTIONS[("h200-sxm", "moe_fp8")] = 0.16
 
 
 def fit(system, framework="vllm"):
@@ -32,7 +36,7 @@ def test_shipped_vllm_tables_predict_held_out_latencies_within_10_percent(system
     errors = {table: rep["held_out_median_abs_error"] for table, rep in fit(system).items()}
     assert {"gemm_bf16", "attention_prefill", "attention_decode", "allreduce"} <= set(errors)
     for table, err in errors.items():
-        limit = EXCEPTIONS.get((system, table), LIMIT)
+        limit = EXCEPTIONS.get((system, table), MOE_LIMIT if table.startswith("moe_") else LIMIT)
         assert err <= limit, (system, table, err)
         assert fit(system)[table]["held_out_rows"] >= 20, (system, table)
 
@@ -44,7 +48,7 @@ def test_the_documented_exception_is_still_needed():
 
 def test_readme_table_quotes_the_provenance():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    columns = ("gemm_bf16", "gemm_fp8", "attention_prefill", "attention_decode", "allreduce")
+    columns = ("gemm_bf16", "gemm_fp8", "attention_prefill", "attention_decode", "allreduce", "moe_bf16", "moe_fp8")
     for system in SYSTEMS:
         row = re.search(rf"^\| {re.escape(system)} \|(.*)\|$", text, re.M)
         assert row, system
@@ -137,6 +141,34 @@ def test_fit_allreduce_recovers_the_curve_and_holds_out_odd_sizes():
     assert kt.link_seconds(t.allreduce_curve(2), x, link) == pytest.approx(8e-6 + x / link, rel=0.05)
 
 
+def _synthetic_moe(efficiency):
+    """Two expert shapes measured at token counts 1 .. 4096 (powers of two and between), latency =
+    the roofline / ``efficiency(tokens)``."""
+    rows = []
+    for hidden, inter, experts, topk in ((4096, 1536, 128, 8), (2048, 768, 64, 4)):
+        for t in (1, 2, 3, 4, 8, 12, 16, 32, 48, 64, 128, 192, 256, 512, 768, 1024, 2048, 3072, 4096):
+            rows.append((t, hidden, inter, topk, experts))
+    t, h, i, k, e = (np.array(c, dtype=np.float64) for c in zip(*rows))
+    lat = ck.moe_roofline_s(t, h, i, k, e, 989.4e12, 3350e9, 2.0) / efficiency(t)
+    return t, h, i, k, e, lat
+
+
+def test_fit_moe_shapes_recovers_each_shapes_curve_and_the_grid_its_cells():
+    """Latencies at an efficiency smooth in log2 tokens come back from the per-shape curves at the
+    held-out token counts (between the powers of two), and from the shape-blind grid within its
+    cell resolution."""
+    def eff(t):
+        return 0.2 + 0.6 * np.log2(t) / 12.0
+    t, h, i, k, e, lat = _synthetic_moe(eff)
+    shapes, report = ck.fit_moe_shapes(t, h, i, k, e, lat, 989.4e12, 3350e9, 2.0)
+    assert len(shapes) == 2 and report["held_out_rows"] == 2 * 6  # 3, 12, 48, 192, 768, 3072 tokens
+    assert report["held_out_median_abs_error"] < 0.01
+    curve = np.array(shapes[0]["eff"])
+    assert curve == pytest.approx(eff(2.0 ** np.arange(15.0)).clip(max=eff(4096.0)), rel=1e-3)  # clamped past 4096
+    table, report = ck.fit_moe(t, h, i, k, e, lat, 989.4e12, 3350e9, 2.0)
+    assert table.shape == kt.MOE_SHAPE and report["held_out_median_abs_error"] < 0.1
+
+
 def test_fit_rejects_a_non_positive_latency():
     m = n = k = np.array([1.0, 2.0, 4.0]) * 128
     with pytest.raises(simllm.ConfigError, match="latency"):
@@ -203,3 +235,36 @@ def test_reimporting_the_installed_package_reproduces_the_shipped_tables():
     np.testing.assert_allclose(dict(fresh.gemm)["bf16"], dict(shipped.gemm)["bf16"], rtol=1e-3)
     np.testing.assert_allclose(fresh.attention_decode, shipped.attention_decode, rtol=1e-3)
     assert json.loads(fresh.provenance)["fit"] == json.loads(shipped.provenance)["fit"]
+
+
+@pytest.mark.parametrize("framework", ["vllm", "sglang"])
+def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
+    """DeepSeek-V3's routed experts (256 of width 2048, top 8, FP8 block-scaled) on H200 at TP 1-8,
+    as the cost kernel prices them (gate/up + activation + down, the shared expert left out as the
+    measured kernel has none), against aiconfigurator-core's measured moe_perf latencies at the
+    token counts the table was not built from: a median within 15%."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    from pathlib import Path
+    root, _ = ck.package_root()
+    shipped = json.loads((KERNELS / "h200-sxm" / f"{framework}.json").read_text(encoding="utf-8"))
+    path = Path(root) / shipped["provenance"]["files"]["moe_perf.parquet"]
+    r = ck.read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                               "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    model = simllm.load_model("deepseek-v3").with_overrides(num_shared_experts=0, shared_expert_intermediate_size=0)
+    errors = []
+    for tp in (1, 2, 4, 8):
+        p = build(model, "h200-sxm", framework=framework, tensor_parallel_size=tp, dtype="fp8")[4]
+        sel = ((r["num_experts"] == 256) & (r["hidden_size"] == 7168) & (r["inter_size"] == 2048) & (r["topk"] == 8)
+               & (r["moe_tp_size"] == tp) & (r["moe_ep_size"] == 1) & (r["distribution"].astype(str) == "balanced")
+               & np.isin(r["moe_dtype"].astype(str), ("fp8", "fp8_block")) & ~ck._is_pow2(r["num_tokens"]))
+        measured = {}
+        for t, lat in zip(r["num_tokens"][sel], r["latency"][sel]):
+            measured[int(t)] = min(measured.get(int(t), np.inf), float(lat) * 1e-3)  # the faster FP8 kernel
+        assert measured, tp
+        for t, lat in measured.items():
+            flops, nbytes, seconds, bound = new_cost_arrays()
+            iteration_costs_nb(p, float(t), float(t), float(t), 0.0, flops, nbytes, seconds, bound)
+            layer = sum(seconds[op] for op in (codes.OP_MOE_UP, codes.OP_MOE_ACT, codes.OP_MOE_DOWN)) / p.n_moe_layers
+            errors.append(layer / lat - 1.0)
+    assert np.median(np.abs(errors)) <= 0.15, np.median(np.abs(errors))

@@ -50,15 +50,22 @@ def test_shipped_table_loads_with_its_provenance(name):
     assert "bf16" in dtypes and all(a.shape == kt.GEMM_SHAPE for a in dtypes.values())
     assert t.attention_prefill.shape == kt.PREFILL_SHAPE and t.attention_decode.shape == kt.DECODE_SHAPE
     assert [n for n, _ in t.allreduce] == sorted(n for n, _ in t.allreduce) and t.allreduce[0][0] == 2
-    for arr in [*dtypes.values(), t.attention_prefill, t.attention_decode, *(c for _, c in t.allreduce)]:
+    moe = dict(t.moe)
+    assert all(a.shape == kt.MOE_SHAPE for a in moe.values())
+    for arr in [*dtypes.values(), t.attention_prefill, t.attention_decode, *(c for _, c in t.allreduce), *moe.values()]:
         assert not arr.flags.writeable
         assert np.all(arr >= codes.EFF_FLOOR) and np.all(arr <= 1.0)
     prov = json.loads(t.provenance)
     assert re.fullmatch(r"aiconfigurator-core \d+\.\d+\.\d+ \(Apache-2\.0\), system \w+", prov["source"])  # package version
-    assert set(prov["files"]) == {"gemm_perf.parquet", "context_attention_perf.parquet",
-                                  "generation_attention_perf.parquet", "custom_allreduce_perf.parquet"}
+    measured = {"gemm_perf.parquet", "context_attention_perf.parquet", "generation_attention_perf.parquet",
+                "custom_allreduce_perf.parquet"}
+    assert set(prov["files"]) in (measured, measured | {"moe_perf.parquet"})
+    assert bool(moe) == ("moe" not in prov.get("omitted", {}))  # a set without MoE says why
     assert prov["roofline"]["hardware"] == gpu
     fits = {"attention_prefill", "attention_decode", "allreduce"} | {f"gemm_{d}" for d in dtypes}
+    fits |= {f"moe_{d}" for d in moe} | {f"moe_shapes_{d}" for d in moe}
+    assert {d for d, *_ in t.moe_shapes} == set(moe)  # each measured dtype keeps its shapes' own curves
+    assert all(c.shape == kt.MOE_CURVE_SHAPE and not c.flags.writeable for *_, c in t.moe_shapes)
     assert set(prov["fit"]) == fits
     for table, fit in prov["fit"].items():
         assert set(fit) == FIT_KEYS, table
@@ -117,12 +124,17 @@ BAD = [  # (mutation, what the one-line message must name: key, value, allowed r
     (_set(["allreduce", "1"], [0.5] * 24), ["allreduce", "2 .. 1024", "'1'"]),
     (_set(["gemm"], {"fp8": [[[0.5]]]}), ["gemm", "bf16 required"]),
     (_set(["gemm", "int4"], [[[0.5]]]), ["gemm", "bf16, fp8"]),
+    (_set(["moe", "bf16", 2, 3], 2.0), ["moe.bf16[2, 3]", "2.0", "[0.0001, 1]"]),
+    (_set(["moe_shapes", "bf16", 0, "topk"], -8), ["moe_shapes.bf16[0].topk", "-8", "positive"]),
+    (lambda d: d["moe_shapes"]["fp8"][1].pop("eff"), ["moe_shapes.fp8[1]", "hidden, inter, experts, topk and eff"]),
+    (lambda d: d["moe_shapes"]["fp8"][0]["eff"].pop(), ["moe_shapes.fp8[0].eff", "(15,)", "(14,)"]),
 ]
 
 
 @pytest.mark.parametrize("mutate, names", BAD, ids=[
     "format", "negative", "nan", "above-1", "zero", "not-numeric", "missing-table", "missing-version",
-    "grid-point-short", "grid-point-extra", "gpu-count", "no-bf16", "unknown-dtype"])
+    "grid-point-short", "grid-point-extra", "gpu-count", "no-bf16", "unknown-dtype", "moe-above-1",
+    "moe-shape-negative", "moe-shape-no-curve", "moe-curve-short"])
 def test_bad_table_file_is_a_one_line_error_naming_file_key_value_and_range(tmp_path, mutate, names):
     data = shipped_json()
     mutate(data)

@@ -474,3 +474,23 @@ def test_mla_caches_and_reads_one_latent_per_token(tp):
     sharded = 1536 * 128 * 192 + 512 * 128 * (128 + 128)
     assert p.p_qkv == replicated + sharded / tp
     assert p.p_o == heads * 128 * 7168
+
+
+@pytest.mark.parametrize("experts, expect", [(8, "own"), (6, "grid")])
+def test_moe_with_tables_matches_the_reference_on_both_paths(experts, expect):
+    """Routed experts with kernel tables: Mixtral's own expert shape (8 x 14336, top 2) is a
+    measured curve of the set; with 6 experts the shape was never measured and the shape-blind
+    MoE grid prices it. Both match the plain-Python reading of the JSON file."""
+    model = simllm.load_model("mixtral-8x7b").with_overrides(num_experts=experts)
+    hw = hardware("h200-sxm")
+    tables = hw.tables_for("vllm")
+    own = tables.moe_shape_curve("bf16", 4096.0, 14336.0, float(experts), 2.0)
+    assert (own is not None) == (expect == "own")
+    _, _, _, r, p = build(model, hw, framework="vllm")
+    batch = [(1, 900, True)] * 24 + [(512, 0, False)]
+    ops, total, agg = costs(p, batch)
+    ref_total, ref_ops = naive.iteration_time_shaped(
+        model, hw, batch, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, framework="vllm")
+    for op in ("moe_experts_up", "moe_experts_down"):
+        assert ops[op][2] == pytest.approx(ref_ops[op][2], rel=1e-9), op
+    assert total == pytest.approx(ref_total, rel=1e-9)

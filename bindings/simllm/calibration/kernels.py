@@ -12,6 +12,9 @@ framework (the newest version of each table unless one is asked for) this module
   (window 0), head_dim 128, BF16 KV cache;
 - ``custom_allreduce_perf`` (num_gpus, message_size in BF16 elements, latency), CUDA-graph
   variants where the table has them,
+- ``moe_perf`` where the system and framework have it (moe_dtype, num_tokens, hidden_size,
+  inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, latency): balanced
+  routing without expert parallelism, BF16 and FP8 (per-tensor or block-scaled, the fastest),
 
 turns every row into an efficiency, the datasheet roofline of our hardware preset divided by the
 measured latency (:mod:`simllm.config.kernels` says against which roofline for each table), and
@@ -20,14 +23,15 @@ resamples them onto the tables' log2 grids:
 - GEMM: at the power-of-two N and K of the grid, the efficiency over log2 M is interpolated
   linearly between the measured M (clamped at the ends); a grid (N, K) pair without rows takes
   its nearest measured pair's curve;
-- attention and collectives: each grid cell takes the median (in log space) of the rows that
-  round to it; empty cells take the nearest filled cell.
+- attention, MoE and collectives: each grid cell takes the median (in log space) of the rows
+  that round to it; empty cells take the nearest filled cell.
 
 Efficiencies above 1 (a kernel faster than the roofline of our datasheet figures) are clipped to
 1 and counted in the provenance: physics is not bent to fit.
 
 Held-out check (what ``--report`` prints and the provenance records): GEMM rows whose N or K is
-not a power of two, attention rows whose head count is not a power of two, and all-reduce
+not a power of two, attention rows whose head count is not a power of two, MoE rows whose token
+count is not a power of two, and all-reduce
 message sizes of odd log2 (those refitted from the even ones alone) are never used to build the
 tables; the median |predicted / measured - 1| of their latencies is the fit error.
 """
@@ -278,6 +282,114 @@ def fit_decode(batch, ctx, heads, kv_heads, latency_s, mem_bw, head_dim=128, kv_
                    "clipped_above_roofline": above}
 
 
+# --- MoE ------------------------------------------------------------------------------------------
+
+def experts_hit(n_experts, topk, tokens):
+    """Expected distinct experts ``T`` tokens hit, each routed to ``k`` of ``E`` uniformly (the cost
+    kernel's ``experts_hit_nb``): ``E (1 - (1 - k/E)**T)``."""
+    e, k, t = (np.asarray(a, dtype=np.float64) for a in (n_experts, topk, tokens))
+    return e * (1.0 - (1.0 - k / e) ** t)
+
+
+def moe_shape(tokens, hidden, inter, topk, n_experts, w_bytes):
+    """``(tokens per hit expert, hit experts' weight bytes)`` of one layer's routed experts on one
+    GPU (``inter`` the per-GPU expert width, gated: gate/up ``2 inter``, down ``inter``): the MoE
+    table's coordinates."""
+    hit = experts_hit(n_experts, topk, tokens)
+    t = np.asarray(tokens, dtype=np.float64)
+    m = np.maximum(t * topk / np.maximum(hit, 1.0), 1.0)
+    return m, hit * 3.0 * np.asarray(hidden, dtype=np.float64) * inter * w_bytes
+
+
+def moe_roofline_s(tokens, hidden, inter, topk, n_experts, peak_flops, mem_bw, w_bytes):
+    """Datasheet roofline of one layer's routed experts as the cost kernel prices them: the
+    gate/up and the down projection each ``max(flops / peak, bytes / bandwidth)``, FLOPs
+    ``2 T k`` x the expert's matrix, bytes the hit experts' weights plus every routed row's BF16
+    input and output."""
+    t, h, i = (np.asarray(a, dtype=np.float64) for a in (tokens, hidden, inter))
+    hit = experts_hit(n_experts, topk, t)
+    routed = t * topk
+    up = np.maximum(2.0 * routed * 2.0 * h * i / peak_flops,
+                    (hit * 2.0 * h * i * w_bytes + routed * (h + 2.0 * i) * _BF16) / mem_bw)
+    down = np.maximum(2.0 * routed * i * h / peak_flops, (hit * i * h * w_bytes + routed * (i + h) * _BF16) / mem_bw)
+    return up + down
+
+
+def fit_moe(tokens, hidden, inter, topk, n_experts, latency_s, peak_flops, mem_bw, w_bytes):
+    """A :data:`simllm.config.kernels.MOE_SHAPE` table from measured grouped-MoE layers of one
+    dtype (each cell the median in log of the rows rounding to it, empty cells from the nearest);
+    held out: token counts that are not powers of two."""
+    check_latencies(latency_s, "moe_perf")
+    roof = moe_roofline_s(tokens, hidden, inter, topk, n_experts, peak_flops, mem_bw, w_bytes)
+    eff, above = _clip(roof / latency_s)
+    m, nbytes = moe_shape(tokens, hidden, inter, topk, n_experts, w_bytes)
+    fit = _is_pow2(tokens)
+    x1 = kt.grid_coordinate(m, kt.MOE_LOG2_M[0])
+    x2 = kt.grid_coordinate(nbytes, kt.MOE_LOG2_BYTES[0])
+    table = np.clip(_binned(x1[fit], x2[fit], eff[fit], kt.MOE_SHAPE), codes.EFF_FLOOR, 1.0)
+    pred = roof[~fit] / kt.moe_efficiency(table, m[~fit], nbytes[~fit])
+    return table, {"rows": int(fit.sum()), "held_out_rows": int((~fit).sum()),
+                   "held_out_median_abs_error": _median_abs_error(pred, latency_s[~fit]),
+                   "clipped_above_roofline": above}
+
+
+def fit_moe_shapes(tokens, hidden, inter, topk, n_experts, latency_s, peak_flops, mem_bw, w_bytes):
+    """Per measured expert shape (hidden, inter per GPU, experts, topk) with at least four
+    power-of-two token counts, its efficiency curve over log2 tokens (:data:`kt.MOE_LOG2_T`, linear
+    in log between the measured points, clamped at the ends); held out: the shape's other token
+    counts. Returns ``(shapes, report)``, ``shapes`` a list of the JSON form's mappings."""
+    check_latencies(latency_s, "moe_perf")
+    t = np.asarray(tokens, dtype=np.float64)
+    roof = moe_roofline_s(t, hidden, inter, topk, n_experts, peak_flops, mem_bw, w_bytes)
+    eff, above = _clip(roof / latency_s)
+    keys = np.stack([hidden, inter, n_experts, topk], axis=1).astype(np.float64)
+    grid = np.asarray(kt.MOE_LOG2_T, dtype=np.float64)
+    shapes, pred, meas, used = [], [], [], 0
+    for key in np.unique(keys, axis=0):
+        sel = np.all(keys == key, axis=1)
+        fit = sel & _is_pow2(t)
+        if fit.sum() < 4:
+            continue
+        order = np.argsort(t[fit])
+        curve = np.clip(np.exp(np.interp(grid, np.log2(t[fit][order]), np.log(eff[fit][order]))), codes.EFF_FLOOR, 1.0)
+        curve = np.array([float(f"{v:.4g}") for v in curve])  # what the JSON file holds
+        shapes.append({"hidden": float(key[0]), "inter": float(key[1]), "experts": float(key[2]), "topk": float(key[3]),
+                       "eff": curve.tolist()})
+        used += int(fit.sum())
+        held = sel & ~_is_pow2(t)
+        pred.append(roof[held] / kt.moe_curve_efficiency(curve, t[held]))
+        meas.append(latency_s[held])
+    if not shapes:
+        raise ConfigError("moe_perf has no expert shape with four power-of-two token counts")
+    pred, meas = np.concatenate(pred), np.concatenate(meas)
+    return shapes, {"rows": used, "held_out_rows": int(len(meas)),
+                    "held_out_median_abs_error": _median_abs_error(pred, meas), "clipped_above_roofline": above}
+
+
+_MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
+
+
+def _moe_rows(path):
+    """``{dtype: (tokens, hidden, inter per GPU, topk, experts, latency_s)}`` of ``moe_perf``: the
+    balanced-routing rows without expert parallelism (each GPU holds every expert, sharded by
+    ``moe_tp_size``), per-tensor and block-scaled FP8 both as ``fp8``."""
+    r = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                            "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    out = {}
+    base = (r["distribution"].astype(str) == "balanced") & (r["moe_ep_size"].astype(np.int64) == 1)
+    for src, dtype in _MOE_DTYPES.items():
+        sel = base & (r["moe_dtype"].astype(str) == src)
+        if not sel.any():
+            continue
+        cols = (r["num_tokens"][sel].astype(np.float64), r["hidden_size"][sel].astype(np.float64),
+                r["inter_size"][sel].astype(np.float64) / r["moe_tp_size"][sel].astype(np.float64),
+                r["topk"][sel].astype(np.float64), r["num_experts"][sel].astype(np.float64),
+                r["latency"][sel].astype(np.float64) * 1e-3)
+        old = out.get(dtype)
+        out[dtype] = cols if old is None else tuple(np.concatenate([a, b]) for a, b in zip(old, cols))
+    return out
+
+
 # --- collectives ---------------------------------------------------------------------------------
 
 def _link_curve(bus, eff):
@@ -383,19 +495,31 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
         sel = np.array(["graph" in str(b) for b in ar["backend"]])
     allreduce = (ar["num_gpus"][sel], ar["message_size"][sel], ar["latency"][sel].astype(np.float64) * 1e-3)
 
+    # grouped MoE (not every system and framework has it)
+    moe, omitted = None, None
+    path = table_file(data_dir, "moe", framework, "moe_perf.parquet", version)
+    if path is not None:
+        files["moe_perf.parquet"] = str(path.relative_to(root))
+        moe = _moe_rows(path) or None
+    if moe is None:
+        omitted = {"moe": f"{PACKAGE} {package_version} has no balanced BF16/FP8 moe_perf rows for {system}/{framework}"}
+
     provenance = {
         "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
         "files": files,
         "assumptions": ["custom_allreduce message_size counts BF16 elements",
                         "attention tables: window_size 0, head_dim 128, BF16 KV cache",
-                        "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled"],
+                        "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled",
+                        "MoE: balanced routing, no expert parallelism (moe_ep_size 1), gated experts, BF16 "
+                        "activations; fp8 = the fastest of per-tensor and 128x128 block-scaled"],
     }
     return tables_from_rows(hardware, SYSTEMS.get(system, hardware.gpu), framework, fw_version, provenance,
-                            gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce)
+                            gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce, moe=moe,
+                            omitted=omitted)
 
 
 def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *, gemm, prefill, decode,
-                     allreduce=None, head_dim=128, omitted=None):
+                     allreduce=None, head_dim=128, omitted=None, moe=None):
     """The kernel-table mapping fitted from measured latencies: what ``simllm kernels import``
     (aiconfigurator-core's rows) and ``simllm profile`` (torch timings) both write.
 
@@ -424,6 +548,10 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         collective was measured and the mapping's ``allreduce`` is empty (the cost model then
         prices collectives with the hardware's scalar interconnect figures).
     head_dim : int
+    moe : dict or None
+        ``{dtype: (tokens, hidden, inter, topk, experts, latency_s)}`` of grouped MoE layers
+        (``inter`` per GPU); None: no MoE kernel was measured (routed experts are then priced
+        from the GEMM table).
     omitted : dict, optional
         Table -> why it was not measured, recorded as the provenance's ``omitted``.
 
@@ -459,6 +587,16 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
     attn_decode, report["attention_decode"] = fit_decode(keys[:, 0], keys[:, 1].astype(np.float64), keys[:, 2],
                                                          keys[:, 3], lat, hardware.memory_bandwidth_bytes_per_s,
                                                          head_dim)
+    moe_tables, moe_shapes = {}, {}
+    for dtype, (tokens, hidden, inter, topk, experts, latency) in (moe or {}).items():
+        peak = hardware.peak_flops(dtype)
+        if peak <= 0 or len(latency) == 0:
+            continue
+        keys, lat = _fastest(np.stack([tokens, hidden, inter, topk, experts], axis=1),
+                             np.asarray(latency, dtype=np.float64))
+        args = (*keys.T, lat, peak, hardware.memory_bandwidth_bytes_per_s, 1.0 if dtype == "fp8" else _BF16)
+        moe_tables[dtype], report[f"moe_{dtype}"] = fit_moe(*args)
+        moe_shapes[dtype], report[f"moe_shapes_{dtype}"] = fit_moe_shapes(*args)
     curves = {}
     if allreduce is not None:
         n_gpus, elems, latency = allreduce
@@ -486,6 +624,8 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         "attention_prefill": _rounded(attn_prefill),
         "attention_decode": _rounded(attn_decode),
         "allreduce": {str(n): _rounded(c) for n, c in sorted(curves.items())},
+        **({"moe": {d: _rounded(t) for d, t in moe_tables.items()}} if moe_tables else {}),
+        **({"moe_shapes": moe_shapes} if moe_shapes else {}),
     }
 
 

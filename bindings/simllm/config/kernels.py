@@ -12,6 +12,18 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
   ``flops / peak(bf16)`` (the grids of ``simcore.codes.EFF_PF_*`` and ``EFF_CTX_POINTS``);
 - ``attention_decode``: over log2 (rows x KV heads) x log2 context, relative to
   ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
+- ``moe`` (optional): per dtype, the grouped MoE kernel (one layer's routed experts: gate/up,
+  activation and down of every hit expert in one launch, as vLLM's ``fused_moe``, SGLang's and
+  TensorRT-LLM's MoE ops run them) over log2 tokens per hit expert x log2 bytes of the hit
+  experts' weights on the GPU (:data:`MOE_LOG2_M` x :data:`MOE_LOG2_BYTES`), relative to the
+  up and down projections' rooflines summed (each ``max(flops / peak(dtype), bytes /
+  bandwidth)`` as the cost kernel counts them, experts hit ``E (1 - (1 - k/E)**T)``); without
+  it routed experts are priced as one GEMM of the hit experts' widths side by side;
+- ``moe_shapes`` (optional): per dtype, the measured expert shapes themselves (``hidden``, per-GPU
+  ``inter``, ``experts``, ``topk``) each with its efficiency over log2 tokens (:data:`MOE_LOG2_T`,
+  same roofline): a model whose routed experts are one of them is priced off its own curve, which
+  the shape-blind ``moe`` grid cannot match for every model (DeepSeek-V3 at TP 8 on H200 runs at
+  the bandwidth roofline where other shapes of the same cell reach half of it);
 - ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
   ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message (packing turns
   it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`); empty
@@ -40,6 +52,11 @@ GEMM_SHAPE = (len(GEMM_LOG2_M), len(GEMM_LOG2_NK), len(GEMM_LOG2_NK))
 PREFILL_SHAPE = (codes.EFF_PF_POINTS, codes.EFF_CTX_POINTS)
 DECODE_SHAPE = (codes.EFF_DEC_POINTS, codes.EFF_CTX_POINTS)
 LINK_SHAPE = (codes.EFF_LINK_POINTS,)
+MOE_LOG2_M = tuple(range(0, 16))  # tokens per hit expert 1 .. 32768
+MOE_LOG2_BYTES = tuple(range(20, 36))  # hit experts' weights on one GPU, 1 MiB .. 32 GiB per layer
+MOE_SHAPE = (len(MOE_LOG2_M), len(MOE_LOG2_BYTES))
+MOE_LOG2_T = tuple(range(0, 15))  # a measured expert shape's curve: tokens 1 .. 16384
+MOE_CURVE_SHAPE = (len(MOE_LOG2_T),)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +76,25 @@ class KernelTables:
     allreduce: tuple  # ((n_gpus, ndarray LINK_SHAPE), ...) in increasing n_gpus; () when none was measured
     provenance: str = "{}"
     source: str = "<dict>"
+    moe: tuple = ()  # ((dtype, ndarray MOE_SHAPE), ...); () when no MoE kernel was measured
+    moe_shapes: tuple = ()  # ((dtype, hidden, inter, experts, topk, ndarray MOE_CURVE_SHAPE), ...)
+
+    def moe_shape_curve(self, dtype, hidden, inter, experts, topk):
+        """The measured efficiency curve of exactly this expert shape (``inter`` per GPU) for
+        weights of ``dtype`` (fp8 → the ``fp8`` curves where the set has any, else ``bf16``), or
+        None."""
+        key = "fp8" if dtype == "fp8" and any(d == "fp8" for d, *_ in self.moe_shapes) else "bf16"
+        for d, h, i, e, k, curve in self.moe_shapes:
+            if d == key and h == hidden and abs(i - inter) < 1e-6 and e == experts and k == topk:
+                return curve
+        return None
+
+    def moe_table(self, dtype):
+        """The grouped-MoE table for expert weights of ``dtype`` (fp8 → ``fp8`` where measured, else
+        ``bf16``), or None when the set has none."""
+        tables = dict(self.moe)
+        key = "fp8" if dtype == "fp8" and "fp8" in tables else "bf16"
+        return tables.get(key)
 
     def gemm_table(self, dtype):
         """The GEMM table for weights of ``dtype`` (fp8 → ``fp8``, anything else → ``bf16``)."""
@@ -115,6 +151,28 @@ def tables_from_dict(data, source="<dict>"):
     if not isinstance(link, dict):
         raise ConfigError(f"allreduce: a mapping of GPU count to a curve ({{}} for none), got {str(link)[:100]}",
                           source=source)
+    moe = data.get("moe", {})
+    if not isinstance(moe, dict) or set(moe) - set(GEMM_DTYPES):
+        raise ConfigError(f"moe: a mapping of {', '.join(GEMM_DTYPES)} to a table, got {str(moe)[:100]}",
+                          source=source)
+    shapes = data.get("moe_shapes", {})
+    if not isinstance(shapes, dict) or set(shapes) - set(GEMM_DTYPES):
+        raise ConfigError(f"moe_shapes: a mapping of {', '.join(GEMM_DTYPES)} to shape lists, got {str(shapes)[:100]}",
+                          source=source)
+    moe_shapes = []
+    for d, items in shapes.items():
+        for j, item in enumerate(items if isinstance(items, list) else [None]):
+            where = f"moe_shapes.{d}[{j}]"
+            if not isinstance(item, dict) or set(item) != {"hidden", "inter", "experts", "topk", "eff"}:
+                raise ConfigError(f"{where}: a mapping of hidden, inter, experts, topk and eff, got {str(item)[:100]}",
+                                  source=source)
+            dims = []
+            for key in ("hidden", "inter", "experts", "topk"):
+                v = item[key]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 2**31:
+                    raise ConfigError(f"{where}.{key}: a positive number below 2**31, got {str(v)[:100]!r}", source=source)
+                dims.append(float(v))
+            moe_shapes.append((d, *dims, _array(item["eff"], MOE_CURVE_SHAPE, f"{where}.eff", source)))
     curves = []
     for n, curve in link.items():
         if not str(n).isdigit() or not 2 <= int(n) <= 1024:
@@ -130,6 +188,8 @@ def tables_from_dict(data, source="<dict>"):
         allreduce=tuple(sorted(curves)),
         provenance=json.dumps(data.get("provenance", {}), sort_keys=True),
         source=source,
+        moe=tuple((d, _array(moe[d], MOE_SHAPE, f"moe.{d}", source)) for d in GEMM_DTYPES if d in moe),
+        moe_shapes=tuple(moe_shapes),
     )
 
 
@@ -211,6 +271,19 @@ def prefill_efficiency(table, flops, ctx):
     """Compute-side efficiency of prefill attention of ``flops`` per layer, ``ctx`` mean keys
     per query."""
     return interp2(table, grid_coordinate(flops, codes.EFF_PF_LOG2_MIN), grid_coordinate(ctx, 0))
+
+
+def moe_efficiency(table, tokens_per_expert, weight_bytes):
+    """Efficiency of the grouped MoE kernel at ``tokens_per_expert`` rows per hit expert and
+    ``weight_bytes`` of hit experts' weights (one layer, one GPU)."""
+    return interp2(table, grid_coordinate(tokens_per_expert, MOE_LOG2_M[0]),
+                   grid_coordinate(weight_bytes, MOE_LOG2_BYTES[0]))
+
+
+def moe_curve_efficiency(curve, tokens):
+    """Efficiency of a measured expert shape's curve at ``tokens`` (linear in log2, clamped)."""
+    x = np.clip(grid_coordinate(tokens, MOE_LOG2_T[0]), 0.0, len(curve) - 1.0)
+    return np.interp(x, np.arange(len(curve), dtype=np.float64), curve)
 
 
 def decode_efficiency(table, rows_kv_heads, ctx):

@@ -7,9 +7,11 @@ kernel's own FLOPs and bytes over the roofline, divided by the table's efficienc
 interpolates one curve per operator and an iteration stays O(1); the layer-weighted sum of the
 curves over the batch's tokens is packed too (``EFF_GEMM_SUM``), so an iteration's total reads one. A curve is made non-decreasing in
 M (a larger batch never runs faster: engines pad to the captured size that is fast), and linear
-interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency at the
-tokens each hit expert receives (``tokens x experts_per_token / experts hit``), the grouped GEMM's
-per-expert M. The all-reduce curve of this TP degree becomes seconds at its bus-byte points, made
+interpolation in M keeps it so between the points. MoE expert GEMMs take the efficiency of one
+grouped kernel: the model's own expert shape's measured curve over tokens where the set has it,
+else the set's MoE table at the tokens each hit expert receives
+(``tokens x experts_per_token / experts hit``) and the hit experts' weight bytes; a set without
+one prices them as one GEMM of M those tokens and N all hit experts' widths side by side. The all-reduce curve of this TP degree becomes seconds at its bus-byte points, made
 non-decreasing and interpolated linearly in bytes the same way; tables without an all-reduce curve
 (no collective measured) get the scalar model's ``latency + launch + bytes / (link bandwidth x
 utilisation)`` at those points, which linear interpolation in bytes reproduces exactly. The
@@ -26,10 +28,9 @@ def _gemm_shapes(p):
     """``{op: (N, K, weight_dtype_table?)}`` of the weight GEMMs of packed params ``p``; the
     last item is True when the op's weights are in the weight dtype (False: activation dtype)."""
     h = p.hidden
-    qkv = (p.q_heads + 2.0 * p.kv_heads) * p.head_dim
     return {
-        codes.OP_QKV_PROJ: (qkv, h, True),
-        codes.OP_O_PROJ: (h, p.q_heads * p.head_dim, True),
+        codes.OP_QKV_PROJ: (p.qkv_width, h, True),
+        codes.OP_O_PROJ: (h, p.p_o / h, True),
         codes.OP_FFN_UP: (p.ffn_up_width, h, True),
         codes.OP_FFN_DOWN: (h, p.ffn_inner, True),
         codes.OP_MOE_ROUTER: (p.n_experts, h, False),
@@ -57,16 +58,26 @@ def efficiency_array(tables, p, weight_dtype):
     rows = kt.log2_grid(0, codes.EFF_M_POINTS)
     weights = tables.gemm_table(weight_dtype)
     acts = tables.gemm_table("bf16")
+    moe = tables.moe_table(weight_dtype)
+    # the model's own expert shape where it was measured (inter per GPU, as the tables store it)
+    own = tables.moe_shape_curve(weight_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
     for op, (n, k, in_weight_dtype) in _gemm_shapes(p).items():
-        if n <= 0 or k <= 0:
+        if n <= 0 or k <= 0 or op_count_nb(p, op) == 0:
             continue
-        m = rows
         if op in (codes.OP_MOE_UP, codes.OP_MOE_DOWN) and p.n_experts > 0:
-            hit = np.array([experts_hit_nb(p.n_experts, p.experts_per_token, t) for t in rows])
-            m = np.maximum(rows * p.experts_per_token / np.maximum(hit, 1.0), 1.0)
-        if op_count_nb(p, op) == 0:
-            continue
-        e = kt.gemm_efficiency(weights if in_weight_dtype else acts, m, n, k)
+            # One grouped kernel runs every hit expert (vLLM's fused_moe, SGLang's, TensorRT-LLM's):
+            # priced off the measured MoE table where the set has one, else as one GEMM of the hit
+            # experts' widths side by side (its fixed latency paid once per layer, not per expert).
+            hit = np.maximum(np.array([experts_hit_nb(p.n_experts, p.experts_per_token, t) for t in rows]), 1.0)
+            m = np.maximum(rows * p.experts_per_token / hit, 1.0)
+            if own is not None:
+                e = kt.moe_curve_efficiency(own, rows)
+            elif moe is not None:
+                e = kt.moe_efficiency(moe, m, hit * (p.p_expert_up + p.p_expert_down) * p.w_bytes)
+            else:
+                e = kt.gemm_efficiency(weights, m, n * hit, k)
+        else:
+            e = kt.gemm_efficiency(weights if in_weight_dtype else acts, rows, n, k)
         seconds = np.empty(codes.EFF_M_POINTS)
         for i, t in enumerate(rows):
             flops, nbytes, _ = op_cost_nb(p, op, t, t, t, t)
