@@ -21,13 +21,13 @@ HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,prec
           "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
 
 
-def row(model, system, precision, mode, isl, osl, conc, tp, ttft, tpot):
+def row(model, system, precision, mode, isl, osl, conc, tp, ttft, tpot, ep=""):
     n = HEADER.count(",") + 1
     cells = [""] * n
     names = HEADER.split(",")
     values = {"id": "x", "backend": "vllm", "model_path": model, "system": system, "precision": precision,
               "mode": mode, "isl": isl, "osl": osl, "batch_size": conc, "tp_size": tp, "pp_size": 1 if tp else "",
-              "attention_dp_size": 1 if tp else "", "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot}
+              "attention_dp_size": 1 if tp else "", "moe_ep_size": ep, "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot}
     for k, v in values.items():
         cells[names.index(k)] = str(v)
     return ",".join(cells)
@@ -107,7 +107,8 @@ def test_maps_override_names(silicon):
 def test_validate_cli_table_and_json(silicon, capsys):
     assert simllm.cli.main(["validate", str(silicon)]) == 0
     out = capsys.readouterr().out
-    assert "median |error|" in out and "Skipped 2 point(s)" in out
+    assert "median |error|" in out and "Skipped 2 point(s), by reason" in out
+    assert "      1  precision 'fp4'  (" in out  # each reason once, with its count and first point
     assert simllm.cli.main(["validate", str(silicon), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["tpot"]["points"] == 2 and len(data["points"]) == 4
@@ -137,3 +138,22 @@ def test_shared_silicon_data_validates(capsys):
     summary = accuracy.error_summary(points)
     assert all(math.isfinite(v["median_abs_pct_error"]) for v in summary.values())
     print("Llama-3.1-8B on H100, first 20 rows:", {k: round(v["median_abs_pct_error"], 1) for k, v in summary.items()})
+
+
+def test_moe_rows_read_their_expert_parallelism(tmp_path):
+    """A MoE row with moe_ep_size > 1 is skipped as expert parallelism (not simulated as TP); a
+    dense model's row may fill the column in without meaning anything; DeepSeek-R1 is
+    DeepSeek-V3's architecture, and a system's form factor (b200_sxm) finds the GPU's preset."""
+    path = tmp_path / "moe.csv"
+    path.write_text("\n".join([
+        HEADER,
+        row("deepseek-ai/DeepSeek-R1", "h200_sxm", "fp8", "agg", 1024, 128, 8, 8, 300.0, 15.0, ep=8),
+        row("deepseek-ai/DeepSeek-R1", "h200_sxm", "fp8", "agg", 1024, 128, 8, 8, 300.0, 15.0, ep=1),
+        row("meta-llama/Llama-3.1-8B-Instruct", "b200_sxm", "", "agg", 1024, 128, 4, 2, 40.0, 7.0, ep=2),
+    ]) + "\n", encoding="utf-8")
+    rows = load_measurements([path])
+    assert [m.ep for m in rows] == [8, 1, 2]
+    moe_ep, moe_tp, dense = accuracy.resolve(rows)
+    assert moe_ep.model == moe_tp.model == "deepseek-v3"
+    assert moe_ep.reason == "expert parallelism" and moe_tp.reason == ""
+    assert (dense.model, dense.hardware, dense.reason) == ("llama-3.1-8b", "b200", "")

@@ -80,6 +80,12 @@ def parse_map(items, flag):
     return out
 
 
+# Checkpoints that share a preset's architecture (their config.json dimensions are the preset's:
+# DeepSeek-R1 and V3.1 are DeepSeek-V3 retrained, compared in aiconfigurator-core 0.12.0's
+# model_configs).
+SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3"}
+
+
 def resolve_name(kind, name, mapping):
     """The preset a measurement's model or system name stands for, or "" when none matches."""
     if name in mapping:
@@ -87,9 +93,16 @@ def resolve_name(kind, name, mapping):
     if kind == "hardware" and name.endswith((".yaml", ".yml")) and Path(name).is_file():
         return name  # the caller's own profile
     wanted = _key(name)
-    for preset in presets.preset_names(kind):
+    if kind == "models":
+        wanted = SAME_ARCHITECTURE.get(wanted, wanted)
+    names = presets.preset_names(kind)
+    for preset in names:
         if _key(preset) == wanted:
             return preset
+    if kind == "hardware":  # "b200_sxm" is the b200 preset: the form factor only when it tells GPUs apart
+        for preset in names:
+            if _key(preset).replace("-sxm", "") == wanted.replace("-sxm", ""):
+                return preset
     return ""
 
 
@@ -213,6 +226,8 @@ def skip_reason(m, model, hardware):
         return f"mode {m.mode} (disaggregated serving is not simulated)"
     if m.pp != 1 or m.dp != 1:
         return "pipeline or attention data parallelism"
+    if m.ep != 1 and _preset("models", model).is_moe:  # a dense model's rows may fill the column in
+        return "expert parallelism"
     if m.precision not in _PRECISION:
         return f"precision {m.precision!r}"
     return ""

@@ -56,6 +56,7 @@ def read_silicon_csv(path):
                 ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
                 tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
                 client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
+                ep=field_number(row, "moe_ep_size", path, line, integer=True, default=1),
             ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))

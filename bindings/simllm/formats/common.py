@@ -57,6 +57,7 @@ class Measurement:
     e2el_ms: float = NAN
     output_throughput: float = NAN
     client_overhead_ms: float = 0.0
+    ep: int = 1  # expert-parallel degree of the MoE layers (1 = experts sharded by TP only)
 
     @property
     def where(self):

@@ -237,11 +237,11 @@ def format_validation(points, summary, by=None):
         return "" if x is None or math.isnan(x) else f"{x:.2f}"
 
     rows = []
-    skipped = []
+    skipped = {}  # reason -> the points it left out
     for p in points:
         m = p.measurement
         if p.predicted is None:
-            skipped.append(f"  {m.where}: {p.reason}")
+            skipped.setdefault(p.reason, []).append(m.where)
             continue
         load = m.concurrency or f"{m.request_rate:g}/s"
         rows.append([m.where.split("/")[-1], p.model, p.hardware, m.tp, m.input_len, m.output_len, load,
@@ -261,7 +261,8 @@ def format_validation(points, summary, by=None):
                 "from its stated configuration -- lengths, parallelism, speculative decoding -- or from simllm's "
                 "schedule for it, such as queueing under KV-cache pressure)."]
     if skipped:
-        out += ["", f"Skipped {len(skipped)} point(s):"] + skipped[:20]
-        if len(skipped) > 20:
-            out.append(f"  ... and {len(skipped) - 20} more")
+        total = sum(len(w) for w in skipped.values())
+        out += ["", f"Skipped {total} point(s), by reason (count, first point):"]
+        for reason, where in sorted(skipped.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            out.append(f"  {len(where):5d}  {reason}  ({where[0]})")
     return "\n".join(out)
