@@ -243,11 +243,11 @@ def _gemm_shapes(model, tp):
     }
 
 
-def _own_moe_curve(data, fp8, model, tp):
+def _own_moe_curve(data, expert_key, model, tp):
     """The set's measured curve for exactly this model's routed experts (hidden, per-GPU width,
-    experts, top-k), or None."""
+    experts, top-k) in ``expert_key``'s kernels (bf16 where the set has none of it), or None."""
     shapes = data.get("moe_shapes", {})
-    items = shapes.get("fp8" if fp8 and "fp8" in shapes else "bf16", [])
+    items = shapes.get(expert_key if expert_key in shapes else "bf16", [])
     for item in items:
         if (item["hidden"], item["experts"], item["topk"]) == (model.hidden_size, model.num_experts,
                                                                  model.experts_per_token) \
@@ -292,15 +292,19 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     bw = hw.memory_bandwidth_gbps * 1e9
     link_bw = hw.interconnect_bandwidth_gbps * 1e9
     launch = fw.launch_overhead_us * 1e-6
-    fp8 = weight_dtype == "fp8" and hw.peak_flops("fp8") > 0 and "fp8" in data["gemm"]
-    tables = {op: data["gemm"]["fp8" if fp8 and in_weights else "bf16"] for op, in_weights in GEMM_OPS.items()}
+    # FP8 / FP4 weights run their own GEMM table where the GPU has the tensor cores and the set the
+    # table; the experts also run a weight-only format's own MoE kernels (int4, mxfp4)
+    native = hw.peak_flops(weight_dtype) > 0
+    key = weight_dtype if native and weight_dtype in ("fp8", "fp4") and weight_dtype in data["gemm"] else "bf16"
+    tables = {op: data["gemm"][key if in_weights else "bf16"] for op, in_weights in GEMM_OPS.items()}
+    expert_key = weight_dtype if native or weight_dtype in ("int4", "mxfp4") else "bf16"
     counts = sorted((int(n), curve) for n, curve in data["allreduce"].items())
     link_curve = counts[0][1]
     for n, curve in counts:
         if n <= tp:
             link_curve = curve
     moe_tables = data.get("moe", {})
-    moe_table = moe_tables.get("fp8" if fp8 and "fp8" in moe_tables else "bf16")
+    moe_table = moe_tables.get(expert_key if expert_key in moe_tables else "bf16")
     shapes = _gemm_shapes(model, tp)
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
@@ -320,7 +324,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                     # expert, hit experts' weight bytes), or without one the GEMM table at N x hit
                     hit = max(E * (1 - (1 - k / E) ** m), 1.0)
                     m_eff = max(m * k / hit, 1.0)
-                    own = _own_moe_curve(data, fp8, model, tp)
+                    own = _own_moe_curve(data, expert_key, model, tp)
                     if own is not None:  # the model's own expert shape, measured
                         e = _lerp(own, _coordinate(m, 0))
                     elif moe_table is not None:

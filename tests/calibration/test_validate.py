@@ -41,7 +41,7 @@ def silicon(tmp_path):
         row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 1024, 128, 4, 1, 40.0, 7.0),
         row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 2048, 256, 16, 2, 120.0, 6.0),
         row("moonshotai/Kimi-K2.5", "gb200", "fp4", "disagg", 1024, 1024, "", "", 300.0, 20.0),
-        row("Qwen/Qwen3-32B", "h200_sxm", "fp4", "agg", 1024, 128, 8, 1, 90.0, 12.0),
+        row("Qwen/Qwen3-32B", "h200_sxm", "fp6", "agg", 1024, 128, 8, 1, 90.0, 12.0),
     ]) + "\n", encoding="utf-8")
     return path
 
@@ -63,7 +63,7 @@ def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
     assert all(p.hardware == "h100-sxm" for p in done)
     reasons = [p.reason for p in points if not p.predicted]
     assert any("no model preset for 'moonshotai/Kimi-K2.5'" in r for r in reasons)
-    assert any("precision 'fp4'" in r for r in reasons)
+    assert any("precision 'fp6'" in r for r in reasons)
     # The prediction is the simulation of the same closed loop: a CSV row's client drew lengths
     # uniformly from 80-100% of the stated ones (InferenceMAX's), 10 requests per client; the
     # overhead the importer declares for the row's benchmark client is added to its TTFT.
@@ -108,7 +108,7 @@ def test_validate_cli_table_and_json(silicon, capsys):
     assert simllm.cli.main(["validate", str(silicon)]) == 0
     out = capsys.readouterr().out
     assert "median |error|" in out and "Skipped 2 point(s), by reason" in out
-    assert "      1  precision 'fp4'  (" in out  # each reason once, with its count and first point
+    assert "      1  precision 'fp6'  (" in out  # each reason once, with its count and first point
     assert simllm.cli.main(["validate", str(silicon), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["tpot"]["points"] == 2 and len(data["points"]) == 4

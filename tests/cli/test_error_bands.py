@@ -45,7 +45,7 @@ def test_run_out_of_domain(capsys):
     gpu = next(w for w in warnings if w.startswith("GPU l40s was never calibrated (calibrated: "))
     assert "h100-sxm" in gpu and "h200-sxm" in gpu and "l40s" not in gpu.split("calibrated: ")[1]
     assert any(w.startswith("model family qwen2.5 was never calibrated") for w in warnings)
-    assert "input length 16k above the calibrated 8k" in warnings
+    assert any(w.startswith("input length 16k above the calibrated ") for w in warnings)
     rc, out, err = main(argv, capsys)
     lines = [line for line in out.splitlines() if line.startswith("outside the calibrated domain")]
     assert len(lines) == 1 and "GPU l40s was never calibrated" in lines[0]

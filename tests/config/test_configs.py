@@ -278,6 +278,15 @@ def test_moe_presets_published_counts(name, total, active, rel):
     assert m.active_parameter_count() == pytest.approx(active, rel=rel)
 
 
+def test_minimax_m2_5_counts():
+    """Model card: 229B total, 10B activated (without the embedding and the LM head)."""
+    m = simllm.load_model("minimax-m2.5")
+    assert m.parameter_count() == pytest.approx(229e9, rel=0.005)
+    embed_and_head = 2 * m.vocab_size * m.hidden_size
+    assert m.active_parameter_count() - embed_and_head == pytest.approx(10e9, rel=0.03)
+    assert m.kv_elements_per_token() == 2 * 62 * 8 * 128 and m.rope_dim == 64
+
+
 def test_hf_quantization_config_sets_the_weight_dtype(tmp_path):
     import json
     cfg = json.loads((DATA / "llama-3.1-8b.config.json").read_text(encoding="utf-8"))
@@ -313,7 +322,7 @@ def _acc_model_configs():
 @pytest.mark.parametrize("stem, preset", [
     ("deepseek-ai--DeepSeek-V3", "deepseek-v3"), ("deepseek-ai--DeepSeek-R1", "deepseek-v3"),
     ("moonshotai--Kimi-K2-Instruct", "kimi-k2"), ("Qwen--Qwen3-235B-A22B", "qwen3-235b-a22b"),
-    ("Qwen--Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("Qwen--Qwen3-30B-A3B", "qwen3-30b-a3b"), ("MiniMaxAI--MiniMax-M2.5", "minimax-m2.5"),
 ])
 def test_real_configs_match_presets(stem, preset):
     """The config.json files aiconfigurator-core ships (the checkpoints' own) give the presets'

@@ -80,6 +80,20 @@ def test_fp8_table_only_where_the_gpu_has_fp8_tensor_cores():
             assert ("fp8" in dict(hw.tables_for(fw).gemm)) == (hw.fp8_tflops > 0), (gpu, fw)
     a100 = simllm.load_hardware("a100-sxm-80gb").tables_for("vllm")
     assert a100.gemm_table("fp8") is a100.gemm_table("bf16")  # weight-only FP8 runs the BF16 kernels
+
+
+def test_fp4_table_only_on_gpus_with_fp4_tensor_cores():
+    """NVFP4 GEMMs were measured on Blackwell only; every Blackwell preset has its FP4 peak."""
+    for gpu in SHIPPED:
+        hw = simllm.load_hardware(gpu)
+        for fw in FRAMEWORKS:
+            assert "fp4" not in dict(hw.tables_for(fw).gemm) or hw.fp4_tflops > 0, (gpu, fw)
+        if gpu in ("b200", "b300", "gb200", "gb300", "rtx-pro-6000"):
+            assert hw.fp4_tflops >= 2 * hw.fp8_tflops * 0.99 and "fp4" in dict(hw.tables_for("vllm").gemm), gpu
+        else:
+            assert hw.fp4_tflops == 0, gpu
+    h100 = simllm.load_hardware("h100-sxm").tables_for("vllm")
+    assert h100.gemm_table("fp4") is h100.gemm_table("bf16")  # FP4 weights on Hopper: weight-only
     h100 = simllm.load_hardware("h100-sxm").tables_for("vllm")
     assert h100.gemm_table("fp8") is dict(h100.gemm)["fp8"] and h100.gemm_table("int4") is h100.gemm_table("bf16")
 

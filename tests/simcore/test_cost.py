@@ -494,3 +494,19 @@ def test_moe_with_tables_matches_the_reference_on_both_paths(experts, expect):
     for op in ("moe_experts_up", "moe_experts_down"):
         assert ops[op][2] == pytest.approx(ref_ops[op][2], rel=1e-9), op
     assert total == pytest.approx(ref_total, rel=1e-9)
+
+
+@pytest.mark.parametrize("name, hw_name, framework, tp, dtype", [
+    ("deepseek-v3", "b200", "vllm", 8, "fp4"),  # NVFP4 GEMMs and experts on FP4 tensor cores
+    ("qwen3-30b-a3b", "b200", "sglang", 1, "fp4"),
+    ("llama-3.1-8b", "gb200", "trtllm", 1, "fp4"),  # no MoE table for TensorRT-LLM here
+    ("qwen3-30b-a3b", "h200-sxm", "vllm", 1, "mxfp4"),  # weight-only MXFP4 experts on Hopper
+    ("qwen3-30b-a3b", "h100-sxm", "vllm", 2, "fp4"),  # no FP4 tensor cores: weight-only at BF16
+    ("qwen3-30b-a3b", "h100-sxm", "sglang", 1, "int4"),
+])
+def test_four_bit_weights_match_the_shaped_reference(name, hw_name, framework, tp, dtype):
+    batch = [(1, 1500, True)] * 40 + [(700, 300, True)]
+    assert_matches_shaped_reference(name, hw_name, framework, tp, dtype, "auto", batch)
+    model, hw, s, r, p = shaped(name, hw_name, framework, tp, dtype, "auto")
+    assert p.w_bytes == {"fp4": 0.5625, "mxfp4": 0.53125, "int4": 0.515625}[dtype]
+    assert p.gemm_flops == (hw.peak_flops("fp4") if hw.fp4_tflops and dtype == "fp4" else hw.peak_flops(r.activation_dtype))

@@ -5,8 +5,8 @@ ships per-GPU, per-framework kernel latencies as Parquet under
 ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``. For one system and
 framework (the newest version of each table unless one is asked for) this module reads
 
-- ``gemm_perf`` (m, n, k, gemm_dtype, latency ms): BF16 and per-tensor FP8, the fastest kernel
-  source of each shape (what the framework's dispatch would pick);
+- ``gemm_perf`` (m, n, k, gemm_dtype, latency ms): BF16, per-tensor FP8 and NVFP4 (Blackwell),
+  the fastest kernel source of each shape (what the framework's dispatch would pick);
 - ``context_attention_perf`` and ``generation_attention_perf`` (batch_size, isl, step, num_heads,
   num_key_value_heads, head_dim, kv_cache_dtype, window_size, latency): full attention
   (window 0), head_dim 128, BF16 KV cache;
@@ -14,7 +14,8 @@ framework (the newest version of each table unless one is asked for) this module
   variants where the table has them,
 - ``moe_perf`` where the system and framework have it (moe_dtype, num_tokens, hidden_size,
   inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, latency): balanced
-  routing without expert parallelism, BF16 and FP8 (per-tensor or block-scaled, the fastest),
+  routing without expert parallelism, BF16, FP8 (per-tensor or block-scaled, the fastest), NVFP4,
+  and the weight-only INT4 and MXFP4 kernels (relative to the BF16 peak),
 
 turns every row into an efficiency, the datasheet roofline of our hardware preset divided by the
 measured latency (:mod:`simllm.config.kernels` says against which roofline for each table), and
@@ -45,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from simcore import codes
+from simllm.config import dtypes
 from simllm.config import kernels as kt
 from simllm.errors import ConfigError, optional_import
 from simllm.fileio import write_text_atomic
@@ -366,7 +368,8 @@ def fit_moe_shapes(tokens, hidden, inter, topk, n_experts, latency_s, peak_flops
                     "held_out_median_abs_error": _median_abs_error(pred, meas), "clipped_above_roofline": above}
 
 
-_MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
+_MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4",
+               "w4a16_mxfp4": "mxfp4"}
 
 
 def _moe_rows(path):
@@ -466,7 +469,7 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     g = read_columns(need("gemm", "gemm_perf.parquet"), ("gemm_dtype", "m", "n", "k", "latency"))
     fw_version = Path(files["gemm_perf.parquet"]).parent.name
     gemm = {}
-    for src, dtype in (("bfloat16", "bf16"), ("fp8", "fp8")):
+    for src, dtype in (("bfloat16", "bf16"), ("fp8", "fp8"), ("nvfp4", "fp4")):
         sel = g["gemm_dtype"] == src
         if sel.any():
             gemm[dtype] = (g["m"][sel], g["n"][sel], g["k"][sel], g["latency"][sel].astype(np.float64) * 1e-3)
@@ -502,7 +505,7 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
         files["moe_perf.parquet"] = str(path.relative_to(root))
         moe = _moe_rows(path) or None
     if moe is None:
-        omitted = {"moe": f"{PACKAGE} {package_version} has no balanced BF16/FP8 moe_perf rows for {system}/{framework}"}
+        omitted = {"moe": f"{PACKAGE} {package_version} has no balanced moe_perf rows without expert parallelism for {system}/{framework}"}
 
     provenance = {
         "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
@@ -511,7 +514,9 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
                         "attention tables: window_size 0, head_dim 128, BF16 KV cache",
                         "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled",
                         "MoE: balanced routing, no expert parallelism (moe_ep_size 1), gated experts, BF16 "
-                        "activations; fp8 = the fastest of per-tensor and 128x128 block-scaled"],
+                        "activations; fp8 = the fastest of per-tensor and 128x128 block-scaled; int4 "
+                        "(int4_wo) and mxfp4 (w4a16_mxfp4) weight-only, against the BF16 peak",
+                        "GEMM fp4 = NVFP4 (E2M1, an FP8 scale per 16: 0.5625 bytes per weight)"],
     }
     return tables_from_rows(hardware, SYSTEMS.get(system, hardware.gpu), framework, fw_version, provenance,
                             gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce, moe=moe,
@@ -572,8 +577,7 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
             continue
         keys, lat = _fastest(np.stack([m, n, k], axis=1).astype(np.int64), np.asarray(latency, dtype=np.float64))
         tables[dtype], report[f"gemm_{dtype}"] = fit_gemm(keys[:, 0], keys[:, 1], keys[:, 2], lat, peak,
-                                                          hardware.memory_bandwidth_bytes_per_s,
-                                                          1.0 if dtype == "fp8" else _BF16)
+                                                          hardware.memory_bandwidth_bytes_per_s, dtypes.BYTES[dtype])
     if "bf16" not in tables:
         raise ConfigError("kernel tables need bf16 GEMM rows, got none")
 
@@ -589,12 +593,13 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
                                                          head_dim)
     moe_tables, moe_shapes = {}, {}
     for dtype, (tokens, hidden, inter, topk, experts, latency) in (moe or {}).items():
-        peak = hardware.peak_flops(dtype)
+        # weight-only kernels compute in BF16
+        peak = hardware.peak_flops("bf16" if dtype in dtypes.WEIGHT_ONLY_DTYPES else dtype)
         if peak <= 0 or len(latency) == 0:
             continue
         keys, lat = _fastest(np.stack([tokens, hidden, inter, topk, experts], axis=1),
                              np.asarray(latency, dtype=np.float64))
-        args = (*keys.T, lat, peak, hardware.memory_bandwidth_bytes_per_s, 1.0 if dtype == "fp8" else _BF16)
+        args = (*keys.T, lat, peak, hardware.memory_bandwidth_bytes_per_s, dtypes.BYTES[dtype])
         moe_tables[dtype], report[f"moe_{dtype}"] = fit_moe(*args)
         moe_shapes[dtype], report[f"moe_shapes_{dtype}"] = fit_moe_shapes(*args)
     curves = {}

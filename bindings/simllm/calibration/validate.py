@@ -22,7 +22,7 @@ from simllm.sim.stats import abs_error_stats
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _SUFFIXES = ("-instruct", "-chat", "-hf", "-fp8", "-fp4", "-nvfp4", "-awq", "-gptq")
-_PRECISION = {"": "auto", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "int4"}
+_PRECISION = {"": "auto", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "int4", "fp4": "fp4"}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from simllm.errors import ConfigError
 GIB = 2.0**30
 
 _KEYS = {
-    "gpu", "name", "fp16_tflops", "bf16_tflops", "fp8_tflops", "int8_tops", "fp32_tflops",
+    "gpu", "name", "fp16_tflops", "bf16_tflops", "fp8_tflops", "fp4_tflops", "int8_tops", "fp32_tflops",
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
@@ -47,6 +47,7 @@ class HardwareConfig:
     memory_bandwidth_gbps: float  # GB/s (decimal), as the seed writes it
     memory_size_bytes: float
     fp8_tflops: float = 0.0  # 0 = no FP8 tensor cores (FP8 weights then run weight-only)
+    fp4_tflops: float = 0.0  # NVFP4 tensor cores (Blackwell); 0 = none (FP4 weights run weight-only)
     int8_tops: float = 0.0
     fp32_tflops: float = 0.0
     bandwidth_utilization: float = 0.8
@@ -83,6 +84,7 @@ class HardwareConfig:
             "bf16": self.bf16_tflops,
             "fp32": self.fp32_tflops,
             "fp8": self.fp8_tflops,
+            "fp4": self.fp4_tflops,
             "int8": self.int8_tops,
         }.get(dtype, 0.0)
         return tflops * 1e12
@@ -154,6 +156,7 @@ def hardware_from_dict(data, source="<dict>", *, with_tables=True):
         fp16_tflops=fp16,
         bf16_tflops=sec.number("bf16_tflops", fp16, **positive),
         fp8_tflops=sec.number("fp8_tflops", 0.0, minimum=0),
+        fp4_tflops=sec.number("fp4_tflops", 0.0, minimum=0),
         int8_tops=sec.number("int8_tops", 0.0, minimum=0),
         fp32_tflops=sec.number("fp32_tflops", 0.0, minimum=0),
         memory_bandwidth_gbps=sec.number("memory_bandwidth_gbps", **positive),

@@ -5,14 +5,15 @@ A table set is one JSON file (``configs/kernels/<gpu>/<framework>.json``, writte
 ``simllm kernels import`` from aiconfigurator-core's measured latencies or by ``simllm profile``
 from torch timings) that a hardware preset names with ``kernel_tables: <folder>``. It holds:
 
-- ``gemm``: per dtype (``bf16``, ``fp8``), efficiency over log2 M x log2 N x log2 K
+- ``gemm``: per dtype (``bf16``, ``fp8``, ``fp4`` = NVFP4), efficiency over log2 M x log2 N x log2 K
   (:data:`GEMM_LOG2_M` x :data:`GEMM_LOG2_NK` x :data:`GEMM_LOG2_NK`), relative to
   ``max(2 M N K / peak(dtype), bytes / bandwidth)``;
 - ``attention_prefill``: over log2 FLOPs of one layer x log2 mean keys per query, relative to
   ``flops / peak(bf16)`` (the grids of ``simcore.codes.EFF_PF_*`` and ``EFF_CTX_POINTS``);
 - ``attention_decode``: over log2 (rows x KV heads) x log2 context, relative to
   ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
-- ``moe`` (optional): per dtype, the grouped MoE kernel (one layer's routed experts: gate/up,
+- ``moe`` (optional): per dtype (also ``int4`` and ``mxfp4``, weight-only kernels relative to the
+  BF16 peak), the grouped MoE kernel (one layer's routed experts: gate/up,
   activation and down of every hit expert in one launch, as vLLM's ``fused_moe``, SGLang's and
   TensorRT-LLM's MoE ops run them) over log2 tokens per hit expert x log2 bytes of the hit
   experts' weights on the GPU (:data:`MOE_LOG2_M` x :data:`MOE_LOG2_BYTES`), relative to the
@@ -45,7 +46,8 @@ from simcore import codes
 from simllm.errors import ConfigError
 
 FORMAT = "simllm-kernel-tables/1"
-GEMM_DTYPES = ("bf16", "fp8")
+GEMM_DTYPES = ("bf16", "fp8", "fp4")
+MOE_DTYPES = ("bf16", "fp8", "fp4", "int4", "mxfp4")  # int4 and mxfp4: weight-only (W4A16) kernels
 GEMM_LOG2_M = tuple(range(0, 16))  # M = 1 .. 32768
 GEMM_LOG2_NK = tuple(range(7, 17))  # N, K = 128 .. 65536
 GEMM_SHAPE = (len(GEMM_LOG2_M), len(GEMM_LOG2_NK), len(GEMM_LOG2_NK))
@@ -81,26 +83,24 @@ class KernelTables:
 
     def moe_shape_curve(self, dtype, hidden, inter, experts, topk):
         """The measured efficiency curve of exactly this expert shape (``inter`` per GPU) for
-        weights of ``dtype`` (fp8 → the ``fp8`` curves where the set has any, else ``bf16``), or
-        None."""
-        key = "fp8" if dtype == "fp8" and any(d == "fp8" for d, *_ in self.moe_shapes) else "bf16"
+        weights of ``dtype`` (its own curves where the set has any, else ``bf16``), or None."""
+        key = dtype if any(d == dtype for d, *_ in self.moe_shapes) else "bf16"
         for d, h, i, e, k, curve in self.moe_shapes:
             if d == key and h == hidden and abs(i - inter) < 1e-6 and e == experts and k == topk:
                 return curve
         return None
 
     def moe_table(self, dtype):
-        """The grouped-MoE table for expert weights of ``dtype`` (fp8 → ``fp8`` where measured, else
+        """The grouped-MoE table for expert weights of ``dtype`` (its own where measured, else
         ``bf16``), or None when the set has none."""
         tables = dict(self.moe)
-        key = "fp8" if dtype == "fp8" and "fp8" in tables else "bf16"
-        return tables.get(key)
+        return tables.get(dtype if dtype in tables else "bf16")
 
     def gemm_table(self, dtype):
-        """The GEMM table for weights of ``dtype`` (fp8 → ``fp8``, anything else → ``bf16``)."""
+        """The GEMM table for weights of ``dtype`` (fp8 / fp4 → its own where measured, anything
+        else → ``bf16``)."""
         tables = dict(self.gemm)
-        key = "fp8" if dtype == "fp8" and "fp8" in tables else "bf16"
-        return tables[key]
+        return tables[dtype if dtype in ("fp8", "fp4") and dtype in tables else "bf16"]
 
     def allreduce_curve(self, n_gpus):
         """The all-reduce curve measured on the nearest GPU count at or below ``n_gpus`` (the
@@ -152,12 +152,12 @@ def tables_from_dict(data, source="<dict>"):
         raise ConfigError(f"allreduce: a mapping of GPU count to a curve ({{}} for none), got {str(link)[:100]}",
                           source=source)
     moe = data.get("moe", {})
-    if not isinstance(moe, dict) or set(moe) - set(GEMM_DTYPES):
-        raise ConfigError(f"moe: a mapping of {', '.join(GEMM_DTYPES)} to a table, got {str(moe)[:100]}",
+    if not isinstance(moe, dict) or set(moe) - set(MOE_DTYPES):
+        raise ConfigError(f"moe: a mapping of {', '.join(MOE_DTYPES)} to a table, got {str(moe)[:100]}",
                           source=source)
     shapes = data.get("moe_shapes", {})
-    if not isinstance(shapes, dict) or set(shapes) - set(GEMM_DTYPES):
-        raise ConfigError(f"moe_shapes: a mapping of {', '.join(GEMM_DTYPES)} to shape lists, got {str(shapes)[:100]}",
+    if not isinstance(shapes, dict) or set(shapes) - set(MOE_DTYPES):
+        raise ConfigError(f"moe_shapes: a mapping of {', '.join(MOE_DTYPES)} to shape lists, got {str(shapes)[:100]}",
                           source=source)
     moe_shapes = []
     for d, items in shapes.items():
@@ -188,7 +188,7 @@ def tables_from_dict(data, source="<dict>"):
         allreduce=tuple(sorted(curves)),
         provenance=json.dumps(data.get("provenance", {}), sort_keys=True),
         source=source,
-        moe=tuple((d, _array(moe[d], MOE_SHAPE, f"moe.{d}", source)) for d in GEMM_DTYPES if d in moe),
+        moe=tuple((d, _array(moe[d], MOE_SHAPE, f"moe.{d}", source)) for d in MOE_DTYPES if d in moe),
         moe_shapes=tuple(moe_shapes),
     )
 

@@ -248,7 +248,7 @@ def model_from_dict(data, source="<dict>"):
 
     kv = sec.section("kv_cache")
     kv.reject_unknown(_KV_KEYS)
-    dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.NATIVE_DTYPES + ("fp8", "int8", "int4"),
+    dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.NATIVE_DTYPES + ("fp8", "int8", "int4", "fp4", "mxfp4"),
                              source=source, key=sec.path("dtype"), line=line_of(sec.data, "dtype"))
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
@@ -389,8 +389,13 @@ def model_from_hf_config(data, source="config.json"):
                 out[key] = data[key]
         out.pop("head_dim", None)
     quant = data.get("quantization_config")
-    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "fp8":
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
+    if method == "fp8":
         out["dtype"] = "fp8"  # an FP8 checkpoint (DeepSeek's block-scaled e4m3, or per-tensor)
+    elif method == "mxfp4":
+        out["dtype"] = "mxfp4"  # gpt-oss: MXFP4 experts (its attention stays BF16: the whole model is priced so)
+    elif method == "modelopt" and "fp4" in str(quant.get("quant_algo", "")).lower():
+        out["dtype"] = "fp4"  # NVIDIA ModelOpt NVFP4 checkpoints
     experts_key = pick("num_experts")
     if sec.has(experts_key) and sec.number(experts_key, integer=True, minimum=0) > 0:
         moe = {"num_experts": sec.number(experts_key, integer=True, minimum=1)}

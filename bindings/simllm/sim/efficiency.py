@@ -40,7 +40,7 @@ def _gemm_shapes(p):
     }
 
 
-def efficiency_array(tables, p, weight_dtype):
+def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -50,17 +50,21 @@ def efficiency_array(tables, p, weight_dtype):
     p : CostParams
         Packed without tables (its shapes are what is looked up).
     weight_dtype : str
-        The resolved weight dtype (``fp8`` picks the FP8 GEMM table when the tables have one and
-        the GPU's FP8 peak is what ``p.gemm_flops`` holds).
+        The dtype the weight GEMMs run at (``fp8`` / ``fp4`` pick their own GEMM table when the
+        tables have one and the GPU's peak for it is what ``p.gemm_flops`` holds).
+    expert_dtype : str, optional
+        The routed experts' weight dtype for the MoE tables (default ``weight_dtype``); a
+        weight-only format (``int4``, ``mxfp4``) has its own measured MoE kernels.
     """
+    expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
     eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] = 0.0
     rows = kt.log2_grid(0, codes.EFF_M_POINTS)
     weights = tables.gemm_table(weight_dtype)
     acts = tables.gemm_table("bf16")
-    moe = tables.moe_table(weight_dtype)
+    moe = tables.moe_table(expert_dtype)
     # the model's own expert shape where it was measured (inter per GPU, as the tables store it)
-    own = tables.moe_shape_curve(weight_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
+    own = tables.moe_shape_curve(expert_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
     for op, (n, k, in_weight_dtype) in _gemm_shapes(p).items():
         if n <= 0 or k <= 0 or op_count_nb(p, op) == 0:
             continue

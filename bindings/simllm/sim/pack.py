@@ -133,5 +133,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     tables = hardware.tables_for(fw.name)
     if tables is None:
         return params
-    return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if hardware.peak_flops(r.weight_dtype) > 0
-                                                else r.activation_dtype))
+    native = hardware.peak_flops(r.weight_dtype) > 0
+    expert = r.weight_dtype if native or r.weight_dtype in dtypes.WEIGHT_ONLY_DTYPES else r.activation_dtype
+    return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if native else r.activation_dtype,
+                                                expert_dtype=expert))
