@@ -136,3 +136,37 @@ class ColdStart:
 
     def timeraw_import_and_tiny_run_empty_cache(self):
         return "import os, tempfile\nos.environ['NUMBA_CACHE_DIR'] = tempfile.mkdtemp()\n" + self._RUN
+
+
+class EngineMoE:
+    """100,000 requests of bench-1m's lengths on today's MoE layouts of 8 x H200: DeepSeek-V3
+    (MLA, 256 experts, FP8) with tensor parallelism 8 and with the wide-EP layout (attention data
+    parallel 8, expert parallel 8), and MiniMax-M2.5 (GQA, 256 experts) at TP 4: the MoE and
+    all-to-all operators and the MoE tables' curves in the kernel's hot path."""
+
+    params = [["deepseek-v3 tp8", "deepseek-v3 dp8 ep8", "minimax-m2.5 tp4"]]
+    param_names = ["layout"]
+    number = 1
+    repeat = 3
+    timeout = 600
+    LAYOUTS = {"deepseek-v3 tp8": ("deepseek-v3", dict(tensor_parallel_size=8)),
+               "deepseek-v3 dp8 ep8": ("deepseek-v3", dict(data_parallel_size=8, expert_parallel_size=8)),
+               "minimax-m2.5 tp4": ("minimax-m2.5", dict(tensor_parallel_size=4))}
+
+    def setup(self, layout):
+        name, kw = self.LAYOUTS[layout]
+        self.m, self.h = simllm.load_model(name), simllm.load_hardware("h200-sxm")
+        self.s = simllm.ServingConfig(max_model_len=8192, **kw)
+        self.w, self.req = bench_requests(100_000)
+        _warm(self.m, self.h, self.s)
+
+    def _run(self):
+        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+
+    def time_simulate(self, layout):
+        self._run()
+
+    def track_kernel_requests_per_second(self, layout):
+        return self._run().summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"

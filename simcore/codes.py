@@ -8,7 +8,8 @@ accumulator, ``RI_*``/``RF_*`` in the request arrays, the workspace slots, ``SCH
 start) are computed once, in :mod:`simcore.layout`."""
 
 # Operators of one forward pass. Layer operators repeat once per layer (or per dense / MoE layer);
-# the last four run once per iteration.
+# final norm, LM head, logits gather and sampling run once per iteration; the MoE all-to-all
+# (expert parallelism's dispatch and combine) once per MoE layer.
 OP_EMBEDDING = 0
 OP_INPUT_NORM = 1
 OP_QKV_PROJ = 2
@@ -31,7 +32,8 @@ OP_FINAL_NORM = 18
 OP_LM_HEAD = 19
 OP_LOGITS_GATHER = 20
 OP_SAMPLING = 21
-N_OPS = 22
+OP_MOE_ALLTOALL = 22
+N_OPS = 23
 
 OP_NAMES = (
     "embedding",
@@ -56,6 +58,7 @@ OP_NAMES = (
     "lm_head",
     "logits_gather",
     "sampling",
+    "moe_all_to_all",
 )
 
 # What limits an operator's time on the roofline.

@@ -74,6 +74,7 @@ from simcore.codes import (
     OP_LM_HEAD,
     OP_LOGITS_GATHER,
     OP_MOE_ACT,
+    OP_MOE_ALLTOALL,
     OP_MOE_DOWN,
     OP_MOE_ROUTER,
     OP_MOE_UP,
@@ -120,6 +121,8 @@ def op_count_nb(p, op):
         return n_dense
     if op == OP_MOE_ROUTER or op == OP_MOE_UP or op == OP_MOE_ACT or op == OP_MOE_DOWN:
         return p.n_moe_layers
+    if op == OP_MOE_ALLTOALL:
+        return p.n_moe_layers if p.ep > 1.0 else 0
     return p.n_layers
 
 
@@ -130,6 +133,17 @@ def experts_hit_nb(n_experts, experts_per_token, n_tokens):
     if n_experts <= 0.0 or n_tokens <= 0.0:
         return 0.0
     return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** n_tokens)
+
+
+@jit_inline
+def moe_local_nb(p, n_tokens):
+    """What one GPU's routed experts see in a MoE layer when the GPU's engine rank brings
+    ``n_tokens``: the token-expert assignments routed to its experts and the expected number of
+    its experts hit. Every attention data-parallel rank's tokens meet in the layer (``moe_dp``
+    ranks with expert parallelism), each choosing ``experts_per_token`` of all ``n_experts x ep``
+    experts uniformly; this GPU holds ``n_experts`` of them (its share ``1 / ep``)."""
+    tm = n_tokens * p.moe_dp
+    return tm * p.experts_per_token / p.ep, experts_hit_nb(p.n_experts * p.ep, p.experts_per_token, tm) / p.ep
 
 
 @jit_inline
@@ -159,7 +173,9 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         # Gather t rows of the table: only those rows are read, not the whole table.
         return 0.0, t * h * (p.a_bytes + ab), UNIT_VECTOR
     if op == OP_INPUT_NORM or op == OP_POST_NORM or op == OP_FINAL_NORM:
-        return p.norm_flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.a_bytes, UNIT_VECTOR
+        # RMSNorm (hidden weights): 4 FLOPs an element; LayerNorm (weights and biases): 7
+        flops_per_elem = 4.0 + 3.0 * (p.norm_params / h - 1.0)
+        return flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.a_bytes, UNIT_VECTOR
     if op == OP_QKV_PROJ:
         return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + p.qkv_width) * ab, UNIT_GEMM
     if op == OP_ROPE:
@@ -194,10 +210,9 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
     if op == OP_MOE_ROUTER:
         flops = 2.0 * t * p.p_router
-        return flops, p.p_router * p.a_bytes + t * h * ab + t * p.n_experts * LOGIT_BYTES, UNIT_GEMM
+        return flops, p.p_router * p.a_bytes + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
     if op == OP_MOE_UP or op == OP_MOE_DOWN:
-        routed = t * p.experts_per_token  # token-expert assignments
-        hit = experts_hit_nb(p.n_experts, p.experts_per_token, t)
+        routed, hit = moe_local_nb(p, t)  # token-expert assignments to this GPU's experts, experts hit
         if op == OP_MOE_UP:
             pe = p.p_expert_up
             ps = p.p_shared_up
@@ -210,7 +225,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         nbytes = (hit * pe + ps) * p.w_bytes + act * ab
         return flops, nbytes, UNIT_GEMM
     if op == OP_MOE_ACT:
-        routed = t * p.experts_per_token
+        routed = moe_local_nb(p, t)[0]
         inner = routed * p.expert_inner + t * p.shared_inner
         up = routed * p.expert_up_width + t * p.shared_up_width
         return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
@@ -218,6 +233,12 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         vocab_here = p.p_lm_head / h
         nbytes = p.p_lm_head * p.a_bytes + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
         return 2.0 * n_emit * p.p_lm_head, nbytes, UNIT_GEMM
+    if op == OP_MOE_ALLTOALL:
+        # Expert parallelism's dispatch and combine: the GPU's share of its rank's tokens (the
+        # rank's tp GPUs split them) goes to the experts' GPUs and comes back, each assignment's
+        # hidden state once each way, (ep - 1) / ep of them to another GPU.
+        sent = t / p.tp * p.experts_per_token * h * ab * (p.ep - 1.0) / p.ep
+        return 0.0, 2.0 * sent, UNIT_LINK
     if op == OP_SAMPLING:
         logits = n_emit * p.vocab
         return SAMPLING_FLOPS_PER_LOGIT * logits, SAMPLING_PASSES * logits * LOGIT_BYTES, UNIT_VECTOR

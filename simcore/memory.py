@@ -1,7 +1,7 @@
 """Memory model per GPU: resident weights, weights streamed per iteration, KV bytes per token,
 activation workspace. All results in bytes."""
 from simcore._jit import jit
-from simcore.cost import LOGIT_BYTES, experts_hit_nb
+from simcore.cost import LOGIT_BYTES, moe_local_nb
 
 
 @jit
@@ -13,7 +13,7 @@ def resident_weight_bytes_nb(p):
     small = p.n_moe_layers * p.p_router
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
     small += p.n_layers * p.qk_norm_params
-    small += p.p_embed + (1.0 - p.tied) * p.p_lm_head
+    small += p.vocab * p.hidden / p.tp + (1.0 - p.tied) * p.p_lm_head  # the embedding table's shard
     return gemm * p.w_bytes + small * p.a_bytes
 
 
@@ -23,7 +23,7 @@ def streamed_weight_bytes_nb(p, n_tokens):
     one token): every matrix once, the LM head included, the embedding table only for the rows it
     gathers (not counted here), and for MoE only the experts the batch hits."""
     n_dense = p.n_layers - p.n_moe_layers
-    hit = experts_hit_nb(p.n_experts, p.experts_per_token, n_tokens)
+    hit = moe_local_nb(p, n_tokens)[1]
     gemm = p.n_layers * (p.p_qkv + p.p_o) + n_dense * (p.p_ffn_up + p.p_ffn_down)
     gemm += p.n_moe_layers * (hit * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
     small = p.n_moe_layers * p.p_router
@@ -50,7 +50,8 @@ def activation_workspace_bytes_nb(p, max_tokens, max_seqs):
     dense_peak = p.ffn_up_width + p.ffn_inner
     moe_peak = 0.0
     if p.n_moe_layers > 0:
-        moe_peak = p.experts_per_token * (h + p.expert_up_width + p.expert_inner)
+        # assignments per local token reaching this GPU's experts (k without expert parallelism)
+        moe_peak = p.moe_dp * p.experts_per_token / p.ep * (h + p.expert_up_width + p.expert_inner)
         moe_peak += p.shared_up_width + p.shared_inner
     per_token = 2.0 * h + max(attn_peak, max(dense_peak, moe_peak))
     logits = max_seqs * p.vocab * LOGIT_BYTES * 2.0

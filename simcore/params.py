@@ -31,8 +31,8 @@ class CostParams(NamedTuple):
     rope_flops: float  # FLOPs per token of RoPE (and Qwen3's per-head q/k norms)
     rope_bytes: float  # activation elements per token RoPE (and the q/k norms) reads and writes
     qk_norm_params: float  # weights of the per-head q/k norms per layer (2 x head_dim, or 0)
-    norm_params: float  # parameters of one norm (hidden for RMSNorm, 2 x hidden for LayerNorm)
-    norm_flops_per_elem: float  # FLOPs per element of one norm
+    norm_params: float  # parameters of one norm (hidden for RMSNorm: 4 FLOPs an element; 2 x hidden
+    #                     for LayerNorm: 7 FLOPs an element)
     norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
     p_qkv: float  # parameters of the fused QKV projection (+ bias)
     p_o: float  # parameters of the output projection (+ bias)
@@ -40,10 +40,12 @@ class CostParams(NamedTuple):
     ffn_inner: float  # width after the activation (intermediate)
     p_ffn_up: float  # parameters of the dense gate+up (or up) projection
     p_ffn_down: float  # parameters of the dense down projection
-    n_experts: float  # routed experts per MoE layer
+    n_experts: float  # routed experts per MoE layer on this GPU (all of them without expert parallelism)
     experts_per_token: float  # routed experts each token is sent to
+    ep: float  # expert-parallel degree: the layer's experts are spread over ep GPU groups
+    moe_dp: float  # attention data-parallel ranks whose tokens meet in each MoE layer (1 without EP)
     p_router: float  # router parameters (replicated)
-    expert_up_width: float  # one expert's up output width on this GPU
+    expert_up_width: float  # one expert's up output width on this GPU (its width / the MoE's TP)
     expert_inner: float  # one expert's intermediate width on this GPU
     p_expert_up: float  # one routed expert's gate+up parameters on this GPU
     p_expert_down: float  # one routed expert's down parameters on this GPU
@@ -51,8 +53,8 @@ class CostParams(NamedTuple):
     shared_inner: float
     p_shared_up: float  # all shared experts' gate+up parameters on this GPU
     p_shared_down: float
-    vocab: float  # full vocabulary (sampling runs over it after the logits gather)
-    p_embed: float  # embedding table parameters on this GPU (vocab-parallel)
+    vocab: float  # full vocabulary (sampling runs over it after the logits gather; the embedding
+    #               table holds vocab x hidden / tp on each GPU)
     p_lm_head: float  # LM head parameters on this GPU (vocab-parallel; the embedding if tied)
     tied: float  # 1.0 when the LM head is the embedding table (stored once)
     # --- dtypes, bytes per element ---

@@ -27,8 +27,11 @@ def _bytes(name):
     return dtypes.BYTES[name]
 
 
-def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0):
-    """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance."""
+def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
+                  ep=1, dp=1):
+    """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance;
+    ``ep`` > 1: the MoE layers' experts spread over ``ep`` GPU groups and the ``dp`` data-parallel
+    ranks' tokens meet in them (each rank's batch the same as this one)."""
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs = 0
@@ -38,11 +41,11 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
             pairs += c + i + 1
         kv_tokens += c + q  # every cached and new key/value is read once
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                          kv_dtype=kv_dtype, kv_ratio=kv_ratio)
+                          kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp)
 
 
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                   kv_ratio=1.0):
+                   kv_ratio=1.0, ep=1, dp=1):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
     ``pairs`` query-key pairs and ``kv_tokens`` keys read (the shaped reference prices GEMMs at
     ``T = emit = 2**i`` with it)."""
@@ -97,16 +100,22 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         ops["ffn_down"] = (dense_layers, 2 * T * p_down, p_down * wb + T * (inter + h) * ab, GEMM)
     if moe:
         E, k = model.num_experts, model.experts_per_token
-        ei = model.moe_intermediate_size / tp
+        # expert parallelism: each GPU holds E / ep whole-width experts (split over the remaining
+        # tp x dp / ep GPUs) and sees every data-parallel rank's tokens
+        ei = model.moe_intermediate_size / (tp * dp // ep if ep > 1 else tp)
         si = model.shared_expert_intermediate_size / tp
-        hit = E * (1 - (1 - k / E) ** T)
+        tm = T * dp if ep > 1 else T  # tokens meeting in the layer
+        a = tm * k / ep  # token-expert assignments to this GPU's experts
+        hit = E * (1 - (1 - k / E) ** tm) / ep  # of this GPU's experts, hit
         n = model.moe_layers
         ops["moe_router"] = (n, 2 * T * h * E, h * E * ab + T * h * ab + T * E * 4, GEMM)
-        ops["moe_experts_up"] = (n, 2 * T * k * 2 * h * ei + 2 * T * 2 * h * si,
-                                 (hit * 2 * h * ei + 2 * h * si) * wb + (T * k * (h + 2 * ei) + T * (h + 2 * si)) * ab, GEMM)
-        ops["moe_experts_act"] = (n, 5 * (T * k * ei + T * si), (T * k * 3 * ei + T * 3 * si) * ab, VECTOR)
-        ops["moe_experts_down"] = (n, 2 * T * k * ei * h + 2 * T * si * h,
-                                   (hit * ei * h + si * h) * wb + (T * k * (ei + h) + T * (si + h)) * ab, GEMM)
+        ops["moe_experts_up"] = (n, 2 * a * 2 * h * ei + 2 * T * 2 * h * si,
+                                 (hit * 2 * h * ei + 2 * h * si) * wb + (a * (h + 2 * ei) + T * (h + 2 * si)) * ab, GEMM)
+        ops["moe_experts_act"] = (n, 5 * (a * ei + T * si), (a * 3 * ei + T * 3 * si) * ab, VECTOR)
+        ops["moe_experts_down"] = (n, 2 * a * ei * h + 2 * T * si * h,
+                                   (hit * ei * h + si * h) * wb + (a * (ei + h) + T * (si + h)) * ab, GEMM)
+        if ep > 1:  # dispatch and combine: this GPU's 1/tp of its rank's tokens, (ep-1)/ep of them away
+            ops["moe_all_to_all"] = (n, 0.0, 2 * (T / tp) * k * h * ab * (ep - 1) / ep, LINK)
     ops["final_norm"] = (1,) + norm()
     if emit:
         V = model.vocab_size
@@ -145,7 +154,7 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb):
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                   framework="vllm"):
+                   framework="vllm", ep=1, dp=1):
     """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
     framework profile's launch gap joins every operator and its per-iteration CPU overhead the
     total of a non-empty batch."""
@@ -161,7 +170,8 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     launch = fw.launch_overhead_us * 1e-6
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
-        model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio
+        model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
+        ep=ep, dp=dp
     ).items():
         if unit == LINK:
             t = hw.interconnect_latency_us * 1e-6 + nbytes / (hw.interconnect_bandwidth_gbps * 1e9 * hw.interconnect_utilization)
@@ -217,13 +227,14 @@ def _lerp3(table, x1, x2, x3):
     return _lerp([_lerp2(plane, x2, x3) for plane in table], x1)
 
 
-def _gemm_shapes(model, tp):
-    """{op: (N, K)} of the weight GEMMs on one GPU (the projections' output and input widths)."""
+def _gemm_shapes(model, tp, moe_tp=None):
+    """{op: (N, K)} of the weight GEMMs on one GPU (the projections' output and input widths);
+    experts split over ``moe_tp`` GPUs (default ``tp``)."""
     h, d = model.hidden_size, model.head_dim
     qh = model.num_attention_heads / tp
     kvh = max(1, model.num_key_value_heads // tp)
     inter = model.intermediate_size / tp
-    ei = model.moe_intermediate_size / tp
+    ei = model.moe_intermediate_size / (moe_tp or tp)
     si = model.shared_expert_intermediate_size / tp
     vocab_here = (model.vocab_size * h + (model.vocab_size if model.lm_head_bias else 0)) / tp / h
     if model.is_mla:
@@ -257,7 +268,7 @@ def _own_moe_curve(data, expert_key, model, tp):
 
 
 def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                          kv_ratio=1.0, framework="vllm", tables_path=None):
+                          kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1):
     """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
     operators the kernel tables cover priced from the table JSON file itself (``tables_path``,
     default the file ``hw`` loaded for ``framework``), as simllm.config.kernels documents them:
@@ -305,10 +316,11 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             link_curve = curve
     moe_tables = data.get("moe", {})
     moe_table = moe_tables.get(expert_key if expert_key in moe_tables else "bf16")
-    shapes = _gemm_shapes(model, tp)
+    moe_tp = tp * dp // ep if ep > 1 else tp
+    shapes = _gemm_shapes(model, tp, moe_tp)
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
-    dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio)
+    dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp)
 
     curves = {}  # op -> seconds at M = 2**0 .. 2**17
 
@@ -322,13 +334,14 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                 if op.startswith("moe_experts") and E > 0:
                     # one grouped kernel over the hit experts: the MoE table at (tokens per hit
                     # expert, hit experts' weight bytes), or without one the GEMM table at N x hit
-                    hit = max(E * (1 - (1 - k / E) ** m), 1.0)
-                    m_eff = max(m * k / hit, 1.0)
-                    own = _own_moe_curve(data, expert_key, model, tp)
+                    tm = m * dp if ep > 1 else m  # tokens meeting in the layer
+                    hit = max(E * (1 - (1 - k / E) ** tm) / ep, 1.0)  # of this GPU's experts
+                    m_eff = max(tm * k / ep / hit, 1.0)
+                    own = _own_moe_curve(data, expert_key, model, tp) if ep == 1 else None  # measured at EP 1
                     if own is not None:  # the model's own expert shape, measured
                         e = _lerp(own, _coordinate(m, 0))
                     elif moe_table is not None:
-                        ei = model.moe_intermediate_size / tp
+                        ei = model.moe_intermediate_size / moe_tp
                         hit_bytes = hit * 3 * model.hidden_size * ei * _bytes(weight_dtype)
                         e = _lerp2(moe_table, _coordinate(m_eff, MOE_M0), _coordinate(hit_bytes, MOE_BYTES0))
                     else:

@@ -141,19 +141,22 @@ def test_shared_silicon_data_validates(capsys):
 
 
 def test_moe_rows_read_their_expert_parallelism(tmp_path):
-    """A MoE row with moe_ep_size > 1 is skipped as expert parallelism (not simulated as TP); a
-    dense model's row may fill the column in without meaning anything; DeepSeek-R1 is
-    DeepSeek-V3's architecture, and a system's form factor (b200_sxm) finds the GPU's preset."""
+    """A MoE row's moe_ep_size is simulated as expert parallelism (over the row's tensor x data
+    parallel GPUs); a dense model's row may fill the column in without meaning anything; a row over
+    more GPUs than one node (NVLink domain) holds is skipped; DeepSeek-R1 is DeepSeek-V3's
+    architecture, and a system's form factor (b200_sxm) finds the GPU's preset."""
     path = tmp_path / "moe.csv"
     path.write_text("\n".join([
         HEADER,
         row("deepseek-ai/DeepSeek-R1", "h200_sxm", "fp8", "agg", 1024, 128, 8, 8, 300.0, 15.0, ep=8),
-        row("deepseek-ai/DeepSeek-R1", "h200_sxm", "fp8", "agg", 1024, 128, 8, 8, 300.0, 15.0, ep=1),
+        row("deepseek-ai/DeepSeek-R1", "h200_sxm", "fp8", "agg", 1024, 128, 8, 16, 300.0, 15.0, ep=8),
         row("meta-llama/Llama-3.1-8B-Instruct", "b200_sxm", "", "agg", 1024, 128, 4, 2, 40.0, 7.0, ep=2),
     ]) + "\n", encoding="utf-8")
     rows = load_measurements([path])
-    assert [m.ep for m in rows] == [8, 1, 2]
-    moe_ep, moe_tp, dense = accuracy.resolve(rows)
-    assert moe_ep.model == moe_tp.model == "deepseek-v3"
-    assert moe_ep.reason == "expert parallelism" and moe_tp.reason == ""
+    assert [m.ep for m in rows] == [8, 8, 2]
+    ep8, two_nodes, dense = accuracy.resolve(rows)
+    assert ep8.model == two_nodes.model == "deepseek-v3"
+    assert ep8.reason == "" and two_nodes.reason == "16 GPUs over nodes of 8 (inter-node links are not simulated)"
     assert (dense.model, dense.hardware, dense.reason) == ("llama-3.1-8b", "b200", "")
+    (p,) = accuracy.predict_points([ep8], num_prompts=16)
+    assert p.predicted and p.predicted["tpot"] > 0

@@ -20,6 +20,7 @@ from simcore import (
     iteration_time_nb,
     kv_bytes_per_token_nb,
     new_cost_arrays,
+    moe_local_nb,
     op_cost_nb,
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
@@ -510,3 +511,70 @@ def test_four_bit_weights_match_the_shaped_reference(name, hw_name, framework, t
     model, hw, s, r, p = shaped(name, hw_name, framework, tp, dtype, "auto")
     assert p.w_bytes == {"fp4": 0.5625, "mxfp4": 0.53125, "int4": 0.515625}[dtype]
     assert p.gemm_flops == (hw.peak_flops("fp4") if hw.fp4_tflops and dtype == "fp4" else hw.peak_flops(r.activation_dtype))
+
+
+# --------------------------------------------------------------------------- expert parallelism
+EP_CASES = [  # (model, gpu, tp, dp, ep): attention TP x DP GPUs; EP x MoE-TP the same GPUs
+    ("deepseek-v3", "h200-sxm", 1, 8, 8),  # wide EP: attention data parallel 8, experts over 8
+    ("deepseek-v3", "h200-sxm", 8, 1, 8),  # TP 8 attention, experts over the same 8 GPUs
+    ("qwen3-30b-a3b", "h100-sxm", 2, 2, 2),  # EP 2 x MoE-TP 2
+    ("mixtral-8x7b", "h100-sxm", 4, 1, 2),
+]
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["scalar", "tables"])
+@pytest.mark.parametrize("name, hw_name, tp, dp, ep", EP_CASES)
+def test_expert_parallel_kernels_match_the_reference(name, hw_name, tp, dp, ep, tables):
+    batch = [(1, 2000, True)] * 30 + [(900, 0, True)]
+    model, hw, s, r, p = build(name, hardware(hw_name) if tables else hw_name, tables=tables, tensor_parallel_size=tp,
+                               data_parallel_size=dp, expert_parallel_size=ep)
+    assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (ep, tp * dp // ep)
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=ep, dp=dp)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert set(ops) == set(ref_ops) and "moe_all_to_all" in ops
+    for op, (f, b, t) in ref_ops.items():
+        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
+        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
+        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
+    assert total == pytest.approx(ref_total, rel=1e-9)
+    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
+
+
+def test_wide_ep_closed_form():
+    """DeepSeek-V3 on 8 GPUs, attention data parallel 8, EP 8, 32 decode tokens per rank: the 256
+    tokens of all ranks meet in each MoE layer, 256 x 8 / 8 = 256 assignments reach each GPU's 32
+    experts, of which 32 x (1 - (1 - 8/256)**256) are hit; dispatch and combine move 32 tokens x 8
+    x 7168 x 2 bytes x 7/8 each way; each GPU stores 32 of the 256 experts."""
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8)
+    assert (p.n_experts, p.ep, p.moe_dp) == (32.0, 8.0, 8.0)
+    assigned, hit = moe_local_nb(p, 32.0)
+    assert assigned == 256.0
+    assert hit == pytest.approx(32 * (1 - (1 - 8 / 256) ** 256), rel=1e-12)
+    _, nbytes, unit = op_cost_nb(p, codes.OP_MOE_ALLTOALL, 32.0, 32.0, 32.0, 32.0)
+    assert unit == codes.UNIT_LINK and nbytes == 2 * 32 * 8 * 7168 * 2 * 7 / 8
+    expert = 3 * 7168 * 2048  # gate, up and down of one expert, whole on its GPU
+    assert p.p_expert_up + p.p_expert_down == expert
+    ref = resident_weight_bytes_nb(build("deepseek-v3", "h200-sxm", tables=False)[4])  # all 256 experts
+    assert ref - resident_weight_bytes_nb(p) == pytest.approx(58 * (256 - 32) * expert * 1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": "llama-3.1-8b", "expert_parallel_size": 2, "tensor_parallel_size": 2}, "no experts"),
+    ({"model": "mixtral-8x7b", "expert_parallel_size": 3, "data_parallel_size": 3}, "divisor of Mixtral-8x7B-v0.1's 8 experts"),
+    ({"model": "deepseek-v3", "expert_parallel_size": 16, "tensor_parallel_size": 8}, "divisor of the 8 GPUs"),
+    ({"model": "deepseek-v3", "expert_parallel_size": 4, "enable_expert_parallel": True, "tensor_parallel_size": 8},
+     "with --enable-expert-parallel"),
+])
+def test_expert_parallel_settings_are_checked(kwargs, message):
+    name = kwargs.pop("model")
+    with pytest.raises(simllm.ConfigError) as err:
+        build(name, "h200-sxm", tables=False, **kwargs)
+    assert message in str(err.value) and "--expert-parallel-size" in str(err.value)
+
+
+def test_enable_expert_parallel_spreads_experts_over_every_gpu():
+    r = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=2, data_parallel_size=4,
+              enable_expert_parallel=True)[3]
+    assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (8, 1)

@@ -202,6 +202,10 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         max_num_seqs=max(256, m.concurrency),
         framework=framework_of(m),
         kv_cache_dtype=_kv_cache_dtype(m),
+        # attention data parallelism: replicas; with expert parallelism (a MoE model's rows only: a
+        # dense model's may fill the column in) their tokens meet in every MoE layer
+        data_parallel_size=m.dp,
+        expert_parallel_size=m.ep if model.is_moe else 1,
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
         # which is vLLM's v0 schedule, not v1's chunked prefill.
         enable_chunked_prefill=m.backend != "sglang",
@@ -224,10 +228,11 @@ def skip_reason(m, model, hardware):
         return f"no hardware preset for {m.hardware!r} (use --hardware-map or --hardware)"
     if m.mode != "agg":
         return f"mode {m.mode} (disaggregated serving is not simulated)"
-    if m.pp != 1 or m.dp != 1:
-        return "pipeline or attention data parallelism"
-    if m.ep != 1 and _preset("models", model).is_moe:  # a dense model's rows may fill the column in
-        return "expert parallelism"
+    if m.pp != 1:
+        return "pipeline parallelism"
+    per_node = _preset("hardware", hardware).gpus_per_node if isinstance(hardware, str) else hardware.gpus_per_node
+    if m.tp * max(m.dp, 1) > per_node:
+        return f"{m.tp * max(m.dp, 1)} GPUs over nodes of {per_node} (inter-node links are not simulated)"
     if m.precision not in _PRECISION:
         return f"precision {m.precision!r}"
     return ""

@@ -85,7 +85,8 @@ def add_target(p):
 
 def add_engine_args(p):
     p.add_argument("--tensor-parallel-size", "-tp", type=positive_int, default=1, help="GPUs sharing each layer (default 1)")
-    p.add_argument("--dtype", default="auto", help="weight dtype: auto, fp16, bf16, fp32, fp8, int8, int4 (default auto)")
+    p.add_argument("--dtype", default="auto",
+                   help="weight dtype: auto, fp16, bf16, fp32, fp8, int8, int4, fp4 (NVFP4), mxfp4 (default auto)")
     p.add_argument("--kv-cache-dtype", default="auto", help="KV cache dtype: auto, fp16, bf16, fp8, int8, int4")
     p.add_argument("--kv-compression-ratio", type=ratio, default=0.0, help="KV bytes stored = raw / ratio (default: the model's, 1)")
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.9, help="fraction of GPU memory the engine may use (default 0.9)")
@@ -94,6 +95,14 @@ def add_engine_args(p):
     p.add_argument("--max-num-seqs", type=positive_int, default=256, help="sequences per iteration (default 256)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=0,
                    help="tokens per iteration (default 8192; without chunked prefill max(max_model_len, 2048))")
+    p.add_argument("--data-parallel-size", "-dp", type=positive_int, default=1,
+                   help="engine replicas (with expert parallelism: attention data-parallel ranks whose tokens meet "
+                        "in every MoE layer)")
+    p.add_argument("--expert-parallel-size", "-ep", type=positive_int, default=1,
+                   help="MoE layers' experts spread over this many GPU groups; tensor x data parallel GPUs = EP x the "
+                        "experts' own TP (default 1: experts sharded by TP)")
+    p.add_argument("--enable-expert-parallel", action="store_true",
+                   help="vLLM's flag: expert parallelism over every GPU (EP = tensor x data parallel)")
     p.add_argument("--framework", default="vllm", metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
                    help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
                         "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
@@ -146,7 +155,6 @@ def add_scheduler_args(p):
     eng.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
                      help="vLLM v1 chunked prefill (default on); --no-enable-chunked-prefill for v0 scheduling")
     eng.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
-    eng.add_argument("--data-parallel-size", "-dp", type=positive_int, default=1, help="engine replicas")
     eng.add_argument("--router", choices=ROUTERS, default="round_robin", help="how replicas share requests")
     eng.add_argument("--batching", choices=BATCHING, default="continuous", help="batching policy")
     eng.add_argument("--pad-prompts", action="store_true", help="static/dynamic: pad prompts to the longest")
@@ -204,8 +212,9 @@ def target(args):
 #: The ServingConfig fields of add_engine_args (estimate, run and the rest) and those
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
-                 "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "framework")
-SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "data_parallel_size", "router", "batching",
+                 "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
+                 "expert_parallel_size", "enable_expert_parallel", "framework")
+SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 
 

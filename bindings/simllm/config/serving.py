@@ -71,6 +71,13 @@ class ServingConfig:
     # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
     batch_max: int = setting(0, "--batch-max", _count(0), "a positive integer")
     data_parallel_size: int = setting(1, "--data-parallel-size", _count(1), "a positive integer")
+    # Expert parallelism of MoE layers: their experts spread over this many GPU groups (SGLang's
+    # --ep-size, TensorRT-LLM's moe_expert_parallel_size); 1 = experts sharded by TP only. With
+    # data parallelism it couples the replicas (attention data parallelism): every rank's tokens
+    # meet in each MoE layer. The GPUs, tensor x data parallel, are expert x MoE-tensor parallel.
+    expert_parallel_size: int = setting(1, "--expert-parallel-size", _count(1), "a positive integer")
+    # vLLM's --enable-expert-parallel: expert parallelism over every GPU (tensor x data parallel)
+    enable_expert_parallel: bool = setting(False, "--enable-expert-parallel")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
     # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the
@@ -104,6 +111,8 @@ class Resolved:
     max_num_batched_tokens: int
     kv_heads_per_gpu: int
     warnings: tuple
+    expert_parallel_size: int = 1  # the MoE layers' expert-parallel degree
+    moe_tensor_parallel_size: int = 1  # each expert's tensor-parallel split (tensor x data parallel / EP)
 
 
 def resolve(model, hardware, serving):
@@ -127,10 +136,16 @@ def resolve(model, hardware, serving):
             f"a divisor or a multiple of {model.name}'s num_key_value_heads ({kv})",
             source=CLI, key="--tensor-parallel-size", value=tp,
         )
-    for what, width in (("intermediate_size", model.intermediate_size if model.dense_layers else 0),
-                        ("moe_intermediate_size", model.moe_intermediate_size),
-                        ("shared_expert_intermediate_size", model.shared_expert_intermediate_size)):
-        if width % tp:
+    ep, moe_tp = expert_parallel(model, serving)
+    for what, width, split in (("intermediate_size", model.intermediate_size if model.dense_layers else 0, tp),
+                               ("moe_intermediate_size", model.moe_intermediate_size, moe_tp),
+                               ("shared_expert_intermediate_size", model.shared_expert_intermediate_size, tp)):
+        if width % split:
+            if split != tp:
+                raise ConfigError(
+                    f"an expert-parallel size that leaves each expert split evenly: {model.name}'s "
+                    f"{what} ({width}) over tensor x data parallel / EP = {moe_tp} GPUs",
+                    source=CLI, key="--expert-parallel-size", value=ep)
             raise ConfigError(
                 f"a divisor of {model.name}'s {what} ({width})", source=CLI, key="--tensor-parallel-size", value=tp
             )
@@ -138,6 +153,11 @@ def resolve(model, hardware, serving):
         warnings.append(
             f"{hardware.gpu} gives no interconnect: all-reduces are timed on PCIe Gen4 x16 "
             f"({hardware.interconnect_bandwidth_gbps:g} GB/s per direction)"
+        )
+    if ep > 1 and tp * serving.data_parallel_size > hardware.gpus_per_node:
+        warnings.append(
+            f"expert parallelism over {tp * serving.data_parallel_size} GPUs exceeds {hardware.gpus_per_node} GPUs "
+            f"per node; its all-to-all is still timed on {hardware.interconnect}"
         )
     if tp > hardware.gpus_per_node:
         warnings.append(
@@ -178,4 +198,38 @@ def resolve(model, hardware, serving):
         max_num_batched_tokens=tokens,
         kv_heads_per_gpu=max(1, kv // tp),
         warnings=tuple(warnings),
+        expert_parallel_size=ep,
+        moe_tensor_parallel_size=moe_tp,
     )
+
+
+def expert_parallel(model, serving):
+    """``(ep, moe_tp)``: the MoE layers' expert-parallel degree and each expert's tensor-parallel
+    split, ``ep x moe_tp = tensor x data parallel`` GPUs when expert parallelism is on (vLLM's
+    ``--enable-expert-parallel`` spreads experts over all of them), else ``(1, tp)``.
+
+    Raises
+    ------
+    ConfigError
+        For expert parallelism on a dense model, an EP size that does not divide the experts or
+        the GPUs, or a conflicting ``--expert-parallel-size`` and ``--enable-expert-parallel``.
+    """
+    tp, dp = serving.tensor_parallel_size, serving.data_parallel_size
+    gpus = tp * dp
+    ep = serving.expert_parallel_size
+    if serving.enable_expert_parallel:
+        if ep not in (1, gpus):
+            raise ConfigError(f"{gpus} (tensor x data parallel) with --enable-expert-parallel, or leave it out",
+                              source=CLI, key="--expert-parallel-size", value=ep)
+        ep = gpus
+    if ep == 1:
+        return 1, tp
+    if not model.is_moe:
+        raise ConfigError(f"1: {model.name} has no experts to spread", source=CLI, key="--expert-parallel-size", value=ep)
+    if model.num_experts % ep:
+        raise ConfigError(f"a divisor of {model.name}'s {model.num_experts} experts", source=CLI,
+                          key="--expert-parallel-size", value=ep)
+    if gpus % ep:
+        raise ConfigError(f"a divisor of the {gpus} GPUs (tensor x data parallel)", source=CLI,
+                          key="--expert-parallel-size", value=ep)
+    return ep, gpus // ep

@@ -48,7 +48,8 @@ def read_silicon_csv(path):
                 precision=row["precision"], mode=row["mode"],
                 tp=field_number(row, "tp_size", path, line, integer=True, default=opt),
                 pp=field_number(row, "pp_size", path, line, integer=True, default=1),
-                dp=field_number(row, "attention_dp_size", path, line, integer=True, default=1),
+                # 0 in these columns means the feature is off, as a blank does
+                dp=max(1, field_number(row, "attention_dp_size", path, line, integer=True, default=1)),
                 input_len=field_number(row, "isl", path, line, integer=True),
                 output_len=field_number(row, "osl", path, line, integer=True),
                 concurrency=field_number(row, "batch_size", path, line, integer=True, default=opt),
@@ -56,7 +57,7 @@ def read_silicon_csv(path):
                 ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
                 tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
                 client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
-                ep=field_number(row, "moe_ep_size", path, line, integer=True, default=1),
+                ep=max(1, field_number(row, "moe_ep_size", path, line, integer=True, default=1)),
             ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))

@@ -28,7 +28,11 @@ def format_estimate(est):
         f"  model    {m.parameter_count() / 1e9:.2f} B parameters (derived from the dimensions{declared}){active}; "
         f"{m.layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads / {m.num_key_value_heads} KV heads "
         f"x {m.head_dim}",
-        f"  serving  TP={s.tensor_parallel_size}, weights {r.weight_dtype}, activations {r.activation_dtype}, "
+        f"  serving  TP={s.tensor_parallel_size}"
+        + (f", DP={s.data_parallel_size}" if s.data_parallel_size > 1 else "")
+        + (f", EP={r.expert_parallel_size} (each expert over {r.moe_tensor_parallel_size} GPU"
+           f"{'s' if r.moe_tensor_parallel_size > 1 else ''})" if r.expert_parallel_size > 1 else "")
+        + f", weights {r.weight_dtype}, activations {r.activation_dtype}, "
         f"KV cache {r.kv_dtype}, max_model_len {r.max_model_len}",
         "",
         f"Prefill step: {est.batch_size} x {est.input_len} prompt tokens in one iteration (per GPU)",
@@ -172,8 +176,9 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     if calibration:
         out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
+    ep = s.get("expert_parallel_size", 1)
     out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
-                     f"DP={s['data_parallel_size']})"))
+                     f"DP={s['data_parallel_size']}" + (f", EP={ep}" if ep > 1 else "") + ")"))
     out.append(_line("Mean queueing time (ms):", f"{s['mean_queue_ms']:.2f}"))
     out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
     out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))

@@ -79,13 +79,15 @@ def _check_keys(summary, slos):
 
 #: ``over`` names -> ServingConfig fields (any field name is accepted too; ``hardware`` is a
 #: preset name, a YAML path or a HardwareConfig).
-OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size"}
+OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size",
+                "ep": "expert_parallel_size"}
 OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
 STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fit in memory (OOM)",
             "invalid": "invalid configuration"}
 _SERVING_FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
 #: Serving fields -> ``simllm run`` flags (for the re-run command line).
-RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size"}
+RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size",
+             "expert_parallel_size": "--expert-parallel-size"}
 
 
 @dataclass

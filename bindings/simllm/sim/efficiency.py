@@ -20,7 +20,7 @@ attention tables are copied as they are.
 import numpy as np
 
 from simcore import codes
-from simcore.cost import experts_hit_nb, op_cost_nb, op_count_nb
+from simcore.cost import moe_local_nb, op_cost_nb, op_count_nb
 from simllm.config import kernels as kt
 
 
@@ -33,7 +33,7 @@ def _gemm_shapes(p):
         codes.OP_O_PROJ: (h, p.p_o / h, True),
         codes.OP_FFN_UP: (p.ffn_up_width, h, True),
         codes.OP_FFN_DOWN: (h, p.ffn_inner, True),
-        codes.OP_MOE_ROUTER: (p.n_experts, h, False),
+        codes.OP_MOE_ROUTER: (p.n_experts * p.ep, h, False),  # every expert's logit
         codes.OP_MOE_UP: (p.expert_up_width + p.shared_up_width, h, True),
         codes.OP_MOE_DOWN: (h, max(p.expert_inner, p.shared_inner), True),
         codes.OP_LM_HEAD: (p.p_lm_head / h, h, False),
@@ -64,7 +64,9 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
     acts = tables.gemm_table("bf16")
     moe = tables.moe_table(expert_dtype)
     # the model's own expert shape where it was measured (inter per GPU, as the tables store it)
-    own = tables.moe_shape_curve(expert_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
+    own = None  # (measured without expert parallelism)
+    if p.ep == 1.0 and p.moe_dp == 1.0:
+        own = tables.moe_shape_curve(expert_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
     for op, (n, k, in_weight_dtype) in _gemm_shapes(p).items():
         if n <= 0 or k <= 0 or op_count_nb(p, op) == 0:
             continue
@@ -72,8 +74,9 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
             # One grouped kernel runs every hit expert (vLLM's fused_moe, SGLang's, TensorRT-LLM's):
             # priced off the measured MoE table where the set has one, else as one GEMM of the hit
             # experts' widths side by side (its fixed latency paid once per layer, not per expert).
-            hit = np.maximum(np.array([experts_hit_nb(p.n_experts, p.experts_per_token, t) for t in rows]), 1.0)
-            m = np.maximum(rows * p.experts_per_token / hit, 1.0)
+            local = np.array([moe_local_nb(p, t) for t in rows])  # assignments to this GPU's experts, hit
+            hit = np.maximum(local[:, 1], 1.0)
+            m = np.maximum(local[:, 0] / hit, 1.0)
             if own is not None:
                 e = kt.moe_curve_efficiency(own, rows)
             elif moe is not None:

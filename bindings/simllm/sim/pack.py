@@ -77,7 +77,8 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         )
     up_mult = 2.0 if model.ffn == "gated" else 1.0
     inter = model.intermediate_size / tp
-    e_inter = model.moe_intermediate_size / tp
+    ep = r.expert_parallel_size
+    e_inter = model.moe_intermediate_size / r.moe_tensor_parallel_size
     s_inter = model.shared_expert_intermediate_size / tp
     mlp_bias = 1.0 if model.mlp_bias else 0.0
 
@@ -93,14 +94,15 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         hidden=float(h),
         **attention,
         norm_params=float(m["norm"]),
-        norm_flops_per_elem=7.0 if model.norm == "layernorm" else 4.0,
         norms_per_layer=1 if model.parallel_attention else 2,
         ffn_up_width=up_mult * inter,
         ffn_inner=inter,
         p_ffn_up=h * up_mult * inter + mlp_bias * up_mult * inter,
         p_ffn_down=inter * h + mlp_bias * h,
-        n_experts=float(model.num_experts),
+        n_experts=float(model.num_experts // ep),
         experts_per_token=float(model.experts_per_token),
+        ep=float(ep),
+        moe_dp=float(serving.data_parallel_size if ep > 1 else 1),
         p_router=float(m["router"]),
         expert_up_width=2.0 * e_inter,
         expert_inner=e_inter,
@@ -111,7 +113,6 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         p_shared_up=2.0 * h * s_inter,
         p_shared_down=s_inter * h,
         vocab=float(model.vocab_size),
-        p_embed=m["embed"] / tp,
         p_lm_head=m["lm_head"] / tp,
         tied=1.0 if model.tie_word_embeddings else 0.0,
         w_bytes=dtypes.BYTES[r.weight_dtype],

@@ -237,6 +237,7 @@ class SimResult:
             "hardware": hardware.gpu,
             "tensor_parallel_size": serving.tensor_parallel_size,
             "data_parallel_size": replicas,
+            **({"expert_parallel_size": resolved.expert_parallel_size} if resolved.expert_parallel_size > 1 else {}),
             "dtype": resolved.weight_dtype,
             "kv_cache_dtype": resolved.kv_dtype,
             "max_num_seqs": serving.max_num_seqs,
