@@ -116,14 +116,14 @@ def test_same_model_across_systems(results):
 
 def test_moe_rows_out_of_sample():
     """The MoE rows simllm can express on one node (or one NVL72 domain): DeepSeek-V3/R1,
-    MiniMax-M2.5, Qwen3-235B-A22B on Hopper and Blackwell, without and with expert parallelism /
+    MiniMax-M2.5, Qwen3-235B-A22B, Kimi-K2.5 on Hopper and Blackwell, without and with expert parallelism /
     attention data parallelism. Nothing is fitted to them (the client overheads are the dense
     rows'). The MoE issue's targets (TPOT <= 10%, TTFT <= 20% per GPU family and framework) are
     missed except Blackwell vLLM's TPOT without EP (README, Accuracy, says why); these bounds hold
     today's figures so that a change that makes them worse fails."""
     import simllm
     rows = [m for m in load_measurements([SHARED]) if m.mode == "agg"
-            and re.search(r"DeepSeek-(V3|R1)$|MiniMax-M2\.5|Qwen3-235B", m.model)]
+            and re.search(r"DeepSeek-(V3|R1)$|MiniMax-M2\.5|Qwen3-235B|Kimi-K2", m.model)]
     points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
     assert all(simllm.load_model(p.model).is_moe for p in points)
 

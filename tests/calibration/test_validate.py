@@ -62,7 +62,7 @@ def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
     assert [p.model for p in done] == ["llama-3.1-8b", "llama-3.1-8b"]
     assert all(p.hardware == "h100-sxm" for p in done)
     reasons = [p.reason for p in points if not p.predicted]
-    assert any("no model preset for 'moonshotai/Kimi-K2.5'" in r for r in reasons)
+    assert any(r.startswith("mode disagg") for r in reasons)  # Kimi-K2.5 runs on kimi-k2, but disaggregated
     assert any("precision 'fp6'" in r for r in reasons)
     # The prediction is the simulation of the same closed loop: a CSV row's client drew lengths
     # uniformly from 80-100% of the stated ones (InferenceMAX's), 10 requests per client; the
@@ -160,3 +160,13 @@ def test_moe_rows_read_their_expert_parallelism(tmp_path):
     assert (dense.model, dense.hardware, dense.reason) == ("llama-3.1-8b", "b200", "")
     (p,) = accuracy.predict_points([ep8], num_prompts=16)
     assert p.predicted and p.predicted["tpot"] > 0
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3"),
+    ("nvidia/DeepSeek-R1-NVFP4", "deepseek-v3"), ("moonshotai/Kimi-K2.5", "kimi-k2"),
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("MiniMaxAI/MiniMax-M2.5", "minimax-m2.5"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b"), ("openai/gpt-oss-120b", ""),
+])
+def test_checkpoints_of_a_presets_architecture_find_it(name, preset):
+    assert accuracy.resolve_name("models", name, {}) == preset

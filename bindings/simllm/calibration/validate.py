@@ -80,10 +80,11 @@ def parse_map(items, flag):
     return out
 
 
-# Checkpoints that share a preset's architecture (their config.json dimensions are the preset's:
-# DeepSeek-R1 and V3.1 are DeepSeek-V3 retrained, compared in aiconfigurator-core 0.12.0's
-# model_configs).
-SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3"}
+# Checkpoints that share a preset's architecture (their config.json dimensions are the preset's,
+# compared in aiconfigurator-core 0.12.0's model_configs: DeepSeek-R1 and V3.1 are DeepSeek-V3
+# retrained; Kimi-K2.5's language model is Kimi-K2's, its text_config differing only in
+# max_position_embeddings 262144 and a vision tower the rows' text prompts do not use).
+SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3", "kimi-k2.5": "kimi-k2"}
 
 
 def resolve_name(kind, name, mapping):
