@@ -31,7 +31,9 @@ holds the kernel's fixed latency (no launch or collective latency is added on to
   model's N, K and dtype (made non-decreasing in M) and the kernel interpolates linearly in M;
 - attention: ``max(flops / (peak * eff_prefill(flops, ctx)), bytes / (bw * eff_decode(rows x
   kv_heads, ctx)))`` with ``ctx`` the mean keys per query (prefill side) or per emitting row
-  (decode side): long prefills sit on the compute side, decode batches on the memory side;
+  (decode side): long prefills sit on the compute side, decode batches on the memory side; the
+  queries and outputs of prefill tokens beyond one per emitting row stream at the bandwidth (the
+  decode table prices what a decode kernel moves, not a prefill chunk's activations);
 - collectives: seconds read off one curve over the bus bytes, which packing computed as
   ``bus_bytes / (link_bw * eff_link(bus_bytes))`` at bus bytes 2**i (made non-decreasing) and the
   kernel interpolates linearly in bytes (a larger message never takes less time).
@@ -389,19 +391,24 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
     its FLOPs and keys per query, the memory side at the decode table's for its rows x KV heads
     and keys per row; the slower side sets it. Returns ``(seconds, bound)``."""
     rows = n_emit if n_emit > 1.0 else 1.0
-    return shaped_attention_at_nb(p, flops, nbytes, log2_nb(flops) - EFF_PF_LOG2_MIN, log2_nb(attn_pairs / n_tokens),
-                                  log2_nb(rows * p.kv_heads), log2_nb(kv_read_tokens / rows))
+    # The queries and outputs of prefill tokens (beyond one per emitting row) stream through a
+    # prefill kernel at the bandwidth; the decode table prices what a decode kernel moves.
+    stream = (n_tokens - n_emit) * (0.5 * p.pair_flops) * p.a_bytes if n_tokens > n_emit else 0.0
+    return shaped_attention_at_nb(p, flops, nbytes - stream, log2_nb(flops) - EFF_PF_LOG2_MIN,
+                                  log2_nb(attn_pairs / n_tokens), log2_nb(rows * p.kv_heads),
+                                  log2_nb(kv_read_tokens / rows), stream)
 
 
 @jit_inline
-def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row):
+def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row, stream_bytes):
     """:func:`shaped_attention_nb` given the tables' grid coordinates (log2 of FLOPs over
     ``2**EFF_PF_LOG2_MIN``, of keys per query, of rows x KV heads, of keys per row): the decode
-    fast path keeps the ones that do not change over a run."""
+    fast path keeps the ones that do not change over a run. ``nbytes`` move at the decode table's
+    efficiency, ``stream_bytes`` (prefill queries and outputs) at the bandwidth."""
     ef = interp2_nb(p.eff, EFF_PREFILL, EFF_PF_POINTS, EFF_CTX_POINTS, x_flops, x_ctx_q)
     ed = interp2_nb(p.eff, EFF_DECODE, EFF_DEC_POINTS, EFF_CTX_POINTS, x_rows, x_ctx_row)
     t_compute = flops / (p.attn_flops * ef)
-    t_memory = nbytes / (p.mem_bw * ed)
+    t_memory = nbytes / (p.mem_bw * ed) + stream_bytes / p.mem_bw
     if t_compute > t_memory:
         return t_compute, BOUND_COMPUTE
     return t_memory, BOUND_MEMORY

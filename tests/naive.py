@@ -394,7 +394,12 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             rows = max(emit, 1)
             e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(pairs / T, 0))
             e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(kv_tokens / rows, 0))
-            t = max(flops / (peak_act * e_pf), nbytes / (bw * e_dec))
+            # the prefill tokens' queries and outputs (all but one per emitting row) stream at the
+            # bandwidth; the rest at the decode table's efficiency
+            qh = model.num_attention_heads / tp
+            io = qh * (model.head_dim + model.v_head_dim) if model.is_mla else 2 * qh * model.head_dim
+            stream = max(T - emit, 0) * io * _bytes(act)
+            t = max(flops / (peak_act * e_pf), (nbytes - stream) / (bw * e_dec) + stream / bw)
         elif unit == LINK:
             t = link_seconds(nbytes)
         else:

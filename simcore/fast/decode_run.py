@@ -176,7 +176,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         ba = ba0 + b_slope * x
         if shaped:
             lx = math.log2(x)
-            att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b)
+            att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b, 0.0)
         else:
             att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables (shaped runs take the branch above)
         dt = t_rest + n_att * att

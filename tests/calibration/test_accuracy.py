@@ -94,13 +94,16 @@ def test_accuracy_in_sample_and_held_out(results):
     assert s["tpot"]["median_abs_pct_error"] <= 8.5 and s["ttft"]["median_abs_pct_error"] <= 21.5
     assert by["vllm"]["tpot"]["median_abs_pct_error"] <= 8.5 and by["vllm"]["ttft"]["median_abs_pct_error"] <= 16.5
     # The targets are TPOT <= 7% / TTFT <= 15% across systems and <= 10% / <= 20% across
-    # models: TPOT across models is met; the rest are missed (README, Accuracy, says by how much
+    # models: TPOT across models and all four for SGLang are met; the rest are missed (README, Accuracy, says by how much
     # and why). These bounds hold today's figures so that a change that makes them worse fails.
     s, by = t["leave one system out"]
     assert s["tpot"]["median_abs_pct_error"] <= 8.5 and s["ttft"]["median_abs_pct_error"] <= 27.5
+    # SGLang meets the targets across systems and across models
+    assert by["sglang"]["tpot"]["median_abs_pct_error"] <= 7.0 and by["sglang"]["ttft"]["median_abs_pct_error"] <= 15.0
     assert by["vllm"]["ttft"]["median_abs_pct_error"] <= 19.5
     s, by = t["leave one model out"]
     assert s["tpot"]["median_abs_pct_error"] <= 10.0 and s["ttft"]["median_abs_pct_error"] <= 25.0
+    assert by["sglang"]["tpot"]["median_abs_pct_error"] <= 10.0 and by["sglang"]["ttft"]["median_abs_pct_error"] <= 20.0
 
 
 def test_same_model_across_systems(results):

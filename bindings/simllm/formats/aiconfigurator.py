@@ -21,9 +21,9 @@ from simllm.formats.common import Measurement, field_number
 #: beyond the engine (see the module docstring): simllm.calibration.fit.fit_client_overhead on the
 #: dense aggregated H100 and H200 rows (Llama-3.1-8B/70B, Qwen3-32B: 193 vLLM, 97 SGLang and 428
 #: TensorRT-LLM points within the peaks), simulated with the shipped kernel tables and framework
-#: profiles, 2026-12-03. As large as they are, the rows' low-load TTFTs exceed what the GPU and the
+#: profiles, 2026-12-04. As large as they are, the rows' low-load TTFTs exceed what the GPU and the
 #: framework's own costs can produce by this much (README, Accuracy).
-SILICON_CLIENT_OVERHEAD_MS = {"vllm": 51.0, "sglang": 146.4, "trtllm": 135.1}
+SILICON_CLIENT_OVERHEAD_MS = {"vllm": 51.9, "sglang": 179.9, "trtllm": 135.4}
 
 #: The columns a silicon_sample.csv must have.
 SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size",
