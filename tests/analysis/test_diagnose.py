@@ -177,3 +177,12 @@ def test_rules_in_priority_order():
     assert dg.classify(_evidence(kv_cache_usage_peak_pct=95.0))[0] == dg.MEMORY_BOUND
     assert dg.classify(_evidence(rejected_for_kv_count=2))[0] == dg.MEMORY_BOUND
     assert dg.KINDS[0] == dg.MEMORY_BOUND and dg.KINDS[-1] == dg.DECODE_BOUND
+
+
+def test_gqa_what_if_is_skipped_for_latent_attention():
+    """MLA (DeepSeek-V3) caches one latent per token whatever its 128 KV heads say: GQA would
+    change nothing simllm prices, so the change is skipped with the reason."""
+    work = Workload(num_prompts=2, input_len=fixed(64), output_len=fixed(8))
+    (gqa,) = dg.what_if(simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm"),
+                        simllm.ServingConfig(tensor_parallel_size=8), work, changes=("gqa",))
+    assert "latent attention" in gqa.skipped and gqa.ttft_ms is None

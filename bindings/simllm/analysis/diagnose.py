@@ -451,6 +451,8 @@ GQA_KV_HEADS = 8
 
 def _gqa(model, hardware, serving, workload):
     heads, kv = model.num_attention_heads, model.num_key_value_heads
+    if model.is_mla:
+        return "multi-head latent attention already caches one latent per token, whatever the heads"
     if kv != heads:
         return f"already {'MQA' if kv == 1 else 'GQA'} ({kv} KV heads for {heads} query heads)"
     if heads <= GQA_KV_HEADS or heads % GQA_KV_HEADS:

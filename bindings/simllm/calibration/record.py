@@ -53,6 +53,7 @@ def model_family(name):
     (``llama-3.1-70b`` and ``Llama-3.1-8B`` -> ``llama-3.1``, ``qwen3-32b`` -> ``qwen3``,
     ``mixtral-8x7b`` -> ``mixtral``)."""
     key = str(name).strip().lower().split("/")[-1].replace("_", "-")
+    key = re.sub(r"-(instruct|chat|base|it)$", "", key)  # Kimi-K2-Instruct: the model, not its tuning
     key = re.sub(r"-v\d+(\.\d+)*$", "", key)  # mistral-7b-v0.1
     return _SIZE.sub("", key) or key
 
