@@ -138,14 +138,19 @@ def experts_hit_nb(n_experts, experts_per_token, n_tokens):
 
 
 @jit_inline
+def moe_assignments_nb(p, n_tokens):
+    """Token-expert assignments routed to one GPU's experts in a MoE layer when the GPU's engine
+    rank brings ``n_tokens``: every attention data-parallel rank's tokens meet in the layer
+    (``moe_dp`` ranks with expert parallelism), each choosing ``experts_per_token`` of all
+    ``n_experts x ep`` experts uniformly; this GPU holds ``n_experts`` of them (a ``1 / ep`` share)."""
+    return n_tokens * p.moe_dp * p.experts_per_token / p.ep
+
+
+@jit_inline
 def moe_local_nb(p, n_tokens):
-    """What one GPU's routed experts see in a MoE layer when the GPU's engine rank brings
-    ``n_tokens``: the token-expert assignments routed to its experts and the expected number of
-    its experts hit. Every attention data-parallel rank's tokens meet in the layer (``moe_dp``
-    ranks with expert parallelism), each choosing ``experts_per_token`` of all ``n_experts x ep``
-    experts uniformly; this GPU holds ``n_experts`` of them (its share ``1 / ep``)."""
+    """:func:`moe_assignments_nb` and the expected number of this GPU's experts those tokens hit."""
     tm = n_tokens * p.moe_dp
-    return tm * p.experts_per_token / p.ep, experts_hit_nb(p.n_experts * p.ep, p.experts_per_token, tm) / p.ep
+    return moe_assignments_nb(p, n_tokens), experts_hit_nb(p.n_experts * p.ep, p.experts_per_token, tm) / p.ep
 
 
 @jit_inline
@@ -173,11 +178,11 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     ab = p.a_bytes
     if op == OP_EMBEDDING:
         # Gather t rows of the table: only those rows are read, not the whole table.
-        return 0.0, t * h * (p.a_bytes + ab), UNIT_VECTOR
+        return 0.0, 2.0 * t * h * ab, UNIT_VECTOR
     if op == OP_INPUT_NORM or op == OP_POST_NORM or op == OP_FINAL_NORM:
         # RMSNorm (hidden weights): 4 FLOPs an element; LayerNorm (weights and biases): 7
         flops_per_elem = 4.0 + 3.0 * (p.norm_params / h - 1.0)
-        return flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * p.a_bytes, UNIT_VECTOR
+        return flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * ab, UNIT_VECTOR
     if op == OP_QKV_PROJ:
         return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + p.qkv_width) * ab, UNIT_GEMM
     if op == OP_ROPE:
@@ -212,7 +217,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
     if op == OP_MOE_ROUTER:
         flops = 2.0 * t * p.p_router
-        return flops, p.p_router * p.a_bytes + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
+        return flops, p.p_router * ab + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
     if op == OP_MOE_UP or op == OP_MOE_DOWN:
         routed, hit = moe_local_nb(p, t)  # token-expert assignments to this GPU's experts, experts hit
         if op == OP_MOE_UP:
@@ -227,13 +232,13 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         nbytes = (hit * pe + ps) * p.w_bytes + act * ab
         return flops, nbytes, UNIT_GEMM
     if op == OP_MOE_ACT:
-        routed = moe_local_nb(p, t)[0]
+        routed = moe_assignments_nb(p, t)
         inner = routed * p.expert_inner + t * p.shared_inner
         up = routed * p.expert_up_width + t * p.shared_up_width
         return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
     if op == OP_LM_HEAD:
         vocab_here = p.p_lm_head / h
-        nbytes = p.p_lm_head * p.a_bytes + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
+        nbytes = p.p_lm_head * ab + n_emit * (h * ab + vocab_here * LOGIT_BYTES)
         return 2.0 * n_emit * p.p_lm_head, nbytes, UNIT_GEMM
     if op == OP_MOE_ALLTOALL:
         # Expert parallelism's dispatch and combine: the GPU's share of its rank's tokens (the

@@ -1,7 +1,7 @@
 """Memory model per GPU: resident weights, weights streamed per iteration, KV bytes per token,
 activation workspace. All results in bytes."""
 from simcore._jit import jit
-from simcore.cost import LOGIT_BYTES, moe_local_nb
+from simcore.cost import LOGIT_BYTES, moe_assignments_nb, moe_local_nb
 
 
 @jit
@@ -51,7 +51,7 @@ def activation_workspace_bytes_nb(p, max_tokens, max_seqs):
     moe_peak = 0.0
     if p.n_moe_layers > 0:
         # assignments per local token reaching this GPU's experts (k without expert parallelism)
-        moe_peak = p.moe_dp * p.experts_per_token / p.ep * (h + p.expert_up_width + p.expert_inner)
+        moe_peak = moe_assignments_nb(p, 1.0) * (h + p.expert_up_width + p.expert_inner)
         moe_peak += p.shared_up_width + p.shared_inner
     per_token = 2.0 * h + max(attn_peak, max(dense_peak, moe_peak))
     logits = max_seqs * p.vocab * LOGIT_BYTES * 2.0

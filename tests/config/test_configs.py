@@ -258,7 +258,7 @@ def test_missing_file_is_config_error():
 def test_deepseek_v3_published_figures():
     """DeepSeek-V3 Technical Report (arXiv 2412.19437): 671B total, 37B activated per token."""
     m = simllm.load_model("deepseek-v3")
-    assert m.attention_kind == "mla" and m.is_moe and m.dtype == "fp8"
+    assert m.is_mla and m.is_moe and m.dtype == "fp8"
     assert m.parameter_count() == pytest.approx(671e9, rel=1e-3)
     assert m.active_parameter_count() == pytest.approx(37e9, rel=0.02)
     # MLA caches kv_lora_rank + qk_rope_head_dim per token and layer: 61 x (512 + 64) elements

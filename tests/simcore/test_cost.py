@@ -174,6 +174,18 @@ def test_dtypes_change_bytes_and_peaks():
     assert kv_bytes_per_token_nb(kv8) == kv_bytes_per_token_nb(fp16) / 2 == kv_bytes_per_token_nb(kv_half)
 
 
+def assert_ops_match(p, ops, total, agg, ref_ops, ref_total):
+    """The kernel's per-operator FLOPs, bytes and seconds and its total equal the reference's (to
+    1e-9 relative), and the hoisted-loop total of the same aggregates equals the per-op sum."""
+    assert set(ops) == set(ref_ops)
+    for op, (f, b, t) in ref_ops.items():
+        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
+        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
+        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
+    assert total == pytest.approx(ref_total, rel=1e-9)
+    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
+
+
 # --------------------------------------------------------------------------- kernels vs reference
 batches = st.lists(
     st.tuples(st.integers(1, 2048), st.integers(0, 8192), st.booleans()), min_size=1, max_size=12
@@ -198,13 +210,7 @@ def test_kernels_match_the_reference(name, hw_name, tp, dtype, kv_dtype, batch):
     ref_total, ref_ops = naive.iteration_time(
         model, hw, batch, tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype
     )
-    assert set(ops) == set(ref_ops)
-    for op, (f, b, t) in ref_ops.items():
-        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
-        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
-        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
-    assert total == pytest.approx(ref_total, rel=1e-9)
-    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
 
 
 def test_empty_batch_costs_nothing():
@@ -287,13 +293,7 @@ def assert_matches_shaped_reference(name, hw_name, framework, tp, dtype, kv_dtyp
     ref_total, ref_ops = naive.iteration_time_shaped(
         model, hw, batch, tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
         framework=framework)
-    assert set(ops) == set(ref_ops)
-    for op, (f, b, t) in ref_ops.items():
-        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
-        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
-        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
-    assert total == pytest.approx(ref_total, rel=1e-9)
-    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)  # the hoisted loop agrees
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
 
 
 @given(
@@ -540,13 +540,8 @@ def test_expert_parallel_kernels_match_the_reference(name, hw_name, tp, dp, ep, 
     kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=ep, dp=dp)
     ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
                           else naive.iteration_time(model, hw, batch, **kw))
-    assert set(ops) == set(ref_ops) and "moe_all_to_all" in ops
-    for op, (f, b, t) in ref_ops.items():
-        assert ops[op][0] == pytest.approx(f, rel=1e-9, abs=1e-6), op
-        assert ops[op][1] == pytest.approx(b, rel=1e-9), op
-        assert ops[op][2] == pytest.approx(t, rel=1e-9), op
-    assert total == pytest.approx(ref_total, rel=1e-9)
-    assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
+    assert "moe_all_to_all" in ops
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
 
 
 def test_wide_ep_closed_form():

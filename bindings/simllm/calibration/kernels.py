@@ -354,7 +354,7 @@ def fit_moe_shapes(tokens, hidden, inter, topk, n_experts, latency_s, peak_flops
             continue
         order = np.argsort(t[fit])
         curve = np.clip(np.exp(np.interp(grid, np.log2(t[fit][order]), np.log(eff[fit][order]))), codes.EFF_FLOOR, 1.0)
-        curve = np.array([float(f"{v:.4g}") for v in curve])  # what the JSON file holds
+        curve = np.array(_rounded(curve))  # what the JSON file holds
         shapes.append({"hidden": float(key[0]), "inter": float(key[1]), "experts": float(key[2]), "topk": float(key[3]),
                        "eff": curve.tolist()})
         used += int(fit.sum())

@@ -81,15 +81,6 @@ class ModelConfig:
     def is_mla(self):
         return self.kv_lora_rank > 0
 
-    @property
-    def attention_kind(self):
-        """``"mla"`` (multi-head latent), ``"mha"``, ``"mqa"`` or ``"gqa"``."""
-        if self.is_mla:
-            return "mla"
-        if self.num_key_value_heads == self.num_attention_heads:
-            return "mha"
-        return "mqa" if self.num_key_value_heads == 1 else "gqa"
-
     def mla_params(self):
         """MLA's attention parameters of one layer, split into what tensor parallelism replicates
         (``replicated``: the down-projections ``q_a`` and ``kv_a`` and their norms) and what it
@@ -248,7 +239,7 @@ def model_from_dict(data, source="<dict>"):
 
     kv = sec.section("kv_cache")
     kv.reject_unknown(_KV_KEYS)
-    dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.NATIVE_DTYPES + ("fp8", "int8", "int4", "fp4", "mxfp4"),
+    dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.WEIGHT_DTYPES,
                              source=source, key=sec.path("dtype"), line=line_of(sec.data, "dtype"))
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
