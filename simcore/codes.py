@@ -73,6 +73,7 @@ UNIT_GEMM = 0  # tensor cores at the weight dtype's rate
 UNIT_ATTN = 1  # tensor cores at the activation dtype's rate
 UNIT_VECTOR = 2  # elementwise / reductions on the vector units
 UNIT_LINK = 3  # interconnect (collectives)
+UNIT_PROJ = 4  # tensor cores at the attention projections' weight dtype's rate
 
 # Shape-aware costs (``CostParams.eff``), fitted from measured kernel latencies. One float64 array;
 # each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at
@@ -165,7 +166,8 @@ RI_PREEMPTIONS = 6
 RI_STATUS = 7  # STATUS_* code
 RI_REPLICA = 8  # data-parallel replica the request was routed to
 RI_EPOCH = 9  # cohort advance count when the request joined the decode cohort (-1: not a member)
-N_RI = 10
+RI_FIXED_BLOCKS = 10  # blocks it holds whatever its context: windowed layers' windows, recurrent states
+N_RI = 11
 RF_ARRIVAL = 0  # arrival time (closed loop: filled in as clients free up)
 RF_FIRST_SCHED = 1
 RF_FIRST_TOKEN = 2

@@ -89,6 +89,7 @@ from simcore.codes import (
     UNIT_ATTN,
     UNIT_GEMM,
     UNIT_LINK,
+    UNIT_PROJ,
     UNIT_VECTOR,
 )
 
@@ -154,6 +155,35 @@ def moe_local_nb(p, n_tokens):
 
 
 @jit_inline
+def expert_shapes_nb(p):
+    """One routed expert's and all shared experts' shapes on this GPU, gated (SwiGLU) as every MoE
+    simllm models is: (expert up width, expert gate+up params, expert down params, shared up width,
+    shared gate+up params, shared down params)."""
+    h = p.hidden
+    ei = p.expert_inner
+    si = p.shared_inner
+    return 2.0 * ei, 2.0 * h * ei, h * ei, 2.0 * si, 2.0 * h * si, h * si
+
+
+@jit_inline
+def attention_cost_nb(p, n_tokens, attn_pairs, kv_read_tokens):
+    """FLOPs and bytes of one layer's attention over every key (see the module docstring)."""
+    flops = p.pair_flops * attn_pairs
+    nbytes = kv_read_tokens * p.kv_width * p.kv_bytes + n_tokens * (0.5 * p.pair_flops) * p.a_bytes
+    return flops, nbytes
+
+
+@jit_inline
+def window_aggregates_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Query-key pairs and keys read of a windowed layer (each query sees at most ``p.window``
+    keys): at most ``window`` pairs per token, and per emitting row at most ``window - 1`` keys
+    besides its new tokens. Exact when every sequence's context exceeds the window (decode past
+    it); an upper bound when shorter sequences share the batch with longer ones."""
+    w = p.window
+    return min(attn_pairs, n_tokens * w), min(kv_read_tokens, n_emit * (w - 1.0) + n_tokens)
+
+
+@jit_inline
 def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """FLOPs and bytes of one instance of operator ``op`` (one layer) for a batch.
 
@@ -184,17 +214,22 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         flops_per_elem = 4.0 + 3.0 * (p.norm_params / h - 1.0)
         return flops_per_elem * t * h, 2.0 * t * h * ab + p.norm_params * ab, UNIT_VECTOR
     if op == OP_QKV_PROJ:
-        return 2.0 * t * p.p_qkv, p.p_qkv * p.w_bytes + t * (h + p.qkv_width) * ab, UNIT_GEMM
+        return 2.0 * t * p.p_qkv, p.p_qkv * p.proj_w_bytes + t * (h + p.qkv_width) * ab, UNIT_PROJ
     if op == OP_ROPE:
         return t * p.rope_flops, t * p.rope_bytes * ab + p.qk_norm_params * ab, UNIT_VECTOR
     if op == OP_KV_WRITE:
         return 0.0, t * p.kv_width * (ab + p.kv_bytes), UNIT_VECTOR
     if op == OP_ATTENTION:
-        flops = p.pair_flops * attn_pairs
-        nbytes = kv_read_tokens * p.kv_width * p.kv_bytes + t * (0.5 * p.pair_flops) * ab
+        # per layer: the mean of the full-attention and the windowed layers'
+        flops, nbytes = attention_cost_nb(p, t, attn_pairs, kv_read_tokens)
+        if p.window_frac > 0.0:
+            pw, kw = window_aggregates_nb(p, t, attn_pairs, kv_read_tokens, n_emit)
+            fw, bw = attention_cost_nb(p, t, pw, kw)
+            flops += p.window_frac * (fw - flops)
+            nbytes += p.window_frac * (bw - nbytes)
         return flops, nbytes, UNIT_ATTN
     if op == OP_O_PROJ:
-        return 2.0 * t * p.p_o, p.p_o * p.w_bytes + t * (p.p_o / h + h) * ab, UNIT_GEMM
+        return 2.0 * t * p.p_o, p.p_o * p.proj_w_bytes + t * (p.p_o / h + h) * ab, UNIT_PROJ
     if op == OP_ALLREDUCE_ATTN or op == OP_ALLREDUCE_FFN or op == OP_LOGITS_GATHER:
         tp = float(p.tp)
         if op == OP_LOGITS_GATHER:
@@ -220,13 +255,14 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return flops, p.p_router * ab + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
     if op == OP_MOE_UP or op == OP_MOE_DOWN:
         routed, hit = moe_local_nb(p, t)  # token-expert assignments to this GPU's experts, experts hit
+        e_up, pe_up, pe_down, s_up, ps_up, ps_down = expert_shapes_nb(p)
         if op == OP_MOE_UP:
-            pe = p.p_expert_up
-            ps = p.p_shared_up
-            act = routed * (h + p.expert_up_width) + t * (h + p.shared_up_width)
+            pe = pe_up
+            ps = ps_up
+            act = routed * (h + e_up) + t * (h + s_up)
         else:
-            pe = p.p_expert_down
-            ps = p.p_shared_down
+            pe = pe_down
+            ps = ps_down
             act = routed * (p.expert_inner + h) + t * (p.shared_inner + h)
         flops = 2.0 * routed * pe + 2.0 * t * ps
         nbytes = (hit * pe + ps) * p.w_bytes + act * ab
@@ -234,7 +270,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     if op == OP_MOE_ACT:
         routed = moe_assignments_nb(p, t)
         inner = routed * p.expert_inner + t * p.shared_inner
-        up = routed * p.expert_up_width + t * p.shared_up_width
+        up = 2.0 * inner  # gated
         return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
     if op == OP_LM_HEAD:
         vocab_here = p.p_lm_head / h
@@ -267,6 +303,8 @@ def op_time_nb(p, flops, nbytes, unit):
         return p.link_latency_s + nbytes / (p.link_bw * p.eff_link) + p.launch_s, BOUND_COMM
     if unit == UNIT_GEMM:
         peak = p.gemm_flops
+    elif unit == UNIT_PROJ:
+        peak = p.proj_flops
     elif unit == UNIT_ATTN:
         peak = p.attn_flops
     else:
@@ -380,9 +418,9 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
     """
     if unit == UNIT_LINK:
         return link_seconds_nb(p.eff, nbytes), BOUND_COMM
-    if unit == UNIT_GEMM:
+    if unit == UNIT_GEMM or unit == UNIT_PROJ:
         seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_emit if op == OP_LM_HEAD else n_tokens)
-        if flops / p.gemm_flops > nbytes / p.mem_bw:
+        if flops / (p.proj_flops if unit == UNIT_PROJ else p.gemm_flops) > nbytes / p.mem_bw:
             return seconds, BOUND_COMPUTE
         return seconds, BOUND_MEMORY
     if unit == UNIT_ATTN:
@@ -394,7 +432,23 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
 def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Attention's time with the tables: the compute side at the prefill table's efficiency for
     its FLOPs and keys per query, the memory side at the decode table's for its rows x KV heads
-    and keys per row; the slower side sets it. Returns ``(seconds, bound)``."""
+    and keys per row; the slower side sets it. With windowed layers (``p.window_frac`` > 0) the
+    full and the windowed layers are looked up apart, at their own keys per query and per row, and
+    their times weighted by their share of the layers (``flops`` and ``nbytes``, the mean, are then
+    not used). Returns ``(seconds, bound)``."""
+    if p.window_frac > 0.0:
+        f, b = attention_cost_nb(p, n_tokens, attn_pairs, kv_read_tokens)
+        full, bound = _shaped_attention_part_nb(p, f, b, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        pw, kw = window_aggregates_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        f, b = attention_cost_nb(p, n_tokens, pw, kw)
+        windowed, _ = _shaped_attention_part_nb(p, f, b, n_tokens, pw, kw, n_emit)
+        return full + p.window_frac * (windowed - full), bound
+    return _shaped_attention_part_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit_inline
+def _shaped_attention_part_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`shaped_attention_nb` of layers that all see the same keys."""
     rows = n_emit if n_emit > 1.0 else 1.0
     # The queries and outputs of prefill tokens (beyond one per emitting row) stream through a
     # prefill kernel at the bandwidth; the decode table prices what a decode kernel moves.
@@ -456,7 +510,7 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        if unit == UNIT_GEMM:
+        if unit == UNIT_GEMM or unit == UNIT_PROJ:
             # The LM head's M is the emitting rows, routed experts are held at the roofline; the
             # others are in the summed curve below.
             if op == OP_LM_HEAD:
@@ -503,6 +557,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     per_gemm = 1.0 / (p.gemm_flops * p.eff_compute)
     per_attn = 1.0 / (p.attn_flops * p.eff_compute)
+    per_proj = 1.0 / (p.proj_flops * p.eff_compute)
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
     per_byte = 1.0 / (p.mem_bw * p.eff_bw)
     per_link_byte = 1.0 / (p.link_bw * p.eff_link)
@@ -514,7 +569,12 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         if unit == UNIT_LINK:
             seconds = p.link_latency_s + nbytes * per_link_byte + p.launch_s
         else:
-            per_flop = per_gemm if unit == UNIT_GEMM else (per_attn if unit == UNIT_ATTN else per_vector)
+            if unit == UNIT_GEMM:
+                per_flop = per_gemm
+            elif unit == UNIT_PROJ:
+                per_flop = per_proj
+            else:
+                per_flop = per_attn if unit == UNIT_ATTN else per_vector
             seconds = max(flops * per_flop, nbytes * per_byte) + p.launch_s
         total += count * seconds
         total_flops += count * flops

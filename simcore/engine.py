@@ -41,6 +41,7 @@ from simcore.codes import (
     RF_LAST_EMIT,
     RI_CACHED,
     RI_COMPUTED,
+    RI_FIXED_BLOCKS,
     RI_EPOCH,
     RI_GENERATED,
     RI_INPUT,
@@ -318,7 +319,7 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
             win_add_nb(lay, acc0, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
             tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
             if tokens > e.max_model_len or (
-                continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], e.block_size) > pool
+                continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], e.block_size) > pool
             ):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
                 finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)

@@ -1,20 +1,21 @@
 """Memory model per GPU: resident weights, weights streamed per iteration, KV bytes per token,
 activation workspace. All results in bytes."""
 from simcore._jit import jit
-from simcore.cost import LOGIT_BYTES, moe_assignments_nb, moe_local_nb
+from simcore.cost import LOGIT_BYTES, expert_shapes_nb, moe_assignments_nb, moe_local_nb
 
 
 @jit
 def resident_weight_bytes_nb(p):
     """Bytes of weights stored on one GPU (a tied LM head is stored once, as the embedding)."""
     n_dense = p.n_layers - p.n_moe_layers
-    gemm = p.n_layers * (p.p_qkv + p.p_o) + n_dense * (p.p_ffn_up + p.p_ffn_down)
-    gemm += p.n_moe_layers * (p.n_experts * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
+    _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
+    gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
+    gemm += p.n_moe_layers * (p.n_experts * (pe_up + pe_down) + ps_up + ps_down)
     small = p.n_moe_layers * p.p_router
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
     small += p.n_layers * p.qk_norm_params
     small += p.vocab * p.hidden / p.tp + (1.0 - p.tied) * p.p_lm_head  # the embedding table's shard
-    return gemm * p.w_bytes + small * p.a_bytes
+    return gemm * p.w_bytes + p.n_layers * (p.p_qkv + p.p_o) * p.proj_w_bytes + small * p.a_bytes
 
 
 @jit
@@ -24,20 +25,22 @@ def streamed_weight_bytes_nb(p, n_tokens):
     gathers (not counted here), and for MoE only the experts the batch hits."""
     n_dense = p.n_layers - p.n_moe_layers
     hit = moe_local_nb(p, n_tokens)[1]
-    gemm = p.n_layers * (p.p_qkv + p.p_o) + n_dense * (p.p_ffn_up + p.p_ffn_down)
-    gemm += p.n_moe_layers * (hit * (p.p_expert_up + p.p_expert_down) + p.p_shared_up + p.p_shared_down)
+    _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
+    gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
+    gemm += p.n_moe_layers * (hit * (pe_up + pe_down) + ps_up + ps_down)
     small = p.n_moe_layers * p.p_router
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
     small += p.n_layers * p.qk_norm_params
     small += p.p_lm_head
-    return gemm * p.w_bytes + small * p.a_bytes
+    return gemm * p.w_bytes + p.n_layers * (p.p_qkv + p.p_o) * p.proj_w_bytes + small * p.a_bytes
 
 
 @jit
 def kv_bytes_per_token_nb(p):
-    """KV-cache bytes one token occupies on one GPU: layers x the elements each stores
-    (``kv_width``: 2 x KV heads x head_dim, or MLA's latent + rope key) x bytes per element
-    (after compression)."""
+    """KV-cache bytes one token stores on one GPU across all layers, windowed ones included
+    (each keeps only its window of tokens: simllm.sim.memory splits them): layers x the elements
+    each stores (``kv_width``: 2 x KV heads x head_dim, or MLA's latent + rope key) x bytes per
+    element (after compression)."""
     return p.n_layers * p.kv_width * p.kv_bytes
 
 
@@ -51,8 +54,8 @@ def activation_workspace_bytes_nb(p, max_tokens, max_seqs):
     moe_peak = 0.0
     if p.n_moe_layers > 0:
         # assignments per local token reaching this GPU's experts (k without expert parallelism)
-        moe_peak = moe_assignments_nb(p, 1.0) * (h + p.expert_up_width + p.expert_inner)
-        moe_peak += p.shared_up_width + p.shared_inner
+        moe_peak = moe_assignments_nb(p, 1.0) * (h + 3.0 * p.expert_inner)  # in, gate+up, activation
+        moe_peak += 3.0 * p.shared_inner
     per_token = 2.0 * h + max(attn_peak, max(dense_peak, moe_peak))
     logits = max_seqs * p.vocab * LOGIT_BYTES * 2.0
     return max_tokens * per_token * p.a_bytes + logits

@@ -31,6 +31,10 @@ class CostParams(NamedTuple):
     rope_flops: float  # FLOPs per token of RoPE (and Qwen3's per-head q/k norms)
     rope_bytes: float  # activation elements per token RoPE (and the q/k norms) reads and writes
     qk_norm_params: float  # weights of the per-head q/k norms per layer (2 x head_dim, or 0)
+    # windowed layers (sliding-window or chunked local attention): each query sees at most
+    # ``window`` keys; they are ``window_frac`` of the layers (0: every layer attends to all keys)
+    window: float
+    window_frac: float
     norm_params: float  # parameters of one norm (hidden for RMSNorm: 4 FLOPs an element; 2 x hidden
     #                     for LayerNorm: 7 FLOPs an element)
     norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
@@ -45,25 +49,24 @@ class CostParams(NamedTuple):
     ep: float  # expert-parallel degree: the layer's experts are spread over ep GPU groups
     moe_dp: float  # attention data-parallel ranks whose tokens meet in each MoE layer (1 without EP)
     p_router: float  # router parameters (replicated)
-    expert_up_width: float  # one expert's up output width on this GPU (its width / the MoE's TP)
-    expert_inner: float  # one expert's intermediate width on this GPU
-    p_expert_up: float  # one routed expert's gate+up parameters on this GPU
-    p_expert_down: float  # one routed expert's down parameters on this GPU
-    shared_up_width: float  # shared experts' up output width on this GPU (0 if none)
-    shared_inner: float
-    p_shared_up: float  # all shared experts' gate+up parameters on this GPU
-    p_shared_down: float
+    # Experts are gated (SwiGLU): an expert of intermediate width i has a gate+up of 2 x hidden x i
+    # parameters writing 2 i, and a down of i x hidden (see expert_shapes_nb in cost.py).
+    expert_inner: float  # one routed expert's intermediate width on this GPU (its width / the MoE's TP)
+    shared_inner: float  # all shared experts' intermediate width on this GPU (0 if none)
     vocab: float  # full vocabulary (sampling runs over it after the logits gather; the embedding
     #               table holds vocab x hidden / tp on each GPU)
     p_lm_head: float  # LM head parameters on this GPU (vocab-parallel; the embedding if tied)
     tied: float  # 1.0 when the LM head is the embedding table (stored once)
     # --- dtypes, bytes per element ---
     w_bytes: float  # GEMM weights (fp16 2, fp8 1, int4 0.5 + scales)
+    proj_w_bytes: float  # attention projections' weights (QKV, O): checkpoints often keep them
+    #                      unquantised when the FFN or experts are FP4 (gpt-oss, NVFP4 exports)
     a_bytes: float  # activations, and the embedding, LM head, norms and router (kept in the activation dtype)
     kv_bytes: float  # KV cache per element, after the optional compression ratio
     # --- hardware, already in FLOP/s, B/s and s ---
     tp: int  # tensor-parallel degree
     gemm_flops: float  # peak FLOP/s for weight GEMMs in the weight dtype
+    proj_flops: float  # peak FLOP/s for the attention projections in their weights' dtype
     attn_flops: float  # peak FLOP/s for attention matmuls in the activation dtype
     vector_flops: float  # peak FLOP/s for elementwise work
     mem_bw: float  # memory bandwidth, B/s

@@ -30,6 +30,7 @@ from simcore.codes import (
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
+    RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
     RI_PREEMPTIONS,
@@ -77,9 +78,11 @@ def pop_front_nb(lay, ws):
 
 
 @jit_inline
-def blocks_for_nb(tokens, cached, block_size):
-    """Blocks a request owns to hold ``tokens`` tokens, its ``cached`` prefix being shared."""
-    return (tokens + block_size - 1) // block_size - cached // block_size
+def blocks_for_nb(tokens, cached, fixed, block_size):
+    """Blocks a request owns to hold ``tokens`` tokens, its ``cached`` prefix being shared, and its
+    ``fixed`` blocks (``RI_FIXED_BLOCKS``: what its windowed layers and recurrent states hold,
+    reserved at its first block, see ``simllm.sim.memory``)."""
+    return (tokens + block_size - 1) // block_size - cached // block_size + fixed
 
 
 @jit_inline
@@ -176,10 +179,11 @@ def release_blocks_nb(reqi, ws, r):
 
 # ------------------------------------------------------------------ rules both paths call
 @jit_inline
-def admission_nb(e, n_running, budget, free, whole, computed, need, cached, blocks):
+def admission_nb(e, n_running, budget, free, whole, computed, need, cached, fixed, blocks):
     """The admission rule: whether the waiting head can be admitted now, with ``n_running``
     requests running, ``budget`` tokens left in the iteration and ``free`` KV blocks for it; it has
-    ``computed`` tokens, ``need`` more to compute, a ``cached`` prefix and ``blocks`` blocks. It
+    ``computed`` tokens, ``need`` more to compute, a ``cached`` prefix, ``fixed`` blocks whatever its
+    context and ``blocks`` blocks. It
     needs a sequence slot, some budget, and blocks for its next chunk within the budget (with
     ``whole``, v0 without chunked prefill: for its whole prompt, which must fit the budget).
 
@@ -189,7 +193,7 @@ def admission_nb(e, n_running, budget, free, whole, computed, need, cached, bloc
     extra = 0
     if n_running < e.max_num_seqs and budget > 0 and not (whole and need > budget):
         n = need if need < budget else budget
-        x = blocks_for_nb(computed + n, cached, e.block_size) - blocks
+        x = blocks_for_nb(computed + n, cached, fixed, e.block_size) - blocks
         if x <= free:
             new = n
             extra = x
@@ -226,7 +230,8 @@ def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
             break
         c = reqi[r, RI_COMPUTED]
         new, extra = admission_nb(e, ws[RUNNING_COUNT], budget, ws[FREE_BLOCKS], whole, c,
-                                  reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c, reqi[r, RI_CACHED], reqi[r, RI_BLOCKS])
+                                  reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c, reqi[r, RI_CACHED],
+                                  reqi[r, RI_FIXED_BLOCKS], reqi[r, RI_BLOCKS])
         if new == 0:
             break
         admit_nb(lay, now, reqi, reqf, ws, r)
@@ -243,7 +248,8 @@ def _allocate_running_nb(e, lay, reqi, ws, r, new):
     """Blocks for running request ``r`` to compute ``new`` more tokens, preempting the most
     recently admitted requests while they are short. Returns (``r`` got them, anything was
     preempted); ``r`` itself may be the last one preempted."""
-    extra = blocks_for_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], e.block_size) - reqi[r, RI_BLOCKS]
+    extra = blocks_for_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS],
+                          e.block_size) - reqi[r, RI_BLOCKS]
     victim = -1
     preempted = False
     while extra > ws[FREE_BLOCKS] and victim != r:

@@ -20,38 +20,52 @@ from simllm.config import dtypes
 from simllm.config.serving import ServingConfig
 from simllm.sim.pack import framework_for
 
-GEMM, ATTN, VECTOR, LINK = "gemm", "attn", "vector", "link"
+GEMM, PROJ, ATTN, VECTOR, LINK = "gemm", "proj", "attn", "vector", "link"
 
 
 def _bytes(name):
     return dtypes.BYTES[name]
 
 
+def window_totals(batch, window):
+    """Query-key pairs and keys read of a batch in a layer whose queries see at most ``window``
+    keys (a sliding window: token ``i`` of a chunk after ``c`` cached ones sees the last
+    ``min(c + i + 1, window)`` keys; the chunk reads keys ``c + q - window + 1 .. c + q - 1``
+    and its own). ``window`` 0: every key."""
+    pairs = 0
+    kv_tokens = 0
+    for q, c, _ in batch:
+        for i in range(q):  # token i of the chunk attends to c + i + 1 keys (causal)
+            pairs += min(c + i + 1, window) if window else c + i + 1
+        kv_tokens += min(c + q, window - 1 + q) if window else c + q  # each cached and new key read once
+    return pairs, kv_tokens
+
+
 def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                  ep=1, dp=1):
+                  ep=1, dp=1, attention_dtype=None):
     """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance;
     ``ep`` > 1: the MoE layers' experts spread over ``ep`` GPU groups and the ``dp`` data-parallel
     ranks' tokens meet in them (each rank's batch the same as this one)."""
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
-    pairs = 0
-    kv_tokens = 0
-    for q, c, _ in batch:
-        for i in range(q):  # token i of the chunk attends to c + i + 1 keys (causal)
-            pairs += c + i + 1
-        kv_tokens += c + q  # every cached and new key/value is read once
+    pairs, kv_tokens = window_totals(batch, 0)
+    window = window_totals(batch, model.window_tokens) if model.windowed_layers else None
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
-                          kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp)
+                          kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp, window=window,
+                          attention_dtype=attention_dtype)
 
 
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                   kv_ratio=1.0, ep=1, dp=1):
+                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
-    ``pairs`` query-key pairs and ``kv_tokens`` keys read (the shaped reference prices GEMMs at
-    ``T = emit = 2**i`` with it)."""
+    ``pairs`` query-key pairs and ``kv_tokens`` keys read, and ``window`` the windowed layers'
+    ``(pairs, kv_tokens)`` (the shaped reference prices GEMMs at ``T = emit = 2**i`` with it).
+    The attention operator is the mean of the full and the windowed layers'; the QKV and output
+    projections' weights are in ``attention_dtype`` (default the weight dtype) at its peak."""
     weight_dtype = weight_dtype or model.dtype
     act = act_dtype or weight_dtype
     ab, wb = _bytes(act), _bytes(weight_dtype)
+    pb = _bytes(attention_dtype or weight_dtype)
     kvb = _bytes(kv_dtype or act) / kv_ratio
     h, d, L = model.hidden_size, model.head_dim, model.layers
     qh = model.num_attention_heads / tp
@@ -70,19 +84,27 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
     ops["embedding"] = (1, 0.0, T * h * 2 * ab, VECTOR)
     ops["input_norm"] = (L,) + norm()
     if model.is_mla:
-        ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb))
+        ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, pb, ab, kvb))
     else:
         qkv_w = (qh + 2 * kvh) * d
         p_qkv = h * qkv_w + (qkv_w if model.attention_bias else 0)
-        ops["qkv_proj"] = (L, 2 * T * p_qkv, p_qkv * wb + T * (h + qkv_w) * ab, GEMM)
+        ops["qkv_proj"] = (L, 2 * T * p_qkv, p_qkv * pb + T * (h + qkv_w) * ab, PROJ)
         rope_elems = T * (qh + kvh) * d
         qk = 1.0 if model.qk_norm else 0.0
         ops["rope"] = (L, 3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems,
                        2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, VECTOR)
         ops["kv_cache_write"] = (L, 0.0, T * 2 * kvh * d * (ab + kvb), VECTOR)
-        ops["attention"] = (L, 4 * d * qh * pairs, kv_tokens * 2 * kvh * d * kvb + 2 * T * qh * d * ab, ATTN)
+        def attention(n_pairs, n_kv):
+            return 4 * d * qh * n_pairs, n_kv * 2 * kvh * d * kvb + 2 * T * qh * d * ab
+
+        flops, nbytes = attention(pairs, kv_tokens)
+        if window is not None:  # the mean over the layers of the full and the windowed ones
+            wf, wbytes = attention(*window)
+            lw = model.windowed_layers
+            flops, nbytes = ((L - lw) * flops + lw * wf) / L, ((L - lw) * nbytes + lw * wbytes) / L
+        ops["attention"] = (L, flops, nbytes, ATTN)
         p_o = qh * d * h
-        ops["o_proj"] = (L, 2 * T * p_o, p_o * wb + T * (qh * d + h) * ab, GEMM)
+        ops["o_proj"] = (L, 2 * T * p_o, p_o * pb + T * (qh * d + h) * ab, PROJ)
     if tp > 1:
         ar = 2 * (tp - 1) / tp * T * h * ab
         ops["allreduce_attn"] = (L, (tp - 1) / tp * T * h, ar, LINK)
@@ -145,16 +167,16 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb):
     rotated = T * (qh + 1) * rope  # every head's rope part of q, and the one shared rope key
     p_o = qh * dv * h
     return {
-        "qkv_proj": (L, 2 * T * p_qkv, p_qkv * wb + T * (h + out) * ab, GEMM),
+        "qkv_proj": (L, 2 * T * p_qkv, p_qkv * wb + T * (h + out) * ab, PROJ),
         "rope": (L, 3 * rotated, 2 * rotated * ab, VECTOR),
         "kv_cache_write": (L, 0.0, T * (lat + rope) * (ab + kvb), VECTOR),
         "attention": (L, 2 * qh * (dqk + dv) * pairs, kv_tokens * (lat + rope) * kvb + T * qh * (dqk + dv) * ab, ATTN),
-        "o_proj": (L, 2 * T * p_o, p_o * wb + T * (qh * dv + h) * ab, GEMM),
+        "o_proj": (L, 2 * T * p_o, p_o * wb + T * (qh * dv + h) * ab, PROJ),
     }
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                   framework="vllm", ep=1, dp=1):
+                   framework="vllm", ep=1, dp=1, attention_dtype=None):
     """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
     framework profile's launch gap joins every operator and its per-iteration CPU overhead the
     total of a non-empty batch."""
@@ -162,8 +184,10 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     weight_dtype = weight_dtype or model.dtype
     act = act_dtype or weight_dtype
     peak_act = hw.peak_flops(act) or hw.fp16_tflops * 1e12
+    proj = attention_dtype or weight_dtype
     peaks = {
         GEMM: hw.peak_flops(weight_dtype) or peak_act,
+        PROJ: hw.peak_flops(proj) or peak_act,
         ATTN: peak_act,
         VECTOR: (hw.fp32_tflops or hw.fp16_tflops) * 1e12,
     }
@@ -171,7 +195,7 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
-        ep=ep, dp=dp
+        ep=ep, dp=dp, attention_dtype=attention_dtype
     ).items():
         if unit == LINK:
             t = hw.interconnect_latency_us * 1e-6 + nbytes / (hw.interconnect_bandwidth_gbps * 1e9 * hw.interconnect_utilization)
@@ -268,7 +292,7 @@ def _own_moe_curve(data, expert_key, model, tp):
 
 
 def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                          kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1):
+                          kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1, attention_dtype=None):
     """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
     operators the kernel tables cover priced from the table JSON file itself (``tables_path``,
     default the file ``hw`` loaded for ``framework``), as simllm.config.kernels documents them:
@@ -284,7 +308,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
       made non-decreasing; between them seconds are linear in M, beyond the last proportional to M;
     - attention: ``max(flops / (peak * eff_prefill), bytes / (bandwidth * eff_decode))``, the
       prefill table bilinear in log2 FLOPs and log2 (pairs / tokens), the decode table in log2
-      (rows x KV heads) and log2 (keys read / rows), rows the emitting rows (at least 1);
+      (rows x KV heads) and log2 (keys read / rows), rows the emitting rows (at least 1); with
+      windowed layers, the full and the windowed layers apart (each at its own pairs and keys
+      read) and their times weighted by their share of the layers;
     - collectives: ``bus bytes / (link bandwidth * eff(bus bytes))``, the curve of the largest GPU
       count measured at or below ``tp`` (the smallest when all are larger), linear in log2 bytes;
     - the rest: the scalar roofline plus the launch gap, as :func:`iteration_time`.
@@ -308,6 +334,11 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     native = hw.peak_flops(weight_dtype) > 0
     key = weight_dtype if native and weight_dtype in ("fp8", "fp4") and weight_dtype in data["gemm"] else "bf16"
     tables = {op: data["gemm"][key if in_weights else "bf16"] for op, in_weights in GEMM_OPS.items()}
+    proj = attention_dtype or weight_dtype  # the attention projections' own dtype, peak and table
+    proj_native = hw.peak_flops(proj) > 0 and proj not in ("int4", "mxfp4")
+    peak_proj = peak_gemm if proj == weight_dtype else (hw.peak_flops(proj) or peak_act)
+    for op in ("qkv_proj", "o_proj"):
+        tables[op] = data["gemm"][proj if proj_native and proj in ("fp8", "fp4") and proj in data["gemm"] else "bf16"]
     expert_key = weight_dtype if native or weight_dtype in ("int4", "mxfp4") else "bf16"
     counts = sorted((int(n), curve) for n, curve in data["allreduce"].items())
     link_curve = counts[0][1]
@@ -320,7 +351,8 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     shapes = _gemm_shapes(model, tp, moe_tp)
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
-    dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp)
+    dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp,
+                     attention_dtype=attention_dtype)
 
     curves = {}  # op -> seconds at M = 2**0 .. 2**17
 
@@ -349,7 +381,8 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                                    _coordinate(kk, GEMM_NK0))
                 else:
                     e = _lerp3(tables[op], _coordinate(m, GEMM_M0), _coordinate(n, GEMM_NK0), _coordinate(kk, GEMM_NK0))
-                t = max(flops / peak_gemm, nbytes / bw) / max(e, EFF_FLOOR)
+                peak = peak_proj if op in ("qkv_proj", "o_proj") else peak_gemm
+                t = max(flops / peak, nbytes / bw) / max(e, EFF_FLOOR)
                 points.append(max(t, points[-1]) if points else t)  # a larger M never runs faster
             curves[op] = points
         points = curves[op]
@@ -382,24 +415,33 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
 
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
-    pairs = sum(sum(c + i + 1 for i in range(q)) for q, c, _ in batch)
-    kv_tokens = sum(c + q for q, c, _ in batch)
+    pairs, kv_tokens = window_totals(batch, 0)
+    window = window_totals(batch, model.window_tokens) if model.windowed_layers else None
+
+    def attention_seconds(n_pairs, n_kv):
+        _, flops, nbytes, _ = ops_for_totals(model, T, emit, n_pairs, n_kv, **dtypes_kw)["attention"]
+        rows = max(emit, 1)
+        e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(n_pairs / T, 0))
+        e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(n_kv / rows, 0))
+        # the prefill tokens' queries and outputs (all but one per emitting row) stream at the
+        # bandwidth; the rest at the decode table's efficiency
+        qh = model.num_attention_heads / tp
+        io = qh * (model.head_dim + model.v_head_dim) if model.is_mla else 2 * qh * model.head_dim
+        stream = max(T - emit, 0) * io * _bytes(act)
+        return max(flops / (peak_act * e_pf), (nbytes - stream) / (bw * e_dec) + stream / bw)
+
     per_op = {}
-    for name, (count, flops, nbytes, unit) in ops_for_totals(model, T, emit, pairs, kv_tokens, **dtypes_kw).items():
-        if unit == GEMM:
+    for name, (count, flops, nbytes, unit) in ops_for_totals(model, T, emit, pairs, kv_tokens, window=window,
+                                                             **dtypes_kw).items():
+        if unit in (GEMM, PROJ):
             t = gemm_seconds(name, emit if name == "lm_head" else T)
             if name.startswith("moe_experts"):  # never faster than the datasheet roofline
                 t = max(t, flops / peak_gemm, nbytes / bw)
         elif unit == ATTN:
-            rows = max(emit, 1)
-            e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(pairs / T, 0))
-            e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(kv_tokens / rows, 0))
-            # the prefill tokens' queries and outputs (all but one per emitting row) stream at the
-            # bandwidth; the rest at the decode table's efficiency
-            qh = model.num_attention_heads / tp
-            io = qh * (model.head_dim + model.v_head_dim) if model.is_mla else 2 * qh * model.head_dim
-            stream = max(T - emit, 0) * io * _bytes(act)
-            t = max(flops / (peak_act * e_pf), (nbytes - stream) / (bw * e_dec) + stream / bw)
+            t = attention_seconds(pairs, kv_tokens)
+            if window is not None:
+                lw = model.windowed_layers
+                t = ((model.layers - lw) * t + lw * attention_seconds(*window)) / model.layers
         elif unit == LINK:
             t = link_seconds(nbytes)
         else:
@@ -412,8 +454,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
 # ----------------------------------------------------------------------------- the engine
 
 class Req:
-    def __init__(self, idx, arrival, ready, prompt, output, cached):
+    def __init__(self, idx, arrival, ready, prompt, output, cached, fixed=0):
         self.idx = idx
+        self.fixed = fixed  # blocks held whatever the context (windowed layers), with the first block
         self.arrival = arrival
         self.ready = ready
         self.prompt = prompt
@@ -439,11 +482,13 @@ def _blocks(tokens, cached, bs):
     return math.ceil(tokens / bs) - cached // bs
 
 
-def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
+def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=None):
     """Simulate with the engine's rules; returns the list of :class:`Req` (index order).
-    ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent."""
+    ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent;
+    ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``)."""
     n = len(prompt)
-    reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i])) for i in range(n)]
+    reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i]),
+                0 if fixed is None else int(fixed[i])) for i in range(n)]
     bs = e.block_size
     free = e.num_blocks - e.prefix_blocks
     waiting = deque()
@@ -492,7 +537,7 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
         while arrived < n and reqs[arrived].arrival <= now:
             r = reqs[arrived]
             arrived += 1
-            never_fits = _blocks(r.prompt + r.output - 1, r.cached, bs) > e.num_blocks - e.prefix_blocks
+            never_fits = _blocks(r.prompt + r.output - 1, r.cached, bs) + r.fixed > e.num_blocks - e.prefix_blocks
             if r.prompt + r.output > e.max_model_len or (e.policy == codes.POLICY_CONTINUOUS and never_fits):
                 end(r, r.arrival, codes.STATUS_REJECTED)
                 continue
@@ -529,13 +574,13 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
                 while i < len(running) and budget > 0:
                     r = running[i]
                     new = min(r.tokens_so_far - r.computed, budget)
-                    while _blocks(r.computed + new, r.cached, bs) - r.blocks > free:
+                    while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > free:
                         preempted = True
                         if preempt_last() is r:
                             break
                     if r.status != codes.STATUS_RUNNING:
                         break
-                    extra = _blocks(r.computed + new, r.cached, bs) - r.blocks
+                    extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
                     free -= extra
                     r.blocks += extra
                     batch.append((r, new))
@@ -545,7 +590,7 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
                     while waiting and len(running) < e.max_num_seqs and budget > 0:
                         r = waiting[0]
                         new = min(r.tokens_so_far - r.computed, budget)
-                        extra = _blocks(r.computed + new, r.cached, bs) - r.blocks
+                        extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
                         if extra > free:
                             break
                         admit(r)
@@ -557,7 +602,7 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
                 while waiting and len(running) < e.max_num_seqs:
                     r = waiting[0]
                     need = r.tokens_so_far - r.computed
-                    extra = _blocks(r.computed + need, r.cached, bs) - r.blocks
+                    extra = _blocks(r.computed + need, r.cached, bs) + r.fixed - r.blocks
                     if need > budget or extra > free:
                         break
                     admit(r)
@@ -569,13 +614,13 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None):
                     i = 0
                     while i < len(running):
                         r = running[i]
-                        while _blocks(r.computed + 1, r.cached, bs) - r.blocks > free:
+                        while _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks > free:
                             preempted = True
                             if preempt_last() is r:
                                 break
                         if r.status != codes.STATUS_RUNNING:
                             break
-                        extra = _blocks(r.computed + 1, r.cached, bs) - r.blocks
+                        extra = _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks
                         free -= extra
                         r.blocks += extra
                         batch.append((r, 1))

@@ -34,6 +34,7 @@ from simcore.codes import (
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
+    RI_FIXED_BLOCKS,
     RI_EPOCH,
     RI_GENERATED,
     RI_INPUT,
@@ -104,7 +105,7 @@ def leave_nb(e, lay, reqi, ws, r):
     ws[COHORT_CONTEXT_SUM] -= c
     reqi[r, RI_COMPUTED] = c
     reqi[r, RI_GENERATED] += k
-    reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], bs)
+    reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs)
     reqi[r, RI_EPOCH] = -1
 
 
@@ -269,7 +270,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
             c = reqi[head, RI_COMPUTED]
             new, _ = admission_nb(e, ws[RUNNING_COUNT], e.max_num_batched_tokens, free, True, c,
                                   reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c, reqi[head, RI_CACHED],
-                                  reqi[head, RI_BLOCKS])
+                                  reqi[head, RI_FIXED_BLOCKS], reqi[head, RI_BLOCKS])
             if new > 0:
                 return _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
     for i in range(n_pre):
@@ -277,7 +278,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         budget -= need
-        extra += blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        extra += blocks_for_nb(c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs) - reqi[r, RI_BLOCKS]
     if budget < 0 or extra > free:
         return False, now
     n_sched = 0
@@ -285,7 +286,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         r = sched_nb(lay, ws, SCHED_PREFILLING, i)
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], bs) - reqi[r, RI_BLOCKS]
+        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs) - reqi[r, RI_BLOCKS]
         reqi[r, RI_BLOCKS] += x
         schedule_row_nb(lay, ws, n_sched, r, need)
         n_sched += 1

@@ -36,6 +36,7 @@ from simcore.codes import (
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
+    RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
     RUNNING_COUNT,
@@ -99,7 +100,7 @@ def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
         free = ws[FREE_BLOCKS]
     c = reqi[head, RI_COMPUTED]
     new, _ = admission_nb(e, B, budget, free, not e.chunked_prefill, c, reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c,
-                          reqi[head, RI_CACHED], reqi[head, RI_BLOCKS])
+                          reqi[head, RI_CACHED], reqi[head, RI_FIXED_BLOCKS], reqi[head, RI_BLOCKS])
     return new == 0
 
 
@@ -132,10 +133,15 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
         fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
         fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
-        att, _ = op_seconds_nb(p, OP_ATTENTION, fa0 + (fa1 - fa0) * x, ba0 + (ba1 - ba0) * x, UNIT_ATTN, fb, x, x, fb)
+        if p.window_frac > 0.0:  # not affine in x past the window
+            fax, bax, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
+        else:
+            fax = fa0 + (fa1 - fa0) * x
+            bax = ba0 + (ba1 - ba0) * x
+        att, _ = op_seconds_nb(p, OP_ATTENTION, fax, bax, UNIT_ATTN, fb, x, x, fb)
         acc[m + MEMO_REST_S] = t_all - n_att * att
-        acc[m + MEMO_REST_FLOPS] = f_all - n_att * (fa0 + (fa1 - fa0) * x)
-        acc[m + MEMO_REST_BYTES] = b_all - n_att * (ba0 + (ba1 - ba0) * x)
+        acc[m + MEMO_REST_FLOPS] = f_all - n_att * fax
+        acc[m + MEMO_REST_BYTES] = b_all - n_att * bax
         acc[m + MEMO_ATTN_FLOPS] = fa0
         acc[m + MEMO_ATTN_BYTES] = ba0
         acc[m + MEMO_ATTN_FLOPS_SLOPE] = fa1 - fa0
@@ -150,13 +156,15 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
 
     # With shape-aware tables, attention's grid coordinates over the run: rows x KV heads is fixed,
     # both context coordinates are log2(x / B), and decode attention's FLOPs are proportional to x
-    # (no constant part), so one log2 per iteration gives them all.
+    # (no constant part), so one log2 per iteration gives them all. Windowed layers' attention
+    # stops growing at their window: it is priced in full each iteration instead.
     shaped = p.eff.shape[0] != 0
-    if shaped and not (fa0 == 0.0 and f_slope > 0.0):
+    windowed = p.window_frac > 0.0
+    if shaped and not windowed and not (fa0 == 0.0 and f_slope > 0.0):
         return 0, now  # not decode attention's shape: the explicit path prices it
     x_rows = log2_nb(fb * p.kv_heads)
     log_b = log2_nb(fb)
-    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped else 0.0
+    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped and not windowed else 0.0
     last_window = lay.n_windows - 1
     window = -1
     k = 0
@@ -172,13 +180,18 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         new_blocks = ws[phase_slot_nb(lay, needs_block_class_nb(d0 + k, bs))]
         if new_blocks > free:
             break
-        fa = fa0 + f_slope * x
-        ba = ba0 + b_slope * x
-        if shaped:
+        if windowed:
+            fa, ba, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
+            att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
+        elif shaped:
+            fa = fa0 + f_slope * x
+            ba = ba0 + b_slope * x
             lx = math.log2(x)
             att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b, 0.0)
         else:
-            att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables (shaped runs take the branch above)
+            fa = fa0 + f_slope * x
+            ba = ba0 + b_slope * x
+            att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables
         dt = t_rest + n_att * att
         t_end = now + dt
         w = window_of_nb(e, lay, t_end)

@@ -166,7 +166,7 @@ def test_moe_rows_read_their_expert_parallelism(tmp_path):
     ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3"),
     ("nvidia/DeepSeek-R1-NVFP4", "deepseek-v3"), ("moonshotai/Kimi-K2.5", "kimi-k2"),
     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("MiniMaxAI/MiniMax-M2.5", "minimax-m2.5"),
-    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b"), ("openai/gpt-oss-120b", ""),
+    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b"), ("openai/gpt-oss-120b", "gpt-oss-120b"),
 ])
 def test_checkpoints_of_a_presets_architecture_find_it(name, preset):
     assert accuracy.resolve_name("models", name, {}) == preset

@@ -40,10 +40,12 @@ def test_model_preset_loads(name):
     assert model.layers > 0 and model.hidden_size > 0 and model.vocab_size > 0
     assert model.num_attention_heads % model.num_key_value_heads == 0
     assert model.parameter_count() > 0
+    # per token of context, in the layers that keep every token (windowed ones hold their window)
+    full = model.layers - model.windowed_layers
     if model.is_mla:  # one latent and one rope key per token and layer, whatever the heads
-        assert model.kv_elements_per_token() == model.layers * (model.kv_lora_rank + model.qk_rope_head_dim)
+        assert model.kv_elements_per_token() == full * (model.kv_lora_rank + model.qk_rope_head_dim)
     else:
-        assert model.kv_elements_per_token() == 2 * model.layers * model.num_key_value_heads * model.head_dim
+        assert model.kv_elements_per_token() == 2 * full * model.num_key_value_heads * model.head_dim
 
 
 @pytest.mark.parametrize("name", MODEL_PRESETS)
@@ -287,6 +289,59 @@ def test_minimax_m2_5_counts():
     assert m.kv_elements_per_token() == 2 * 62 * 8 * 128 and m.rope_dim == 64
 
 
+@pytest.mark.parametrize("name, total, active, windowed, window", [
+    ("gpt-oss-120b", 116.83e9, 5.13e9, 18, 128),  # OpenAI model card, table 1 (active without the embedding)
+    ("gpt-oss-20b", 20.91e9, 3.61e9, 12, 128),
+])
+def test_gpt_oss_published_counts_and_windows(name, total, active, windowed, window):
+    m = simllm.load_model(name)
+    embedding = m.vocab_size * m.hidden_size
+    assert m.parameter_count() == pytest.approx(total, rel=0.001)
+    assert m.active_parameter_count() - embedding == pytest.approx(active, rel=0.002)
+    assert (m.windowed_layers, m.window_tokens, m.full_layers) == (windowed, window, m.layers - windowed)
+    assert (m.dtype, m.attention_dtype) == ("mxfp4", "bf16")  # MXFP4 experts, BF16 attention
+    # only the full-attention layers' KV grows: 2 x 8 KV heads x 64 per layer and token
+    assert m.kv_elements_per_token() == m.full_layers * 2 * 8 * 64
+    assert m.window_blocks(16) == 128 // 16 + 1  # an unaligned 128-key window spans 9 blocks
+
+
+def test_hf_gemma3_windows_from_the_sliding_window_pattern():
+    """Gemma 3's config has no layer_types: every 6th layer is global, the rest see 1024 keys."""
+    m = simllm.load_model(DATA / "gemma-3-27b.config.json")
+    ref = simllm.load_model("gemma-3-27b")
+    assert (m.windowed_layers, m.sliding_window) == (52, 1024) == (ref.windowed_layers, ref.sliding_window)
+    assert m.parameter_count() == ref.parameter_count() == pytest.approx(27.0e9, rel=0.005)
+    assert m.tie_word_embeddings and m.qk_norm
+
+
+def test_unused_sliding_window_of_qwen_configs_is_ignored(tmp_path):
+    import json
+    cfg = json.loads((DATA / "qwen2.5-0.5b.config.json").read_text(encoding="utf-8"))
+    cfg.update(sliding_window=4096, use_sliding_window=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    assert simllm.load_model(str(path)).windowed_layers == 0
+    cfg.update(use_sliding_window=True)
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    assert simllm.load_model(str(path)).windowed_layers == cfg["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"sliding_window": 128, "attention_chunk_size": 64}, "attention_chunk_size"),
+    ({"windowed_layers": 1}, "windowed_layers"),
+    ({"sliding_window": 128, "windowed_layers": 3}, "windowed_layers"),
+    ({"sliding_window": 128, "layer_types": ["full_attention"]}, "layer_types"),
+    ({"sliding_window": 128, "layer_types": ["full_attention", "linear_attention"]}, "layer_types"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding_window"),
+])
+def test_window_keys_are_validated(change, key):
+    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
+            "max_sequence_length": 128, "intermediate_size": 512, **change}
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.model_from_dict(data)
+    assert key in str(info.value)
+
+
 def test_hf_quantization_config_sets_the_weight_dtype(tmp_path):
     import json
     cfg = json.loads((DATA / "llama-3.1-8b.config.json").read_text(encoding="utf-8"))
@@ -323,6 +378,9 @@ def _acc_model_configs():
     ("deepseek-ai--DeepSeek-V3", "deepseek-v3"), ("deepseek-ai--DeepSeek-R1", "deepseek-v3"),
     ("moonshotai--Kimi-K2-Instruct", "kimi-k2"), ("Qwen--Qwen3-235B-A22B", "qwen3-235b-a22b"),
     ("Qwen--Qwen3-30B-A3B", "qwen3-30b-a3b"), ("MiniMaxAI--MiniMax-M2.5", "minimax-m2.5"),
+    ("openai--gpt-oss-120b", "gpt-oss-120b"), ("openai--gpt-oss-20b", "gpt-oss-20b"),
+    ("meta-llama--Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"),
+    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", "llama-4-maverick"),
 ])
 def test_real_configs_match_presets(stem, preset):
     """The config.json files aiconfigurator-core ships (the checkpoints' own) give the presets'
@@ -336,3 +394,15 @@ def test_real_configs_match_presets(stem, preset):
     assert hf.active_parameter_count() == ref.active_parameter_count()
     assert hf.kv_elements_per_token() == ref.kv_elements_per_token()
     assert hf.dtype == ref.dtype or (hf.dtype == "bf16" and ref.dtype == "bf16")
+    assert (hf.windowed_layers, hf.window_tokens, hf.attention_dtype) == (
+        ref.windowed_layers, ref.window_tokens, ref.attention_dtype)
+
+
+def test_modelopt_nvfp4_export_keeps_its_excluded_attention_in_bf16():
+    """NVIDIA's MiniMax-M2.5-NVFP4: hf_quant_config.json beside config.json (read as
+    transformers' quantization_config) quantises the experts to NVFP4 and excludes self_attn."""
+    folder = _acc_model_configs()
+    if folder is None:
+        pytest.skip("aiconfigurator-core is not installed (pip install simllm[kernels])")
+    m = simllm.load_model(str(folder / "nvidia--MiniMax-M2.5-NVFP4_config.json"))
+    assert (m.dtype, m.attention_dtype) == ("fp4", "bf16")

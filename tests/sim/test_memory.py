@@ -87,3 +87,30 @@ def test_kv_pool_never_exceeds_what_is_left(name, hw, util, block, tp):
     assert mem.kv_pool_bytes <= mem.usable_bytes - mem.weight_bytes - mem.activation_bytes - mem.runtime_overhead_bytes
     assert mem.kv_capacity_tokens >= 4096
     assert mem.free_bytes >= 0
+
+
+def test_hybrid_kv_cache_of_gpt_oss_counts_full_attention_blocks_and_windows():
+    """vLLM's hybrid KV cache manager, gpt-oss-120b on one H100: the pool's blocks hold 16 tokens
+    of the 18 full-attention layers (18 x 2 x 8 x 64 x 2 = 36,864 bytes a token); the 18
+    sliding-window layers hold at most ceil(128 / 16) + 1 = 9 blocks a sequence, one sliding layer
+    per full one, so a request reserves min(9, its blocks) more; capacity is no longer linear in
+    context."""
+    mem = plan("gpt-oss-120b", "h100-sxm")
+    assert mem.kv_bytes_per_token == 18 * 2 * 8 * 64 * 2 == 36_864
+    left = mem.usable_bytes - mem.weight_bytes - mem.activation_bytes - mem.runtime_overhead_bytes
+    assert mem.num_blocks == int(left // (36_864 * 16))
+    assert (mem.window_blocks, mem.window_block_ratio) == (9, 1.0)
+    assert mem.window_bytes_per_seq == 9 * 16 * 36_864
+    assert [mem.fixed_blocks(t) for t in (1, 16, 17, 128, 144, 145, 10_000, 100_000)] == [1, 1, 2, 8, 9, 9, 9, 9]
+    # the KV of a sequence stops growing in the windowed layers: 9 blocks beyond 144 tokens
+    assert mem.max_concurrent_sequences(100_000) == mem.num_blocks // (6250 + 9)
+    assert mem.max_concurrent_sequences(100) == mem.num_blocks // (7 + 7)
+
+
+def test_window_blocks_scale_by_windowed_per_full_layer():
+    """Gemma 3 27B: 52 sliding-window layers to 10 global ones, a 1024-key window = 65 blocks of
+    16 each; a sequence past the window holds ceil(5.2 x 65) = 338 full-attention blocks' worth."""
+    mem = plan("gemma-3-27b", "h200-sxm")
+    assert mem.window_blocks == 65 and mem.window_block_ratio == pytest.approx(5.2)
+    assert mem.fixed_blocks(50_000) == 338 and mem.fixed_blocks(160) == 52
+    assert mem.kv_bytes_per_token == 10 * 2 * 16 * 128 * 2

@@ -557,7 +557,7 @@ def test_wide_ep_closed_form():
     _, nbytes, unit = op_cost_nb(p, codes.OP_MOE_ALLTOALL, 32.0, 32.0, 32.0, 32.0)
     assert unit == codes.UNIT_LINK and nbytes == 2 * 32 * 8 * 7168 * 2 * 7 / 8
     expert = 3 * 7168 * 2048  # gate, up and down of one expert, whole on its GPU
-    assert p.p_expert_up + p.p_expert_down == expert
+    assert 3 * p.hidden * p.expert_inner == expert
     ref = resident_weight_bytes_nb(build("deepseek-v3", "h200-sxm", tables=False)[4])  # all 256 experts
     assert ref - resident_weight_bytes_nb(p) == pytest.approx(58 * (256 - 32) * expert * 1.0, rel=1e-9)
 
@@ -580,3 +580,67 @@ def test_enable_expert_parallel_spreads_experts_over_every_gpu():
     r = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=2, data_parallel_size=4,
               enable_expert_parallel=True)[3]
     assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (8, 1)
+
+
+# --------------------------------------------------------------------------- windowed attention
+WINDOWED = {"gpt-oss-120b": 1, "gemma-3-27b": 2, "llama-4-scout": 4}  # model: a TP it shards over
+
+
+def windowed_rows(window):
+    """Batches whose every row emits and has at least window - 1 keys cached before its chunk:
+    there the aggregate form of windowed attention is exact (see cost.window_aggregates_nb)."""
+    return st.lists(st.tuples(st.integers(1, 512), st.integers(window - 1, window + 20_000), st.just(True)),
+                    min_size=1, max_size=8)
+
+
+@given(data=st.data(), name=st.sampled_from(sorted(WINDOWED)), tables=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_windowed_kernels_match_the_reference(data, name, tables):
+    """Sliding-window (gpt-oss, Gemma 3) and chunked (Llama 4) layers: the kernels price attention
+    as the layers' mean of full attention and attention over the last ``window`` keys, as the
+    reference counts them key by key; gpt-oss's projections are BF16 beside its MXFP4 experts."""
+    tp = WINDOWED[name]
+    model, hw, s, r, p = build(name, "h100-sxm", tables=tables, tensor_parallel_size=tp)
+    batch = data.draw(windowed_rows(model.window_tokens))
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
+              attention_dtype=r.attention_dtype)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+
+
+@given(name=st.sampled_from(sorted(WINDOWED)), batch=batches)
+@settings(max_examples=60, deadline=None)
+def test_windowed_attention_is_bounded_on_any_batch(name, batch):
+    """Rows shorter than the window beside longer ones: the aggregate form scores at least the
+    pairs the layers really score and at most what full attention would."""
+    model, hw, s, r, p = build(name, "h100-sxm", tables=False, tensor_parallel_size=WINDOWED[name])
+    ops = costs(p, batch)[0]
+    T = sum(q for q, _, _ in batch)
+    emit = sum(1 for _, _, e in batch if e)
+    ref = naive.ops_for_totals(model, T, emit, *naive.window_totals(batch, 0), tp=WINDOWED[name],
+                               weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype,
+                               window=naive.window_totals(batch, model.window_tokens))["attention"]
+    full = naive.ops_for_totals(model, T, emit, *naive.window_totals(batch, 0), tp=WINDOWED[name],
+                                weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype)["attention"]
+    flops = ops["attention"][0] / model.layers
+    assert ref[1] * (1 - 1e-12) <= flops <= full[1] * (1 + 1e-12)
+    assert ops["attention"][1] / model.layers <= full[2] * (1 + 1e-12)
+
+
+def test_sliding_window_layers_stop_growing_at_their_window():
+    """gpt-oss-120b decoding one token: past the 128-key window each more token of context adds
+    the full-attention half of the layers' KV read only (18 of 36 layers x 2 x 8 x 64 x 2 bytes),
+    below it every layer's."""
+    p = build("gpt-oss-120b", "h100-sxm", tables=False)[4]
+    per_layer_token = 2 * 8 * 64 * 2.0
+
+    def read(c):  # attention bytes of the 36 layers for one decode row after c cached tokens
+        return 36 * op_cost_nb(p, codes.OP_ATTENTION, 1.0, c + 1.0, c + 1.0, 1.0)[1]
+
+    assert read(5000.0) - read(4000.0) == pytest.approx(18 * per_layer_token * 1000, rel=1e-12)
+    assert read(100.0) - read(50.0) == pytest.approx(36 * per_layer_token * 50, rel=1e-12)
+    # its QKV projection streams BF16 weights beside MXFP4 experts
+    qkv = op_cost_nb(p, codes.OP_QKV_PROJ, 1.0, 1.0, 1.0, 1.0)
+    assert qkv[2] == codes.UNIT_PROJ and p.proj_w_bytes == 2.0 and p.w_bytes == 0.5 + 1 / 32

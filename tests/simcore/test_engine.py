@@ -28,12 +28,13 @@ def engine(**kw):
     return EngineSettings(**base)
 
 
-def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None):
+def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None, fixed=None):
     n = len(prompt)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = prompt
     reqi[:, codes.RI_OUTPUT] = output
     reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
+    reqi[:, codes.RI_FIXED_BLOCKS] = 0 if fixed is None else fixed
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
@@ -61,12 +62,12 @@ def workload(rng, n, rate, max_in, max_out, clients=0):
     return arrival, ready, prompt, output
 
 
-def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None):
+def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P, fixed=None):
     cached = np.zeros(len(prompt), dtype=np.int64) if cached is None else cached
-    ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, cached, delay)
+    ref = naive.simulate(p, e, arrival.copy(), ready, prompt, output, cached, delay, fixed)
     for ff in (False, True):
         reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready,
-                                           delay=delay)
+                                           p=p, delay=delay, fixed=fixed)
         for r in ref:
             i = r.idx
             assert reqi[i, codes.RI_STATUS] == r.status, (ff, i)
@@ -134,6 +135,24 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
     # Client delays: sends overtake each other and must reach the engine in time order.
     delay = rng.exponential(jitter, n) if jitter and clients else None
     assert_same(e, arrival, ready, prompt, output, cached, delay)
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["scalar", "tables"])
+@pytest.mark.parametrize("blocks", [400, 90])  # 90 blocks of 16 force preemptions
+def test_kernel_matches_reference_with_windowed_layers(tables, blocks):
+    """gpt-oss-120b (18 sliding-window layers of 128 keys): attention stops growing at the window in
+    the explicit and the fast paths alike, and each request holds its windowed layers' fixed
+    blocks from its first block on (as ``simllm.sim.memory`` sizes them)."""
+    p = build("gpt-oss-120b", "h100-sxm", tables=tables)[4]
+    assert p.window == 128.0 and p.window_frac == 0.5
+    rng = np.random.default_rng(7 + blocks)
+    arrival, ready, prompt, output = workload(rng, 80, 30.0, 600, 200)
+    fixed = np.minimum(9, -(-(prompt + output) // 16))  # ratio 1: one sliding layer per full one
+    e = engine(num_blocks=blocks, max_model_len=1024)
+    ref, stats = assert_same(e, arrival, ready, prompt, output, p=p, fixed=fixed)
+    if blocks == 90:
+        assert sum(r.preemptions for r in ref) > 0
+    assert stats[codes.STAT_FAST_ITERATIONS] > 0  # the decode runs took the windowed branch
 
 
 # --------------------------------------------------------------------------- closed forms

@@ -148,6 +148,15 @@ class BenchmarkShape:
         return LengthDist("uniform", low=max(1, int(value * ratio)), high=int(value) + 1)
 
 
+def _dtype(m, model):
+    """The ``--dtype`` of measurement ``m``: its precision, except that a row marked FP4 of a model
+    whose checkpoint is already 4-bit MXFP4 (gpt-oss: aiconfigurator labels its runs nvfp4) serves
+    that checkpoint as it is, experts in MXFP4 and attention in BF16."""
+    if m.precision == "fp4" and model.dtype == "mxfp4":
+        return "auto"
+    return _PRECISION[m.precision]
+
+
 def _kv_cache_dtype(m):
     """TensorRT-LLM serves FP8 checkpoints with an FP8 KV cache (the checkpoints' quantization
     config asks for it: ``kv_cache_quant_algo: FP8``); vLLM and SGLang keep the model's dtype
@@ -198,7 +207,7 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         workload = replace(workload, num_prompts=num_prompts)
     serving = ServingConfig(
         tensor_parallel_size=m.tp,
-        dtype=_PRECISION[m.precision],
+        dtype=_dtype(m, model),
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
         max_num_seqs=max(256, m.concurrency),
         framework=framework_of(m),

@@ -50,6 +50,15 @@ class ModelConfig:
     q_lora_rank: int = 0  # 0 = queries projected directly from the hidden state
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Windowed layers (vLLM's hybrid KV cache: one block pool per attention type): sliding-window
+    # attention (gpt-oss, Gemma 3: each query sees its last sliding_window keys, the cache keeps
+    # them) or chunked local attention (Llama 4: queries see their own attention_chunk_size-token
+    # chunk); windowed_layers of the layers have it, the rest attend to every key.
+    sliding_window: int = 0
+    attention_chunk_size: int = 0
+    windowed_layers: int = 0
+    attention_dtype: str = ""  # the attention projections' weights when the checkpoint keeps them
+    #                            apart from the rest (gpt-oss, NVFP4 exports: BF16); "" = dtype
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
@@ -80,6 +89,27 @@ class ModelConfig:
     @property
     def is_mla(self):
         return self.kv_lora_rank > 0
+
+    @property
+    def window_tokens(self):
+        """Keys a windowed layer's query sees at most (0: no windowed layers)."""
+        return (self.sliding_window or self.attention_chunk_size) if self.windowed_layers else 0
+
+    @property
+    def full_layers(self):
+        """Layers whose KV cache grows with the whole context."""
+        return self.layers - self.windowed_layers
+
+    def window_blocks(self, block_size):
+        """KV blocks one windowed layer holds at most per sequence, as vLLM's sliding-window and
+        chunked-local managers free the blocks that fell out of the window: a sliding window of
+        ``W`` keys spans ``ceil(W / block_size) + 1`` blocks when not aligned to them; a chunk
+        (aligned to multiples of its size) ``ceil(C / block_size)``."""
+        if not self.windowed_layers:
+            return 0
+        if self.sliding_window:
+            return -(-self.sliding_window // block_size) + 1
+        return -(-self.attention_chunk_size // block_size)
 
     def mla_params(self):
         """MLA's attention parameters of one layer, split into what tensor parallelism replicates
@@ -155,12 +185,19 @@ class ModelConfig:
         idle = self.num_experts - self.experts_per_token
         return self.parameter_count() - self.moe_layers * idle * (m["expert_up"] + m["expert_down"])
 
-    def kv_elements_per_token(self):
-        """KV-cache elements one token stores (all layers, unsharded): 2 x layers x KV heads x
-        head_dim; MLA: layers x (kv_lora_rank + qk_rope_head_dim)."""
+    def kv_elements_per_layer(self):
+        """KV-cache elements one token stores in one layer (unsharded): 2 x KV heads x head_dim;
+        MLA: kv_lora_rank + qk_rope_head_dim."""
         if self.is_mla:
-            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim)
-        return 2 * self.layers * self.num_key_value_heads * self.head_dim
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_key_value_heads * self.head_dim
+
+    def kv_elements_per_token(self):
+        """KV-cache elements one token of context stores (unsharded) in every layer that keeps
+        the whole context: 2 x full layers x KV heads x head_dim; MLA: full layers x
+        (kv_lora_rank + qk_rope_head_dim). Windowed layers hold at most their window
+        (:meth:`window_blocks`)."""
+        return self.full_layers * self.kv_elements_per_layer()
 
     def with_overrides(self, **changes):
         """A copy with fields replaced (no re-validation of dimensions)."""
@@ -177,6 +214,7 @@ _EXTRA_KEYS = {
     "moe", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
     "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "sliding_window", "attention_chunk_size", "windowed_layers", "layer_types", "attention_dtype",
     # HF-style spellings accepted in YAML too
     "num_hidden_layers", "max_position_embeddings",
 }
@@ -241,6 +279,11 @@ def model_from_dict(data, source="<dict>"):
     kv.reject_unknown(_KV_KEYS)
     dtype = dtypes.normalize(sec.raw("dtype", "bf16"), dtypes.WEIGHT_DTYPES,
                              source=source, key=sec.path("dtype"), line=line_of(sec.data, "dtype"))
+    attention_dtype = ""
+    if sec.has("attention_dtype"):
+        attention_dtype = dtypes.normalize(sec.raw("attention_dtype"), dtypes.WEIGHT_DTYPES, source=source,
+                                           key=sec.path("attention_dtype"), line=line_of(sec.data, "attention_dtype"))
+    window = _window_fields(sec, layers)
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
         kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"),
@@ -268,6 +311,8 @@ def model_from_dict(data, source="<dict>"):
         parallel_attention=sec.boolean("parallel_attention", False),
         rotary_dim=mla.get("qk_rope_head_dim") or sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
         **mla,
+        **window,
+        attention_dtype="" if attention_dtype == dtype else attention_dtype,
         num_experts=n_experts,
         experts_per_token=k,
         moe_intermediate_size=moe_inter,
@@ -309,6 +354,42 @@ def _mla_fields(sec):
     return out
 
 
+# transformers' layer_types entries: full attention, and the windowed kinds simllm prices
+_FULL_LAYER_TYPES = {"full_attention", "attention", "global_attention"}
+_WINDOW_LAYER_TYPES = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+
+
+def _window_fields(sec, layers):
+    """The windowed-attention fields of a model mapping: ``sliding_window`` or
+    ``attention_chunk_size`` (tokens), and how many layers have it: ``windowed_layers``, or counted
+    from a transformers-style ``layer_types`` list, else every layer."""
+    sliding = sec.number("sliding_window", 0, integer=True, minimum=0) if sec.data.get("sliding_window") is not None else 0
+    chunk = sec.number("attention_chunk_size", 0, integer=True, minimum=0) if sec.data.get("attention_chunk_size") is not None else 0
+    if sliding and chunk:
+        raise sec.error("attention_chunk_size", chunk, "absent when sliding_window is given (one window kind per model)")
+    if sec.has("layer_types"):
+        types = sec.data["layer_types"]
+        if not isinstance(types, list) or len(types) != layers:
+            raise sec.error("layer_types", types, f"a list of {layers} layer types (one per layer)")
+        allowed = _FULL_LAYER_TYPES | set(_WINDOW_LAYER_TYPES)
+        bad = [t for t in types if t not in allowed]
+        if bad:
+            raise sec.error("layer_types", bad[0], "one of " + ", ".join(sorted(allowed)))
+        kinds = {_WINDOW_LAYER_TYPES[t] for t in types if t in _WINDOW_LAYER_TYPES}
+        if len(kinds) > 1:
+            raise sec.error("layer_types", types, "one windowed kind per model (sliding or chunked)")
+        n = sum(t in _WINDOW_LAYER_TYPES for t in types)
+        if n and not (sliding if "sliding_window" in kinds else chunk):
+            raise sec.error(next(iter(kinds)), sec.data.get(next(iter(kinds))), "a positive window for the layer_types' windowed layers")
+    else:
+        n = sec.number("windowed_layers", layers if (sliding or chunk) else 0, integer=True, minimum=0, maximum=layers)
+    if n and not (sliding or chunk):
+        raise sec.error("windowed_layers", n, "0 without sliding_window or attention_chunk_size")
+    if not n:
+        return {}
+    return {"sliding_window": sliding, "attention_chunk_size": chunk, "windowed_layers": n}
+
+
 # HuggingFace config.json: the keys transformers uses, with the per-architecture aliases.
 _HF_ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -321,7 +402,7 @@ _HF_ALIASES = {
 }
 _PLAIN_FFN_TYPES = {"gptj", "gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2"}
 _PARALLEL_ATTN_TYPES = {"gptj", "phi", "falcon"}
-_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama4", "llama4_text"}
 
 
 def model_from_hf_config(data, source="config.json"):
@@ -336,7 +417,9 @@ def model_from_hf_config(data, source="config.json"):
     sec = Section(data, source)
     if isinstance(data.get("text_config"), dict):  # multimodal wrappers keep the LM here
         inner = dict(data["text_config"])
-        inner.setdefault("torch_dtype", data.get("torch_dtype"))
+        for key in ("torch_dtype", "tie_word_embeddings", "quantization_config"):
+            if key in data:
+                inner.setdefault(key, data[key])
         return model_from_hf_config(inner, source)
     mtype = str(data.get("model_type", "")).lower()
 
@@ -370,7 +453,7 @@ def model_from_hf_config(data, source="config.json"):
     out["attention_bias"] = bool(data.get("attention_bias", mtype in {"qwen2", "qwen2_moe"} or data.get("qkv_bias", False)))
     out["mlp_bias"] = bool(data.get("mlp_bias", mtype in _PLAIN_FFN_TYPES))
     out["lm_head_bias"] = mtype == "gptj"
-    out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2"}
+    out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text"}
     out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
     if sec.has("rotary_dim"):
         out["rotary_dim"] = sec.positive_int("rotary_dim")
@@ -379,14 +462,19 @@ def model_from_hf_config(data, source="config.json"):
             if data.get(key) is not None:
                 out[key] = data[key]
         out.pop("head_dim", None)
+    out.update(_hf_windows(data, mtype, out["layers"]))
     quant = data.get("quantization_config")
     method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
     if method == "fp8":
         out["dtype"] = "fp8"  # an FP8 checkpoint (DeepSeek's block-scaled e4m3, or per-tensor)
     elif method == "mxfp4":
-        out["dtype"] = "mxfp4"  # gpt-oss: MXFP4 experts (its attention stays BF16: the whole model is priced so)
+        out["dtype"] = "mxfp4"  # gpt-oss: MXFP4 experts
     elif method == "modelopt" and "fp4" in str(quant.get("quant_algo", "")).lower():
         out["dtype"] = "fp4"  # NVIDIA ModelOpt NVFP4 checkpoints
+    elif method == "modelopt" and "fp8" in str(quant.get("quant_algo", "")).lower():
+        out["dtype"] = "fp8"  # ModelOpt FP8 exports
+    if method and _keeps_attention(quant):
+        out["attention_dtype"] = torch_dtype  # modules left out of the quantisation keep the checkpoint's dtype
     experts_key = pick("num_experts")
     if sec.has(experts_key) and sec.number(experts_key, integer=True, minimum=0) > 0:
         moe = {"num_experts": sec.number(experts_key, integer=True, minimum=1)}
@@ -402,19 +490,70 @@ def model_from_hf_config(data, source="config.json"):
         if data.get("mlp_only_layers"):
             dense_first = len(data["mlp_only_layers"])
         moe["moe_layers"] = out["layers"] - dense_first
+        if mtype.startswith("llama4"):
+            # Llama 4: intermediate_size is one expert's (and its one shared expert's) width,
+            # intermediate_size_mlp the dense layers'; every interleave_moe_layer_step-th layer is MoE
+            width = out.get("intermediate_size", 0)
+            moe.update(moe_intermediate_size=width, num_shared_experts=1, shared_expert_intermediate_size=width)
+            out["intermediate_size"] = sec.positive_int("intermediate_size_mlp", width)
+            moe["moe_layers"] = out["layers"] // sec.positive_int("interleave_moe_layer_step", 1)
         out["moe"] = moe
     return model_from_dict(out, source)  # no "model." prefix: errors name config.json's own keys
+
+
+def _hf_windows(data, mtype, layers):
+    """Windowed attention from a transformers config: its ``layer_types`` list where it has one
+    (gpt-oss, Gemma 3, recent exports); else Gemma 2/3's ``sliding_window_pattern`` (every n-th
+    layer global), Llama 4's ``attention_chunk_size`` on its RoPE layers (``no_rope_layers``:
+    1 = RoPE and chunked; default every 4th layer global), and a ``sliding_window`` on every
+    layer where the architecture applies it to all (Mistral v0.1) and ``use_sliding_window`` is
+    not false (Qwen2/3 configs carry an unused one)."""
+    sliding = data.get("sliding_window")
+    chunk = data.get("attention_chunk_size")
+    types = data.get("layer_types")
+    if isinstance(types, list) and any(t in _WINDOW_LAYER_TYPES for t in types):
+        key = "attention_chunk_size" if "chunked_attention" in types else "sliding_window"
+        return {"layer_types": types, key: data.get(key)}
+    if mtype.startswith("llama4") and chunk:
+        nope = data.get("no_rope_layers")
+        if isinstance(nope, list) and len(nope) == layers:
+            n = sum(1 for v in nope if v)
+        else:
+            interval = int(data.get("no_rope_layer_interval") or 4)
+            n = sum(1 for i in range(layers) if (i + 1) % interval)
+        return {"attention_chunk_size": chunk, "windowed_layers": n}
+    if not sliding or data.get("use_sliding_window") is False:
+        return {}
+    if mtype.startswith(("gemma2", "gemma3")):
+        pattern = int(data.get("sliding_window_pattern") or (6 if mtype.startswith("gemma3") else 2))
+        return {"sliding_window": sliding, "windowed_layers": sum(1 for i in range(layers) if (i + 1) % pattern)}
+    if mtype in ("mistral", "mixtral") or data.get("use_sliding_window"):
+        return {"sliding_window": sliding, "windowed_layers": layers}
+    return {}
+
+
+def _keeps_attention(quant):
+    """Whether a quantisation config leaves the attention projections out (gpt-oss's
+    ``modules_to_not_convert``, compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``)."""
+    if not isinstance(quant, dict):
+        return False
+    for key in ("modules_to_not_convert", "ignore", "exclude_modules"):
+        names = quant.get(key)
+        if isinstance(names, list) and any(isinstance(n, str) and "attn" in n for n in names):
+            return True
+    return False
 
 
 def _with_warnings(cfg, notes):
     """Attach warnings about the configuration's internal consistency."""
     warnings = list(notes)
     attn_width = cfg.num_attention_heads * cfg.head_dim
-    if attn_width < cfg.hidden_size:
+    if 2 * attn_width < cfg.hidden_size:
         warnings.append(
             f"num_attention_heads x head_dim = {cfg.num_attention_heads} x {cfg.head_dim} = {attn_width} "
             f"is smaller than hidden_size {cfg.hidden_size}: attention projects {cfg.hidden_size} -> "
-            f"{attn_width} -> {cfg.hidden_size}; published models use heads x head_dim >= hidden_size, "
+            f"{attn_width} -> {cfg.hidden_size}; published models use heads x head_dim of at least half "
+            f"hidden_size (the narrowest, Gemma 3 27B: 4096 of 5376), "
             f"so one of these numbers is probably wrong (simulating the dimensions as given)"
         )
     derived = cfg.parameter_count()
@@ -433,6 +572,25 @@ def _with_warnings(cfg, notes):
     if not cfg.kv_cache_enabled:
         warnings.append("kv_cache.enabled is false: every decode step recomputes the whole context")
     return replace(cfg, warnings=tuple(warnings))
+
+
+def _hf_quant_config(path):
+    """A ModelOpt ``hf_quant_config.json`` beside a ``config.json`` (NVIDIA's NVFP4 and FP8
+    exports; also ``<name>_hf_quant_config.json`` beside ``<name>_config.json``), as the
+    ``quantization_config`` mapping transformers would hold (``quant_method: modelopt``), or None."""
+    name = path.name
+    stem = name[: -len("config.json")] if name.endswith("config.json") else None
+    if stem is None:
+        return None
+    side = path.with_name(stem + "hf_quant_config.json")
+    if not side.is_file():
+        return None
+    data = load_file(side)
+    quant = data.get("quantization") if isinstance(data, dict) else None
+    if not isinstance(quant, dict):
+        raise ConfigError("a ModelOpt quantization config with a 'quantization' mapping", source=str(side),
+                          key="quantization", value=quant)
+    return {"quant_method": "modelopt", **quant}
 
 
 def _looks_like_hf(data):
@@ -462,5 +620,8 @@ def load_model(name_or_path):
     if data is None:
         raise ConfigError("a model configuration, got an empty file", source=source)
     if _looks_like_hf(data):
+        quant = _hf_quant_config(Path(path))
+        if quant and isinstance(data, dict) and not data.get("quantization_config"):
+            data = {**data, "quantization_config": quant}
         return model_from_hf_config(data, source)
     return model_from_dict(data, source)

@@ -111,6 +111,7 @@ class Resolved:
     max_num_batched_tokens: int
     kv_heads_per_gpu: int
     warnings: tuple
+    attention_dtype: str = ""  # the attention projections' weights ("" = weight_dtype)
     expert_parallel_size: int = 1  # the MoE layers' expert-parallel degree
     moe_tensor_parallel_size: int = 1  # each expert's tensor-parallel split (tensor x data parallel / EP)
 
@@ -189,8 +190,11 @@ def resolve(model, hardware, serving):
             f"iteration); lower --max-model-len or enable chunked prefill",
             source=CLI, key="--max-num-batched-tokens", value=tokens,
         )
+    # --dtype / --quantization quantise every projection; the checkpoint's own split otherwise
+    attention = (model.attention_dtype or weight) if serving.dtype == "auto" else weight
     return Resolved(
         weight_dtype=weight,
+        attention_dtype=attention,
         activation_dtype=act,
         kv_dtype=kv_dtype,
         kv_compression_ratio=serving.kv_compression_ratio or model.kv_compression_ratio,

@@ -20,27 +20,32 @@ attention tables are copied as they are.
 import numpy as np
 
 from simcore import codes
-from simcore.cost import moe_local_nb, op_cost_nb, op_count_nb
+from simcore.cost import expert_shapes_nb, moe_local_nb, op_cost_nb, op_count_nb
 from simllm.config import kernels as kt
 
 
+WEIGHTS, PROJ, ACTS = 0, 1, 2  # which dtype's GEMM table an op reads
+
+
 def _gemm_shapes(p):
-    """``{op: (N, K, weight_dtype_table?)}`` of the weight GEMMs of packed params ``p``; the
-    last item is True when the op's weights are in the weight dtype (False: activation dtype)."""
+    """``{op: (N, K, table)}`` of the weight GEMMs of packed params ``p``; ``table`` says whose
+    dtype the op's weights are in: the weights' (``WEIGHTS``), the attention projections'
+    (``PROJ``) or the activations' (``ACTS``)."""
     h = p.hidden
+    e_up, _, _, s_up, _, _ = expert_shapes_nb(p)
     return {
-        codes.OP_QKV_PROJ: (p.qkv_width, h, True),
-        codes.OP_O_PROJ: (h, p.p_o / h, True),
-        codes.OP_FFN_UP: (p.ffn_up_width, h, True),
-        codes.OP_FFN_DOWN: (h, p.ffn_inner, True),
-        codes.OP_MOE_ROUTER: (p.n_experts * p.ep, h, False),  # every expert's logit
-        codes.OP_MOE_UP: (p.expert_up_width + p.shared_up_width, h, True),
-        codes.OP_MOE_DOWN: (h, max(p.expert_inner, p.shared_inner), True),
-        codes.OP_LM_HEAD: (p.p_lm_head / h, h, False),
+        codes.OP_QKV_PROJ: (p.qkv_width, h, PROJ),
+        codes.OP_O_PROJ: (h, p.p_o / h, PROJ),
+        codes.OP_FFN_UP: (p.ffn_up_width, h, WEIGHTS),
+        codes.OP_FFN_DOWN: (h, p.ffn_inner, WEIGHTS),
+        codes.OP_MOE_ROUTER: (p.n_experts * p.ep, h, ACTS),  # every expert's logit
+        codes.OP_MOE_UP: (e_up + s_up, h, WEIGHTS),
+        codes.OP_MOE_DOWN: (h, max(p.expert_inner, p.shared_inner), WEIGHTS),
+        codes.OP_LM_HEAD: (p.p_lm_head / h, h, ACTS),
     }
 
 
-def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
+def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -55,6 +60,9 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
     expert_dtype : str, optional
         The routed experts' weight dtype for the MoE tables (default ``weight_dtype``); a
         weight-only format (``int4``, ``mxfp4``) has its own measured MoE kernels.
+    proj_dtype : str, optional
+        The dtype the attention projections run at (default ``weight_dtype``; its peak is
+        ``p.proj_flops``).
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
@@ -62,12 +70,14 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
     rows = kt.log2_grid(0, codes.EFF_M_POINTS)
     weights = tables.gemm_table(weight_dtype)
     acts = tables.gemm_table("bf16")
+    by_table = {WEIGHTS: (weights, p.gemm_flops), PROJ: (tables.gemm_table(proj_dtype or weight_dtype), p.proj_flops),
+                ACTS: (acts, p.gemm_flops)}
     moe = tables.moe_table(expert_dtype)
     # the model's own expert shape where it was measured (inter per GPU, as the tables store it)
     own = None  # (measured without expert parallelism)
     if p.ep == 1.0 and p.moe_dp == 1.0:
         own = tables.moe_shape_curve(expert_dtype, p.hidden, p.expert_inner, p.n_experts, p.experts_per_token)
-    for op, (n, k, in_weight_dtype) in _gemm_shapes(p).items():
+    for op, (n, k, table) in _gemm_shapes(p).items():
         if n <= 0 or k <= 0 or op_count_nb(p, op) == 0:
             continue
         if op in (codes.OP_MOE_UP, codes.OP_MOE_DOWN) and p.n_experts > 0:
@@ -80,15 +90,16 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None):
             if own is not None:
                 e = kt.moe_curve_efficiency(own, rows)
             elif moe is not None:
-                e = kt.moe_efficiency(moe, m, hit * (p.p_expert_up + p.p_expert_down) * p.w_bytes)
+                e = kt.moe_efficiency(moe, m, hit * 3.0 * p.hidden * p.expert_inner * p.w_bytes)
             else:
                 e = kt.gemm_efficiency(weights, m, n * hit, k)
         else:
-            e = kt.gemm_efficiency(weights if in_weight_dtype else acts, rows, n, k)
+            e = kt.gemm_efficiency(by_table[table][0], rows, n, k)
+        peak = by_table[table][1]
         seconds = np.empty(codes.EFF_M_POINTS)
         for i, t in enumerate(rows):
             flops, nbytes, _ = op_cost_nb(p, op, t, t, t, t)
-            seconds[i] = max(flops / p.gemm_flops, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
+            seconds[i] = max(flops / peak, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
         start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
         eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
         if op not in (codes.OP_LM_HEAD, codes.OP_MOE_UP, codes.OP_MOE_DOWN):  # (see simcore.cost.gemm_op_seconds_nb)

@@ -1,8 +1,20 @@
 """GPU memory plan: weights + activation workspace + runtime overhead + paged KV pool must fit in
 ``memory x gpu_memory_utilization``; a pool that cannot hold one max-length sequence is a
-simulated OOM, as the real engine refuses to start."""
+simulated OOM, as the real engine refuses to start.
+
+Models with windowed layers (sliding-window or chunked local attention) follow vLLM's hybrid KV
+cache manager, one block pool shared by the attention types: a full-attention block holds
+``block_size`` tokens of every full-attention layer, the unit the engine counts; a windowed layer
+holds at most :meth:`ModelConfig.window_blocks` blocks per sequence (vLLM frees the blocks that
+fell out of the window), which the engine reserves as a request's fixed blocks
+(:func:`fixed_blocks`, ``RI_FIXED_BLOCKS``) when it gets its first block: an upper bound while
+the sequence is shorter than its final length, exact once it reaches it. Capacity in tokens is
+then no longer linear in context.
+"""
 import math
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
 from simllm.config.hardware import GIB
@@ -19,12 +31,25 @@ class MemoryPlan:
     activation_bytes: float
     runtime_overhead_bytes: float
     kv_pool_bytes: float  # bytes of whole KV blocks allocated
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # of the layers that keep every token (the full-attention layers)
     block_size: int
     num_blocks: int
     kv_capacity_tokens: int
     max_model_len: int
     preallocated: bool  # kv_cache.max_cache_size fixed the pool size
+    window_blocks: int = 0  # blocks one windowed layer holds per sequence at most (0: none)
+    window_block_ratio: float = 0.0  # windowed layers per full-attention layer: a windowed block's
+    #                                  size in full-attention blocks
+    window_bytes_per_seq: float = 0.0  # bytes the windowed layers hold per sequence at most
+
+    def fixed_blocks(self, tokens):
+        """Full-attention blocks a sequence's windowed layers hold at most, reaching ``tokens``
+        tokens (int or array): ``ceil(ratio x min(window_blocks, ceil(tokens / block_size)))``."""
+        if not self.window_blocks:
+            return np.zeros_like(tokens) if isinstance(tokens, np.ndarray) else 0
+        grown = np.minimum(self.window_blocks, -(-np.asarray(tokens) // self.block_size))
+        out = np.ceil(self.window_block_ratio * grown - 1e-9).astype(np.int64)
+        return out if isinstance(tokens, np.ndarray) else int(out)
 
     @property
     def free_bytes(self):
@@ -34,6 +59,7 @@ class MemoryPlan:
     def max_concurrent_sequences(self, tokens_per_sequence):
         """How many sequences of ``tokens_per_sequence`` tokens the KV pool holds at once."""
         blocks = math.ceil(tokens_per_sequence / self.block_size)
+        blocks += self.fixed_blocks(tokens_per_sequence) if blocks else 0
         return self.num_blocks // blocks if blocks else 0
 
     def to_dict(self):
@@ -71,8 +97,14 @@ def plan_memory(params, model, hardware, serving, resolved):
     weights = resident_weight_bytes_nb(params)
     workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
-    per_token = kv_bytes_per_token_nb(params) if model.kv_cache_enabled else 0.0
-    block_bytes = per_token * serving.block_size
+    bs = serving.block_size
+    full, windowed = model.full_layers, model.windowed_layers
+    if not full:  # every layer windowed: the pool's unit is their block, grown with the context
+        full, windowed = windowed, 0
+    per_layer = kv_bytes_per_token_nb(params) / model.layers  # one layer's, this GPU
+    per_token = (kv_bytes_per_token_nb(params) if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
+    block_bytes = per_token * bs
+    window_blocks = model.window_blocks(bs) if windowed and model.kv_cache_enabled else 0
     left = usable - weights - workspace - runtime
     tp = serving.tensor_parallel_size
     where = f"{model.name} on {hardware.gpu} (TP={tp}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
@@ -100,6 +132,9 @@ def plan_memory(params, model, hardware, serving, resolved):
         kv_capacity_tokens=blocks * serving.block_size,
         max_model_len=resolved.max_model_len,
         preallocated=preallocated,
+        window_blocks=window_blocks,
+        window_block_ratio=windowed / full if window_blocks else 0.0,
+        window_bytes_per_seq=window_blocks * bs * windowed * per_layer,
     )
     hints = "use more GPUs (--tensor-parallel-size), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
     if left <= 0.0:
@@ -115,8 +150,8 @@ def plan_memory(params, model, hardware, serving, resolved):
             f"kv_cache.max_cache_size to at most {int(left // block_bytes) * serving.block_size} tokens or {hints}",
             plan,
         )
-    if model.kv_cache_enabled and plan.kv_capacity_tokens < resolved.max_model_len:
-        fits = plan.kv_capacity_tokens
+    if model.kv_cache_enabled and plan.max_concurrent_sequences(resolved.max_model_len) < 1:
+        fits = (blocks - plan.fixed_blocks(resolved.max_model_len)) * bs
         raise SimulatedOOM(
             f"simulated OOM: {where}: one {resolved.max_model_len}-token sequence needs "
             f"{_gb(resolved.max_model_len * per_token)} of KV cache but the pool holds {fits} tokens "

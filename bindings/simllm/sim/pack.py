@@ -87,12 +87,16 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     peak_act = hardware.peak_flops(r.activation_dtype) or hardware.fp16_tflops * 1e12
     if peak_gemm <= 0.0:  # no tensor cores for this dtype: weight-only, computed at the activation dtype
         peak_gemm = peak_act
+    proj_dtype = r.attention_dtype or r.weight_dtype
+    peak_proj = peak_gemm if proj_dtype == r.weight_dtype else (hardware.peak_flops(proj_dtype) or peak_act)
     vector = hardware.fp32_tflops * 1e12 or hardware.fp16_tflops * 1e12
     params = CostParams(
         n_layers=model.layers,
         n_moe_layers=model.moe_layers,
         hidden=float(h),
         **attention,
+        window=float(model.window_tokens),
+        window_frac=model.windowed_layers / model.layers,
         norm_params=float(m["norm"]),
         norms_per_layer=1 if model.parallel_attention else 2,
         ffn_up_width=up_mult * inter,
@@ -104,22 +108,18 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         ep=float(ep),
         moe_dp=float(serving.data_parallel_size if ep > 1 else 1),
         p_router=float(m["router"]),
-        expert_up_width=2.0 * e_inter,
         expert_inner=e_inter,
-        p_expert_up=2.0 * h * e_inter,
-        p_expert_down=e_inter * h,
-        shared_up_width=2.0 * s_inter,
         shared_inner=s_inter,
-        p_shared_up=2.0 * h * s_inter,
-        p_shared_down=s_inter * h,
         vocab=float(model.vocab_size),
         p_lm_head=m["lm_head"] / tp,
         tied=1.0 if model.tie_word_embeddings else 0.0,
         w_bytes=dtypes.BYTES[r.weight_dtype],
+        proj_w_bytes=dtypes.BYTES[proj_dtype],
         a_bytes=act_bytes,
         kv_bytes=dtypes.BYTES[r.kv_dtype] / r.kv_compression_ratio,
         tp=tp,
         gemm_flops=peak_gemm,
+        proj_flops=peak_proj,
         attn_flops=peak_act,
         vector_flops=vector,
         mem_bw=hardware.memory_bandwidth_bytes_per_s,
@@ -136,5 +136,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         return params
     native = hardware.peak_flops(r.weight_dtype) > 0
     expert = r.weight_dtype if native or r.weight_dtype in dtypes.WEIGHT_ONLY_DTYPES else r.activation_dtype
+    proj_native = hardware.peak_flops(proj_dtype) > 0 and proj_dtype not in dtypes.WEIGHT_ONLY_DTYPES
     return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if native else r.activation_dtype,
-                                                expert_dtype=expert))
+                                                expert_dtype=expert,
+                                                proj_dtype=proj_dtype if proj_native else r.activation_dtype))

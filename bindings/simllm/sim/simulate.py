@@ -168,7 +168,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         num_blocks=memory.num_blocks,
         prefix_blocks=prefix_blocks,
         max_model_len=resolved.max_model_len,
-        static_slots=max(1, memory.num_blocks // -(-resolved.max_model_len // bs)),  # whole blocks per slot
+        static_slots=max(1, memory.max_concurrent_sequences(resolved.max_model_len)),  # whole blocks per slot
         pad_prompts=serving.pad_prompts,
         batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
         batch_window_s=serving.batch_window_ms / 1e3,
@@ -187,6 +187,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
+    if memory.window_blocks:
+        reqi[:, codes.RI_FIXED_BLOCKS] = memory.fixed_blocks(requests.input_len.astype(np.int64) + requests.output_len)
     if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
         usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
         reqi[:, codes.RI_CACHED] = np.where(requests.prefix_hit, usable, 0)
