@@ -184,6 +184,14 @@ def window_aggregates_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit_inline
+def linear_attention_cost_nb(p, n_tokens, n_emit):
+    """FLOPs and bytes of one linear-attention layer: its per-token work and activations, and each
+    emitting row's recurrent state read and written once (a chunk that does not finish its
+    prompt is not counted: its state moves once beside its whole chunk's activations)."""
+    return n_tokens * p.lin_flops, n_tokens * p.lin_io * p.a_bytes + n_emit * 2.0 * p.lin_state_bytes
+
+
+@jit_inline
 def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """FLOPs and bytes of one instance of operator ``op`` (one layer) for a batch.
 
@@ -217,16 +225,22 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 2.0 * t * p.p_qkv, p.p_qkv * p.proj_w_bytes + t * (h + p.qkv_width) * ab, UNIT_PROJ
     if op == OP_ROPE:
         return t * p.rope_flops, t * p.rope_bytes * ab + p.qk_norm_params * ab, UNIT_VECTOR
-    if op == OP_KV_WRITE:
-        return 0.0, t * p.kv_width * (ab + p.kv_bytes), UNIT_VECTOR
+    if op == OP_KV_WRITE:  # linear-attention layers keep no KV cache
+        return 0.0, t * p.kv_width * (ab + p.kv_bytes) * (1.0 - p.lin_frac), UNIT_VECTOR
     if op == OP_ATTENTION:
-        # per layer: the mean of the full-attention and the windowed layers'
-        flops, nbytes = attention_cost_nb(p, t, attn_pairs, kv_read_tokens)
+        # per layer: the mean of the full-attention, windowed and linear-attention layers'
+        f_full, b_full = attention_cost_nb(p, t, attn_pairs, kv_read_tokens)
+        flops = f_full
+        nbytes = b_full
         if p.window_frac > 0.0:
             pw, kw = window_aggregates_nb(p, t, attn_pairs, kv_read_tokens, n_emit)
             fw, bw = attention_cost_nb(p, t, pw, kw)
-            flops += p.window_frac * (fw - flops)
-            nbytes += p.window_frac * (bw - nbytes)
+            flops += p.window_frac * (fw - f_full)
+            nbytes += p.window_frac * (bw - b_full)
+        if p.lin_frac > 0.0:
+            fl, bl = linear_attention_cost_nb(p, t, n_emit)
+            flops += p.lin_frac * (fl - f_full)
+            nbytes += p.lin_frac * (bl - b_full)
         return flops, nbytes, UNIT_ATTN
     if op == OP_O_PROJ:
         return 2.0 * t * p.p_o, p.p_o * p.proj_w_bytes + t * (p.p_o / h + h) * ab, UNIT_PROJ
@@ -251,8 +265,8 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     if op == OP_FFN_DOWN:
         return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
     if op == OP_MOE_ROUTER:
-        flops = 2.0 * t * p.p_router
-        return flops, p.p_router * ab + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
+        p_router = h * p.n_experts * p.ep  # one logit per expert (replicated)
+        return 2.0 * t * p_router, p_router * ab + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
     if op == OP_MOE_UP or op == OP_MOE_DOWN:
         routed, hit = moe_local_nb(p, t)  # token-expert assignments to this GPU's experts, experts hit
         e_up, pe_up, pe_down, s_up, ps_up, ps_down = expert_shapes_nb(p)
@@ -435,14 +449,22 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
     and keys per row; the slower side sets it. With windowed layers (``p.window_frac`` > 0) the
     full and the windowed layers are looked up apart, at their own keys per query and per row, and
     their times weighted by their share of the layers (``flops`` and ``nbytes``, the mean, are then
-    not used). Returns ``(seconds, bound)``."""
-    if p.window_frac > 0.0:
+    not used); linear-attention layers (``p.lin_frac``) join at the scalar roofline. Returns
+    ``(seconds, bound)``."""
+    if p.window_frac > 0.0 or p.lin_frac > 0.0:
         f, b = attention_cost_nb(p, n_tokens, attn_pairs, kv_read_tokens)
         full, bound = _shaped_attention_part_nb(p, f, b, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        pw, kw = window_aggregates_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        f, b = attention_cost_nb(p, n_tokens, pw, kw)
-        windowed, _ = _shaped_attention_part_nb(p, f, b, n_tokens, pw, kw, n_emit)
-        return full + p.window_frac * (windowed - full), bound
+        seconds = full
+        if p.window_frac > 0.0:
+            pw, kw = window_aggregates_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+            f, b = attention_cost_nb(p, n_tokens, pw, kw)
+            windowed, _ = _shaped_attention_part_nb(p, f, b, n_tokens, pw, kw, n_emit)
+            seconds += p.window_frac * (windowed - full)
+        if p.lin_frac > 0.0:  # no measured table: the scalar roofline
+            f, b = linear_attention_cost_nb(p, n_tokens, n_emit)
+            lin = max(f / (p.attn_flops * p.eff_compute), b / (p.mem_bw * p.eff_bw))
+            seconds += p.lin_frac * (lin - full)
+        return seconds, bound
     return _shaped_attention_part_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 
 

@@ -5,16 +5,17 @@ from simcore.cost import LOGIT_BYTES, expert_shapes_nb, moe_assignments_nb, moe_
 
 
 @jit
-def resident_weight_bytes_nb(p):
-    """Bytes of weights stored on one GPU (a tied LM head is stored once, as the embedding)."""
+def resident_weight_bytes_nb(p, tied=False):
+    """Bytes of weights stored on one GPU (with ``tied``, the LM head is the embedding table,
+    stored once)."""
     n_dense = p.n_layers - p.n_moe_layers
     _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
     gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
     gemm += p.n_moe_layers * (p.n_experts * (pe_up + pe_down) + ps_up + ps_down)
-    small = p.n_moe_layers * p.p_router
+    small = p.n_moe_layers * p.hidden * p.n_experts * p.ep  # the routers
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
     small += p.n_layers * p.qk_norm_params
-    small += p.vocab * p.hidden / p.tp + (1.0 - p.tied) * p.p_lm_head  # the embedding table's shard
+    small += p.vocab * p.hidden / p.tp + (0.0 if tied else p.p_lm_head)  # the embedding table's shard
     return gemm * p.w_bytes + p.n_layers * (p.p_qkv + p.p_o) * p.proj_w_bytes + small * p.a_bytes
 
 
@@ -28,7 +29,7 @@ def streamed_weight_bytes_nb(p, n_tokens):
     _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
     gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
     gemm += p.n_moe_layers * (hit * (pe_up + pe_down) + ps_up + ps_down)
-    small = p.n_moe_layers * p.p_router
+    small = p.n_moe_layers * p.hidden * p.n_experts * p.ep  # the routers
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
     small += p.n_layers * p.qk_norm_params
     small += p.p_lm_head

@@ -35,6 +35,14 @@ class CostParams(NamedTuple):
     # ``window`` keys; they are ``window_frac`` of the layers (0: every layer attends to all keys)
     window: float
     window_frac: float
+    # linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5): ``lin_frac`` of the layers keep
+    # a constant recurrent state per sequence instead of a KV cache; per token on this GPU they do
+    # ``lin_flops`` FLOPs and move ``lin_io`` activation elements, per sequence and step they read
+    # and write their state of ``lin_state_bytes``
+    lin_frac: float
+    lin_flops: float
+    lin_io: float
+    lin_state_bytes: float
     norm_params: float  # parameters of one norm (hidden for RMSNorm: 4 FLOPs an element; 2 x hidden
     #                     for LayerNorm: 7 FLOPs an element)
     norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
@@ -48,7 +56,6 @@ class CostParams(NamedTuple):
     experts_per_token: float  # routed experts each token is sent to
     ep: float  # expert-parallel degree: the layer's experts are spread over ep GPU groups
     moe_dp: float  # attention data-parallel ranks whose tokens meet in each MoE layer (1 without EP)
-    p_router: float  # router parameters (replicated)
     # Experts are gated (SwiGLU): an expert of intermediate width i has a gate+up of 2 x hidden x i
     # parameters writing 2 i, and a down of i x hidden (see expert_shapes_nb in cost.py).
     expert_inner: float  # one routed expert's intermediate width on this GPU (its width / the MoE's TP)
@@ -56,7 +63,6 @@ class CostParams(NamedTuple):
     vocab: float  # full vocabulary (sampling runs over it after the logits gather; the embedding
     #               table holds vocab x hidden / tp on each GPU)
     p_lm_head: float  # LM head parameters on this GPU (vocab-parallel; the embedding if tied)
-    tied: float  # 1.0 when the LM head is the embedding table (stored once)
     # --- dtypes, bytes per element ---
     w_bytes: float  # GEMM weights (fp16 2, fp8 1, int4 0.5 + scales)
     proj_w_bytes: float  # attention projections' weights (QKV, O): checkpoints often keep them

@@ -55,6 +55,21 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
                           attention_dtype=attention_dtype)
 
 
+def linear_layer_cost(model, T, emit, tp, ab):
+    """FLOPs and bytes of one Gated DeltaNet layer's mixing (Yang et al., ICLR 2025), per GPU: per
+    value head and token the chunked delta rule's ~7 dk dv on the state and its 64-token chunk's
+    own attention, 2 x 64 (dk + dv), and the causal conv's 2 x kernel per channel; it reads the
+    projections' outputs, writes the conv's and its output; each emitting row reads and writes
+    its state (value heads x dk x dv, in the state dtype) and its conv's last kernel - 1 inputs."""
+    nk, nv = model.linear_num_key_heads / tp, model.linear_num_value_heads / tp
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    lin_in, lin_conv, lin_out = 2 * nk * dk + 2 * nv * dv + 2 * nv, 2 * nk * dk + nv * dv, nv * dv
+    state_b = _bytes(model.linear_state_dtype) if model.linear_state_dtype else ab
+    lf = T * (nv * (7 * dk * dv + 2 * 64 * (dk + dv)) + 2 * model.linear_conv_kernel_dim * lin_conv)
+    state = nv * dk * dv * state_b + (model.linear_conv_kernel_dim - 1) * lin_conv * ab
+    return lf, T * (lin_in + lin_conv + lin_out) * ab + emit * 2 * state
+
+
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
                    kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
@@ -86,25 +101,46 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
     if model.is_mla:
         ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, pb, ab, kvb))
     else:
-        qkv_w = (qh + 2 * kvh) * d
+        # Softmax-attention layers (full and windowed) and linear-attention layers (Gated
+        # DeltaNet) alternate; each operator is the mean over all L layers of what each kind does.
+        LL = model.linear_layers
+        LA = L - LL  # softmax-attention layers
+
+        def mean(attn, linear):
+            return (LA * attn + LL * linear) / L
+
+        qkv_w = (qh + 2 * kvh) * d + (qh * d if model.attn_output_gate else 0)  # (+ the output gate)
         p_qkv = h * qkv_w + (qkv_w if model.attention_bias else 0)
-        ops["qkv_proj"] = (L, 2 * T * p_qkv, p_qkv * pb + T * (h + qkv_w) * ab, PROJ)
+        p_o = qh * d * h
+        lin_in = lin_out = lin_conv = 0.0
+        if LL:  # Gated DeltaNet, per GPU: in projection to q, k (key heads), v, z (value heads), b, a
+            nk, nv = model.linear_num_key_heads / tp, model.linear_num_value_heads / tp
+            dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+            lin_in, lin_conv, lin_out = 2 * nk * dk + 2 * nv * dv + 2 * nv, 2 * nk * dk + nv * dv, nv * dv
+        p_in = h * lin_in + lin_conv * model.linear_conv_kernel_dim  # with the depthwise conv's weights
+        p_out = lin_out * h
+        ops["qkv_proj"] = (L, 2 * T * mean(p_qkv, p_in), mean(p_qkv, p_in) * pb + T * (h + mean(qkv_w, lin_in)) * ab,
+                           PROJ)
         rope_elems = T * (qh + kvh) * d
         qk = 1.0 if model.qk_norm else 0.0
-        ops["rope"] = (L, 3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems,
-                       2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, VECTOR)
-        ops["kv_cache_write"] = (L, 0.0, T * 2 * kvh * d * (ab + kvb), VECTOR)
+        ops["rope"] = (L, mean(3 * T * (qh + kvh) * model.rope_dim + qk * 4 * rope_elems, 0.0),
+                       mean(2 * rope_elems * ab * (1 + qk) + qk * 2 * d * ab, 0.0), VECTOR)
+        ops["kv_cache_write"] = (L, 0.0, mean(T * 2 * kvh * d * (ab + kvb), 0.0), VECTOR)
+
         def attention(n_pairs, n_kv):
             return 4 * d * qh * n_pairs, n_kv * 2 * kvh * d * kvb + 2 * T * qh * d * ab
 
         flops, nbytes = attention(pairs, kv_tokens)
-        if window is not None:  # the mean over the layers of the full and the windowed ones
+        lw = model.windowed_layers
+        if window is not None:  # the windowed layers see their window's keys only
             wf, wbytes = attention(*window)
-            lw = model.windowed_layers
-            flops, nbytes = ((L - lw) * flops + lw * wf) / L, ((L - lw) * nbytes + lw * wbytes) / L
+            flops, nbytes = ((LA - lw) * flops + lw * wf) / LA, ((LA - lw) * nbytes + lw * wbytes) / LA
+        if LL:
+            lf, lb = linear_layer_cost(model, T, emit, tp, ab)
+            flops, nbytes = mean(flops, lf), mean(nbytes, lb)
         ops["attention"] = (L, flops, nbytes, ATTN)
-        p_o = qh * d * h
-        ops["o_proj"] = (L, 2 * T * p_o, p_o * pb + T * (qh * d + h) * ab, PROJ)
+        ops["o_proj"] = (L, 2 * T * mean(p_o, p_out), mean(p_o, p_out) * pb + T * (mean(qh * d, lin_out) + h) * ab,
+                         PROJ)
     if tp > 1:
         ar = 2 * (tp - 1) / tp * T * h * ab
         ops["allreduce_attn"] = (L, (tp - 1) / tp * T * h, ar, LINK)
@@ -265,7 +301,13 @@ def _gemm_shapes(model, tp, moe_tp=None):
         dv, rope, lat, ql = model.v_head_dim, model.qk_rope_head_dim, model.kv_lora_rank, model.q_lora_rank
         qkv_n, o_k = ql + qh * d + lat + rope + qh * (d - rope + dv), qh * dv
     else:
-        qkv_n, o_k = (qh + 2 * kvh) * d, qh * d
+        qkv_n, o_k = (qh + 2 * kvh) * d + (qh * d if model.attn_output_gate else 0), qh * d
+    if model.linear_layers:  # one curve at the layers' mean widths (linear layers' in and out projections)
+        nk, nv = model.linear_num_key_heads / tp, model.linear_num_value_heads / tp
+        dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+        f = model.linear_layers / model.layers
+        qkv_n += f * (2 * nk * dk + 2 * nv * dv + 2 * nv - qkv_n)
+        o_k += f * (nv * dv - o_k)
     return {
         "qkv_proj": (qkv_n, h),
         "o_proj": (h, o_k),
@@ -418,8 +460,10 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     pairs, kv_tokens = window_totals(batch, 0)
     window = window_totals(batch, model.window_tokens) if model.windowed_layers else None
 
+    softmax_only = model.with_overrides(linear_layers=0, windowed_layers=0)  # one layer's own attention
+
     def attention_seconds(n_pairs, n_kv):
-        _, flops, nbytes, _ = ops_for_totals(model, T, emit, n_pairs, n_kv, **dtypes_kw)["attention"]
+        _, flops, nbytes, _ = ops_for_totals(softmax_only, T, emit, n_pairs, n_kv, **dtypes_kw)["attention"]
         rows = max(emit, 1)
         e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(n_pairs / T, 0))
         e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(n_kv / rows, 0))
@@ -439,9 +483,12 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                 t = max(t, flops / peak_gemm, nbytes / bw)
         elif unit == ATTN:
             t = attention_seconds(pairs, kv_tokens)
-            if window is not None:
-                lw = model.windowed_layers
-                t = ((model.layers - lw) * t + lw * attention_seconds(*window)) / model.layers
+            lw, LL = model.windowed_layers, model.linear_layers
+            tw = attention_seconds(*window) if window is not None else 0.0
+            # linear-attention layers: no measured table, the scalar roofline
+            lf, lb = linear_layer_cost(model, T, emit, tp, _bytes(act)) if LL else (0.0, 0.0)
+            tl = max(lf / (peak_act * hw.compute_utilization), lb / (bw * hw.bandwidth_utilization))
+            t = ((model.layers - lw - LL) * t + lw * tw + LL * tl) / model.layers
         elif unit == LINK:
             t = link_seconds(nbytes)
         else:

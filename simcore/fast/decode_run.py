@@ -133,7 +133,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
         fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
         fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
-        if p.window_frac > 0.0:  # not affine in x past the window
+        if p.window_frac > 0.0 or p.lin_frac > 0.0:  # not affine in x past the window
             fax, bax, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
         else:
             fax = fa0 + (fa1 - fa0) * x
@@ -159,7 +159,8 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     # (no constant part), so one log2 per iteration gives them all. Windowed layers' attention
     # stops growing at their window: it is priced in full each iteration instead.
     shaped = p.eff.shape[0] != 0
-    windowed = p.window_frac > 0.0
+    windowed = p.window_frac > 0.0 or p.lin_frac > 0.0  # (linear layers: a constant the affine form
+    #                                                     would put in fa0, which the tables' check rejects)
     if shaped and not windowed and not (fa0 == 0.0 and f_slope > 0.0):
         return 0, now  # not decode attention's shape: the explicit path prices it
     x_rows = log2_nb(fb * p.kv_heads)

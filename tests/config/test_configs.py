@@ -41,7 +41,7 @@ def test_model_preset_loads(name):
     assert model.num_attention_heads % model.num_key_value_heads == 0
     assert model.parameter_count() > 0
     # per token of context, in the layers that keep every token (windowed ones hold their window)
-    full = model.layers - model.windowed_layers
+    full = model.layers - model.windowed_layers - model.linear_layers
     if model.is_mla:  # one latent and one rope key per token and layer, whatever the heads
         assert model.kv_elements_per_token() == full * (model.kv_lora_rank + model.qk_rope_head_dim)
     else:
@@ -342,6 +342,41 @@ def test_window_keys_are_validated(change, key):
     assert key in str(info.value)
 
 
+def test_qwen3_5_hybrid_counts():
+    """Qwen3.5-397B-A17B's model card: 397B total, 17B activated (with its vision encoder); 45 of
+    its 60 layers are Gated DeltaNet layers that keep a 64 x 128 x 128 state, 15 keep a KV cache."""
+    m = simllm.load_model("qwen3.5-397b-a17b")
+    assert m.parameter_count() == pytest.approx(397e9, rel=0.005)
+    assert m.active_parameter_count() == pytest.approx(17e9, rel=0.025)
+    assert (m.linear_layers, m.full_layers, m.rope_dim) == (45, 15, 64)
+    assert m.linear_state_elements() == (64 * 128 * 128, 3 * (2 * 16 * 128 + 64 * 128))
+    assert m.kv_elements_per_token() == 15 * 2 * 2 * 256
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"linear_attention": {"layers": 2, "num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 8,
+                           "value_head_dim": 8}}, "linear_attention.layers"),  # no attention layer left
+    ({"linear_attention": {"layers": 1, "num_key_heads": 3, "num_value_heads": 4, "key_head_dim": 8,
+                           "value_head_dim": 8}}, "num_value_heads"),
+    ({"linear_attention": {"layers": 1, "num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 8}},
+     "value_head_dim"),
+    ({"layer_types": ["linear_attention", "full_attention"]}, "layer_types"),  # no linear_attention mapping
+])
+def test_linear_attention_keys_are_validated(change, key):
+    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
+            "max_sequence_length": 128, "intermediate_size": 512, **change}
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.model_from_dict(data)
+    assert key in str(info.value)
+
+
+def test_tensor_parallelism_must_divide_the_linear_heads():
+    m = simllm.load_model("qwen3.5-397b-a17b")
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.estimate(m, simllm.load_hardware("b200"), simllm.ServingConfig(tensor_parallel_size=32))
+    assert "linear-attention heads" in str(info.value)
+
+
 def test_hf_quantization_config_sets_the_weight_dtype(tmp_path):
     import json
     cfg = json.loads((DATA / "llama-3.1-8b.config.json").read_text(encoding="utf-8"))
@@ -381,6 +416,7 @@ def _acc_model_configs():
     ("openai--gpt-oss-120b", "gpt-oss-120b"), ("openai--gpt-oss-20b", "gpt-oss-20b"),
     ("meta-llama--Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"),
     ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", "llama-4-maverick"),
+    ("Qwen--Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"),
 ])
 def test_real_configs_match_presets(stem, preset):
     """The config.json files aiconfigurator-core ships (the checkpoints' own) give the presets'
@@ -396,6 +432,7 @@ def test_real_configs_match_presets(stem, preset):
     assert hf.dtype == ref.dtype or (hf.dtype == "bf16" and ref.dtype == "bf16")
     assert (hf.windowed_layers, hf.window_tokens, hf.attention_dtype) == (
         ref.windowed_layers, ref.window_tokens, ref.attention_dtype)
+    assert hf.linear_state_elements() == ref.linear_state_elements() and hf.linear_layers == ref.linear_layers
 
 
 def test_modelopt_nvfp4_export_keeps_its_excluded_attention_in_bf16():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import naive
 import simllm
 from helpers import ROOT, build
+from simllm.sim.memory import plan_memory
 from simcore import (
     batch_aggregates_nb,
     codes,
@@ -644,3 +645,34 @@ def test_sliding_window_layers_stop_growing_at_their_window():
     # its QKV projection streams BF16 weights beside MXFP4 experts
     qkv = op_cost_nb(p, codes.OP_QKV_PROJ, 1.0, 1.0, 1.0, 1.0)
     assert qkv[2] == codes.UNIT_PROJ and p.proj_w_bytes == 2.0 and p.w_bytes == 0.5 + 1 / 32
+
+
+# --------------------------------------------------------------------------- linear attention
+@given(tables=st.booleans(), tp=st.sampled_from([4, 8]), batch=batches)
+@settings(max_examples=60, deadline=None)
+def test_linear_attention_kernels_match_the_reference(tables, tp, batch):
+    """Qwen3.5-397B-A17B: 45 Gated DeltaNet layers beside 15 gated attention layers; the kernels
+    price their projections, state and mixing as the reference builds them from the paper."""
+    model, hw, s, r, p = build("qwen3.5-397b-a17b", "b200", tables=tables, tensor_parallel_size=tp, dtype="fp8")
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
+              attention_dtype=r.attention_dtype)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+
+
+def test_linear_attention_state_is_constant_in_context():
+    """A linear-attention layer's state does not grow: one decode row's attention bytes grow with
+    context by the 15 attention layers' KV only (1 KV head of 256 x 2 x 2 bytes per token on each
+    of 8 GPUs), and every sequence reserves the same 45 states (64 x 128 x 128 fp32 and the conv's
+    last 3 inputs over 12,288 channels, per layer) whatever its length."""
+    model, hw, s, r, p = build("qwen3.5-397b-a17b", "b200", tables=False, tensor_parallel_size=8)
+    read = [60 * op_cost_nb(p, codes.OP_ATTENTION, 1.0, c + 1.0, c + 1.0, 1.0)[1] for c in (1000.0, 2000.0)]
+    assert read[1] - read[0] == pytest.approx(15 * 1000 * 2 * 256 * 2, rel=1e-12)
+    state = 64 / 8 * 128 * 128 * 4 + 3 * 12288 / 8 * 2
+    assert p.lin_state_bytes == state
+    mem = plan_memory(p, model, hw, s, r)
+    assert mem.state_bytes_per_seq == 45 * state
+    assert mem.state_blocks == math.ceil(45 * state / (15 * 2 * 256 * 2 * 16))
+    assert mem.fixed_blocks(10) == mem.fixed_blocks(100_000) == mem.state_blocks

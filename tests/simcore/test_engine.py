@@ -139,15 +139,22 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
 
 @pytest.mark.parametrize("tables", [False, True], ids=["scalar", "tables"])
 @pytest.mark.parametrize("blocks", [400, 90])  # 90 blocks of 16 force preemptions
-def test_kernel_matches_reference_with_windowed_layers(tables, blocks):
-    """gpt-oss-120b (18 sliding-window layers of 128 keys): attention stops growing at the window in
-    the explicit and the fast paths alike, and each request holds its windowed layers' fixed
-    blocks from its first block on (as ``simllm.sim.memory`` sizes them)."""
-    p = build("gpt-oss-120b", "h100-sxm", tables=tables)[4]
-    assert p.window == 128.0 and p.window_frac == 0.5
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "qwen3.5-397b-a17b"])
+def test_kernel_matches_reference_with_windowed_or_linear_layers(tables, blocks, name):
+    """gpt-oss-120b (18 sliding-window layers of 128 keys) and Qwen3.5 (45 linear-attention layers):
+    attention stops growing at the window, or keeps a constant state, in the explicit and the fast
+    paths alike, and each request holds its fixed blocks (windows, states) from its first block on
+    (as ``simllm.sim.memory`` sizes them)."""
     rng = np.random.default_rng(7 + blocks)
     arrival, ready, prompt, output = workload(rng, 80, 30.0, 600, 200)
-    fixed = np.minimum(9, -(-(prompt + output) // 16))  # ratio 1: one sliding layer per full one
+    if name == "gpt-oss-120b":
+        p = build(name, "h100-sxm", tables=tables)[4]
+        assert p.window == 128.0 and p.window_frac == 0.5
+        fixed = np.minimum(9, -(-(prompt + output) // 16))  # ratio 1: one sliding layer per full one
+    else:
+        p = build(name, "b200", tables=tables, tensor_parallel_size=8)[4]
+        assert p.lin_frac == 0.75
+        fixed = np.full(len(prompt), 5)  # a state the size of 5 blocks, whatever the length
     e = engine(num_blocks=blocks, max_model_len=1024)
     ref, stats = assert_same(e, arrival, ready, prompt, output, p=p, fixed=fixed)
     if blocks == 90:

@@ -57,6 +57,17 @@ class ModelConfig:
     sliding_window: int = 0
     attention_chunk_size: int = 0
     windowed_layers: int = 0
+    # Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5): linear_layers of the layers
+    # keep a recurrent state of num_value_heads x key_head_dim x value_head_dim per sequence (in
+    # linear_state_dtype) and a short causal convolution over q, k and v instead of a KV cache.
+    linear_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    linear_state_dtype: str = ""  # "" = the activations' dtype
+    attn_output_gate: bool = False  # full attention's output gated by a second query-width projection
     attention_dtype: str = ""  # the attention projections' weights when the checkpoint keeps them
     #                            apart from the rest (gpt-oss, NVFP4 exports: BF16); "" = dtype
     num_experts: int = 0
@@ -98,7 +109,20 @@ class ModelConfig:
     @property
     def full_layers(self):
         """Layers whose KV cache grows with the whole context."""
-        return self.layers - self.windowed_layers
+        return self.layers - self.windowed_layers - self.linear_layers
+
+    @property
+    def attention_layers(self):
+        """Layers with softmax attention over a KV cache (full or windowed)."""
+        return self.layers - self.linear_layers
+
+    def linear_widths(self):
+        """One linear-attention layer's widths (unsharded): ``in`` the input projection's output
+        (q, k, v, the output gate z, and the per-head beta and decay), ``conv`` the channels the
+        causal convolution runs over (q, k, v), ``out`` the output projection's input."""
+        nk, nv = self.linear_num_key_heads, self.linear_num_value_heads
+        dk, dv = self.linear_key_head_dim, self.linear_value_head_dim
+        return {"in": 2 * nk * dk + 2 * nv * dv + 2 * nv, "conv": 2 * nk * dk + nv * dv, "out": nv * dv}
 
     def window_blocks(self, block_size):
         """KV blocks one windowed layer holds at most per sequence, as vLLM's sliding-window and
@@ -139,11 +163,14 @@ class ModelConfig:
         up_mult = 2 if self.ffn == "gated" else 1
         qkv_out = (nh + 2 * nkv) * d
         shared = self.shared_expert_intermediate_size
+        if self.attn_output_gate:
+            qkv_out += nh * d  # the gate's projection, fused with q
         if self.is_mla:
             mla = self.mla_params()
             qkv, o = mla["replicated"] + mla["sharded"], nh * self.v_head_dim * h
         else:
             qkv, o = h * qkv_out + (qkv_out if self.attention_bias else 0), nh * d * h
+        lin = self.linear_widths() if self.linear_layers else {"in": 0, "conv": 0, "out": 0}
         return {
             "qkv": qkv,
             "o": o,
@@ -156,6 +183,11 @@ class ModelConfig:
             "shared_down": shared * h,
             "norm": h * (2 if self.norm == "layernorm" else 1),
             "qk_norm": 2 * d if self.qk_norm else 0,
+            # one linear-attention layer: in projection + depthwise conv; out projection; the
+            # per-head decay and dt bias and the gated norm's weights
+            "linear_in": h * lin["in"] + lin["conv"] * self.linear_conv_kernel_dim,
+            "linear_out": lin["out"] * h,
+            "linear_small": 2 * self.linear_num_value_heads + self.linear_value_head_dim if self.linear_layers else 0,
             "embed": self.vocab_size * h,
             "lm_head": self.vocab_size * h + (self.vocab_size if self.lm_head_bias else 0),
         }
@@ -167,7 +199,8 @@ class ModelConfig:
         moe = m["router"] + self.num_experts * (m["expert_up"] + m["expert_down"]) + m["shared_up"] + m["shared_down"]
         return {
             "embedding": m["embed"],
-            "attention": self.layers * (m["qkv"] + m["o"] + m["qk_norm"]),
+            "attention": self.attention_layers * (m["qkv"] + m["o"] + m["qk_norm"])
+            + self.linear_layers * (m["linear_in"] + m["linear_out"] + m["linear_small"]),
             "ffn": self.dense_layers * (m["ffn_up"] + m["ffn_down"]) + self.moe_layers * moe,
             "norms": (self.layers * norms_per_layer + 1) * m["norm"],
             "lm_head": 0 if self.tie_word_embeddings else m["lm_head"],
@@ -184,6 +217,15 @@ class ModelConfig:
         m = self.matrix_params()
         idle = self.num_experts - self.experts_per_token
         return self.parameter_count() - self.moe_layers * idle * (m["expert_up"] + m["expert_down"])
+
+    def linear_state_elements(self):
+        """Recurrent-state elements one sequence holds in one linear-attention layer (unsharded):
+        value heads x key dim x value dim, and the convolution's last kernel - 1 inputs."""
+        if not self.linear_layers:
+            return 0, 0
+        w = self.linear_widths()
+        return (self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim,
+                (self.linear_conv_kernel_dim - 1) * w["conv"])
 
     def kv_elements_per_layer(self):
         """KV-cache elements one token stores in one layer (unsharded): 2 x KV heads x head_dim;
@@ -215,6 +257,7 @@ _EXTRA_KEYS = {
     "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     "sliding_window", "attention_chunk_size", "windowed_layers", "layer_types", "attention_dtype",
+    "linear_attention", "attn_output_gate",
     # HF-style spellings accepted in YAML too
     "num_hidden_layers", "max_position_embeddings",
 }
@@ -274,6 +317,8 @@ def model_from_dict(data, source="<dict>"):
     n_shared = moe.number("num_shared_experts", 0, integer=True, minimum=0)
     shared_inter = moe.number("shared_expert_intermediate_size", n_shared * moe_inter, integer=True, minimum=0)
     moe_layers = moe.number("moe_layers", layers if n_experts else 0, integer=True, minimum=0, maximum=layers)
+    if moe_layers == layers and not sec.has("intermediate_size"):
+        notes = [n for n in notes if not n.startswith("intermediate_size")]  # no dense FFN to size
 
     kv = sec.section("kv_cache")
     kv.reject_unknown(_KV_KEYS)
@@ -284,6 +329,7 @@ def model_from_dict(data, source="<dict>"):
         attention_dtype = dtypes.normalize(sec.raw("attention_dtype"), dtypes.WEIGHT_DTYPES, source=source,
                                            key=sec.path("attention_dtype"), line=line_of(sec.data, "attention_dtype"))
     window = _window_fields(sec, layers)
+    linear = _linear_fields(sec, layers - window.get("windowed_layers", 0), window.pop("linear_layers", None), source)
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
         kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"),
@@ -312,6 +358,8 @@ def model_from_dict(data, source="<dict>"):
         rotary_dim=mla.get("qk_rope_head_dim") or sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
         **mla,
         **window,
+        **linear,
+        attn_output_gate=sec.boolean("attn_output_gate", False),
         attention_dtype="" if attention_dtype == dtype else attention_dtype,
         num_experts=n_experts,
         experts_per_token=k,
@@ -354,9 +402,42 @@ def _mla_fields(sec):
     return out
 
 
-# transformers' layer_types entries: full attention, and the windowed kinds simllm prices
+# transformers' layer_types entries: full attention, the windowed kinds and linear attention
 _FULL_LAYER_TYPES = {"full_attention", "attention", "global_attention"}
+_LINEAR_LAYER_TYPES = {"linear_attention"}
 _WINDOW_LAYER_TYPES = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+
+
+_LINEAR_KEYS = {"layers", "num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim", "conv_kernel_dim",
+                "state_dtype"}
+
+
+def _linear_fields(sec, max_layers, counted, source):
+    """The linear-attention fields: a ``linear_attention`` mapping (``layers`` — or counted from
+    ``layer_types`` — ``num_key_heads``, ``num_value_heads``, ``key_head_dim``,
+    ``value_head_dim``, ``conv_kernel_dim``, ``state_dtype``), or none."""
+    if not sec.has("linear_attention"):
+        if counted:
+            raise sec.error("layer_types", "linear_attention", "a linear_attention mapping giving the layers' heads and dims")
+        return {}
+    lin = sec.section("linear_attention")
+    lin.reject_unknown(_LINEAR_KEYS)
+    n = counted if counted is not None else lin.number("layers", integer=True, minimum=1)
+    if n >= max_layers:
+        raise lin.error("layers", n, f"fewer than the model's {max_layers} non-windowed layers (it needs some "
+                                     f"full-attention layers)")
+    nk = lin.positive_int("num_key_heads")
+    nv = lin.positive_int("num_value_heads")
+    if nv % nk:
+        raise lin.error("num_value_heads", nv, f"a multiple of num_key_heads ({nk})")
+    state = ""
+    if lin.has("state_dtype"):
+        state = dtypes.normalize(lin.raw("state_dtype"), dtypes.KV_DTYPES, source=source, key=lin.path("state_dtype"),
+                                 line=line_of(lin.data, "state_dtype"))
+    return {"linear_layers": n, "linear_num_key_heads": nk, "linear_num_value_heads": nv,
+            "linear_key_head_dim": lin.positive_int("key_head_dim"),
+            "linear_value_head_dim": lin.positive_int("value_head_dim"),
+            "linear_conv_kernel_dim": lin.positive_int("conv_kernel_dim", 4), "linear_state_dtype": state}
 
 
 def _window_fields(sec, layers):
@@ -371,7 +452,7 @@ def _window_fields(sec, layers):
         types = sec.data["layer_types"]
         if not isinstance(types, list) or len(types) != layers:
             raise sec.error("layer_types", types, f"a list of {layers} layer types (one per layer)")
-        allowed = _FULL_LAYER_TYPES | set(_WINDOW_LAYER_TYPES)
+        allowed = _FULL_LAYER_TYPES | set(_WINDOW_LAYER_TYPES) | _LINEAR_LAYER_TYPES
         bad = [t for t in types if t not in allowed]
         if bad:
             raise sec.error("layer_types", bad[0], "one of " + ", ".join(sorted(allowed)))
@@ -381,6 +462,12 @@ def _window_fields(sec, layers):
         n = sum(t in _WINDOW_LAYER_TYPES for t in types)
         if n and not (sliding if "sliding_window" in kinds else chunk):
             raise sec.error(next(iter(kinds)), sec.data.get(next(iter(kinds))), "a positive window for the layer_types' windowed layers")
+        n_linear = sum(t in _LINEAR_LAYER_TYPES for t in types)
+        if n_linear:
+            out = {"linear_layers": n_linear}
+            if n:
+                out.update(sliding_window=sliding, attention_chunk_size=chunk, windowed_layers=n)
+            return out
     else:
         n = sec.number("windowed_layers", layers if (sliding or chunk) else 0, integer=True, minimum=0, maximum=layers)
     if n and not (sliding or chunk):
@@ -402,7 +489,8 @@ _HF_ALIASES = {
 }
 _PLAIN_FFN_TYPES = {"gptj", "gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2"}
 _PARALLEL_ATTN_TYPES = {"gptj", "phi", "falcon"}
-_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama4", "llama4_text"}
+_GATED_DELTA_TYPES = ("qwen3_next", "qwen3_5")  # Qwen3-Next, Qwen3.5 (dense and MoE): Gated DeltaNet hybrids
+_UNTIED_BY_DEFAULT = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama4", "llama4_text"}
 
 
 def model_from_hf_config(data, source="config.json"):
@@ -453,7 +541,7 @@ def model_from_hf_config(data, source="config.json"):
     out["attention_bias"] = bool(data.get("attention_bias", mtype in {"qwen2", "qwen2_moe"} or data.get("qkv_bias", False)))
     out["mlp_bias"] = bool(data.get("mlp_bias", mtype in _PLAIN_FFN_TYPES))
     out["lm_head_bias"] = mtype == "gptj"
-    out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text"}
+    out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text"} or mtype.startswith(_GATED_DELTA_TYPES)
     out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
     if sec.has("rotary_dim"):
         out["rotary_dim"] = sec.positive_int("rotary_dim")
@@ -463,6 +551,11 @@ def model_from_hf_config(data, source="config.json"):
                 out[key] = data[key]
         out.pop("head_dim", None)
     out.update(_hf_windows(data, mtype, out["layers"]))
+    out.update(_hf_linear(data, mtype, out["layers"], out.get("layer_types")))
+    rope = data.get("rope_parameters") if isinstance(data.get("rope_parameters"), dict) else data
+    factor = rope.get("partial_rotary_factor") or data.get("partial_rotary_factor")
+    if factor and "rotary_dim" not in out and isinstance(factor, (int, float)) and 0 < factor < 1:
+        out["rotary_dim"] = int(out.get("head_dim", out["hidden_size"] // out["num_attention_heads"]) * factor)
     quant = data.get("quantization_config")
     method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
     if method == "fp8":
@@ -530,6 +623,27 @@ def _hf_windows(data, mtype, layers):
     if mtype in ("mistral", "mixtral") or data.get("use_sliding_window"):
         return {"sliding_window": sliding, "windowed_layers": layers}
     return {}
+
+
+def _hf_linear(data, mtype, layers, types):
+    """Linear-attention layers from a transformers config (Qwen3-Next, Qwen3.5): its
+    ``layer_types`` (or every ``full_attention_interval``-th layer full), the ``linear_*`` head
+    counts and dims, ``mamba_ssm_dtype`` for the state, ``attn_output_gate`` (Qwen3-Next's
+    attention is always gated)."""
+    if not data.get("linear_num_value_heads"):
+        return {}
+    if not isinstance(types, list):
+        types = data.get("layer_types")
+    if not isinstance(types, list):
+        interval = int(data.get("full_attention_interval") or 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    lin = {"num_key_heads": data.get("linear_num_key_heads"), "num_value_heads": data.get("linear_num_value_heads"),
+           "key_head_dim": data.get("linear_key_head_dim"), "value_head_dim": data.get("linear_value_head_dim"),
+           "conv_kernel_dim": data.get("linear_conv_kernel_dim") or 4}
+    if data.get("mamba_ssm_dtype"):
+        lin["state_dtype"] = data["mamba_ssm_dtype"]
+    return {"layer_types": types, "linear_attention": lin,
+            "attn_output_gate": bool(data.get("attn_output_gate", mtype.startswith("qwen3_next")))}
 
 
 def _keeps_attention(quant):

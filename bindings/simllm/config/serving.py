@@ -137,6 +137,10 @@ def resolve(model, hardware, serving):
             f"a divisor or a multiple of {model.name}'s num_key_value_heads ({kv})",
             source=CLI, key="--tensor-parallel-size", value=tp,
         )
+    if model.linear_layers and (model.linear_num_key_heads % tp or model.linear_num_value_heads % tp):
+        raise ConfigError(
+            f"a divisor of {model.name}'s linear-attention heads ({model.linear_num_key_heads} key, "
+            f"{model.linear_num_value_heads} value)", source=CLI, key="--tensor-parallel-size", value=tp)
     ep, moe_tp = expert_parallel(model, serving)
     for what, width, split in (("intermediate_size", model.intermediate_size if model.dense_layers else 0, tp),
                                ("moe_intermediate_size", model.moe_intermediate_size, moe_tp),

@@ -57,7 +57,9 @@ def format_estimate(est):
         ["activations", fixed(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
         ["runtime overhead", fixed(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
         ["KV cache pool", fixed(mem.kv_pool_bytes / 1e9), kv_line
-         + (f"; windowed layers: up to {mem.fixed_blocks(r.max_model_len)} more per sequence" if mem.window_blocks else "")],
+         + (f"; up to {mem.fixed_blocks(r.max_model_len)} more per sequence for its "
+            + ("windowed layers" if mem.window_blocks else "") + (" and " if mem.window_blocks and mem.state_blocks else "")
+            + ("recurrent states" if mem.state_blocks else "") if mem.window_blocks or mem.state_blocks else "")],
         ["free", fixed(mem.free_bytes / 1e9), ""],
     ], "lrl"))
     kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size
@@ -70,11 +72,14 @@ def format_estimate(est):
             ["decode lower bound per token", f"{est.decode_lower_bound_s * 1e3:.2f} ms "
              f"({est.streamed_weight_bytes / 1e9:.2f} GB / {bw:g} GB/s)"],
             ["KV cache per token", f"{kv_total:,.0f} bytes ({1000 * kv_total / 1e6:.1f} MB per 1000 tokens)"
-             + (f" in the {m.full_layers} full-attention layers" if mem.window_blocks else "")],
+             + (f" in the {m.full_layers} full-attention layers" if mem.window_blocks or mem.state_blocks else "")],
             *([["KV cache per sequence, windowed",
                  f"at most {mem.window_bytes_per_seq * s.tensor_parallel_size / 1e6:,.1f} MB in the {m.windowed_layers} "
                  f"{'sliding-window' if m.sliding_window else 'chunked-attention'} layers ({m.window_tokens:,}-token "
                  f"window: {mem.window_blocks} blocks each)"]] if mem.window_blocks else []),
+            *([["recurrent state per sequence",
+                f"{mem.state_bytes_per_seq * s.tensor_parallel_size / 1e6:,.1f} MB in the {m.linear_layers} "
+                f"linear-attention layers, whatever the context"]] if mem.state_blocks else []),
             ["largest batch that fits", f"{est.max_batch_size:,} sequences of {est.input_len + est.output_len} tokens"],
             ["ideal TTFT (one request)", f"{est.ideal_ttft_s * 1e3:.2f} ms"],
             ["ideal TPOT (one request)", f"{est.ideal_tpot_s * 1e3:.2f} ms"],

@@ -158,6 +158,7 @@ class Estimate:
                 "kv_cache_bytes_per_token": mem.kv_bytes_per_token * self.serving.tensor_parallel_size,
                 "kv_cache_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
                 "kv_cache_window_bytes_per_seq": mem.window_bytes_per_seq * self.serving.tensor_parallel_size,
+                "recurrent_state_bytes_per_seq": mem.state_bytes_per_seq * self.serving.tensor_parallel_size,
                 "kv_capacity_tokens": mem.kv_capacity_tokens,
                 "max_batch_size": self.max_batch_size,
                 "ideal_ttft_ms": self.ideal_ttft_s * 1e3,

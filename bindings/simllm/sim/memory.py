@@ -8,8 +8,10 @@ cache manager, one block pool shared by the attention types: a full-attention bl
 holds at most :meth:`ModelConfig.window_blocks` blocks per sequence (vLLM frees the blocks that
 fell out of the window), which the engine reserves as a request's fixed blocks
 (:func:`fixed_blocks`, ``RI_FIXED_BLOCKS``) when it gets its first block: an upper bound while
-the sequence is shorter than its final length, exact once it reaches it. Capacity in tokens is
-then no longer linear in context.
+the sequence is shorter than its final length, exact once it reaches it. Linear-attention layers
+(Gated DeltaNet) hold a constant recurrent state per sequence, reserved the same way (vLLM's
+mamba groups take one state per sequence from the same pool). Capacity in tokens is then no
+longer linear in context.
 """
 import math
 from dataclasses import asdict, dataclass
@@ -18,7 +20,7 @@ import numpy as np
 
 from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
 from simllm.config.hardware import GIB
-from simllm.errors import SimulatedOOM
+from simllm.errors import ConfigError, SimulatedOOM
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,18 @@ class MemoryPlan:
     window_block_ratio: float = 0.0  # windowed layers per full-attention layer: a windowed block's
     #                                  size in full-attention blocks
     window_bytes_per_seq: float = 0.0  # bytes the windowed layers hold per sequence at most
+    state_bytes_per_seq: float = 0.0  # linear-attention layers' recurrent states of one sequence
+    state_blocks: int = 0  # ... in full-attention blocks (rounded up)
 
     def fixed_blocks(self, tokens):
-        """Full-attention blocks a sequence's windowed layers hold at most, reaching ``tokens``
-        tokens (int or array): ``ceil(ratio x min(window_blocks, ceil(tokens / block_size)))``."""
+        """Full-attention blocks a sequence holds besides its context's, reaching ``tokens`` tokens
+        (int or array): its windowed layers' ``ceil(ratio x min(window_blocks, ceil(tokens /
+        block_size)))`` and its recurrent states' ``state_blocks``."""
         if not self.window_blocks:
-            return np.zeros_like(tokens) if isinstance(tokens, np.ndarray) else 0
-        grown = np.minimum(self.window_blocks, -(-np.asarray(tokens) // self.block_size))
-        out = np.ceil(self.window_block_ratio * grown - 1e-9).astype(np.int64)
+            out = np.full(np.shape(tokens), self.state_blocks, dtype=np.int64)
+        else:
+            grown = np.minimum(self.window_blocks, -(-np.asarray(tokens) // self.block_size))
+            out = np.ceil(self.window_block_ratio * grown - 1e-9).astype(np.int64) + self.state_blocks
         return out if isinstance(tokens, np.ndarray) else int(out)
 
     @property
@@ -94,7 +100,7 @@ def plan_memory(params, model, hardware, serving, resolved):
     """
     total = hardware.memory_size_bytes
     usable = total * serving.gpu_memory_utilization
-    weights = resident_weight_bytes_nb(params)
+    weights = resident_weight_bytes_nb(params, model.tie_word_embeddings)
     workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
     bs = serving.block_size
@@ -105,6 +111,10 @@ def plan_memory(params, model, hardware, serving, resolved):
     per_token = (kv_bytes_per_token_nb(params) if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
     block_bytes = per_token * bs
     window_blocks = model.window_blocks(bs) if windowed and model.kv_cache_enabled else 0
+    state = model.linear_layers * params.lin_state_bytes if model.kv_cache_enabled else 0.0
+    if model.linear_layers and not model.full_layers + model.windowed_layers:
+        raise ConfigError(f"some attention layers: {model.name} has linear-attention layers only", source=model.source,
+                          key="linear_attention.layers", value=model.linear_layers)
     left = usable - weights - workspace - runtime
     tp = serving.tensor_parallel_size
     where = f"{model.name} on {hardware.gpu} (TP={tp}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
@@ -135,6 +145,8 @@ def plan_memory(params, model, hardware, serving, resolved):
         window_blocks=window_blocks,
         window_block_ratio=windowed / full if window_blocks else 0.0,
         window_bytes_per_seq=window_blocks * bs * windowed * per_layer,
+        state_bytes_per_seq=state,
+        state_blocks=math.ceil(state / block_bytes - 1e-9) if state and block_bytes else 0,
     )
     hints = "use more GPUs (--tensor-parallel-size), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
     if left <= 0.0:

@@ -37,6 +37,46 @@ def _mla_geometry(model, tp, q_heads):
     )
 
 
+# FLOPs per value head per token of the chunked gated delta rule (Yang et al., "Gated Delta Networks",
+# ICLR 2025; fla's chunk_gated_delta_rule, chunks of 64): the state's decay, its product with k,
+# the rank-one update and the output's product with q, ~7 dk dv, plus the chunk's own attention,
+# 2 x 64 x (dk + dv). The recurrent decode form does the first part only; the upper bound is used.
+LINEAR_CHUNK = 64.0
+
+
+def _linear_geometry(model, tp, attention, act_bytes):
+    """Per-GPU fields of the linear-attention layers, with the attention projections' fields
+    (``p_qkv``, ``p_o``, ``qkv_width``) and RoPE's made the mean over all layers (linear layers'
+    input and output projections in place of QKV and O; no RoPE, q/k norm or KV cache in them).
+    Tensor parallelism splits the linear heads; each GPU keeps its heads' states."""
+    n = model.linear_layers
+    if not n:
+        return dict(lin_frac=0.0, lin_flops=0.0, lin_io=0.0, lin_state_bytes=0.0)
+    frac = n / model.layers
+    h = model.hidden_size
+    w = model.linear_widths()
+    nv, dk, dv = model.linear_num_value_heads / tp, model.linear_key_head_dim, model.linear_value_head_dim
+    kernel = model.linear_conv_kernel_dim
+    p_in = h * w["in"] / tp + w["conv"] / tp * kernel
+    p_out = w["out"] / tp * h
+    ssm, conv = model.linear_state_elements()
+    state_b = dtypes.BYTES[model.linear_state_dtype] if model.linear_state_dtype else act_bytes
+
+    def mean(full, linear):
+        return full + frac * (linear - full)
+
+    return dict(
+        p_qkv=mean(attention["p_qkv"], p_in), p_o=mean(attention["p_o"], p_out),
+        qkv_width=mean(attention["qkv_width"], w["in"] / tp),
+        rope_flops=(1.0 - frac) * attention["rope_flops"], rope_bytes=(1.0 - frac) * attention["rope_bytes"],
+        qk_norm_params=(1.0 - frac) * attention["qk_norm_params"],
+        lin_frac=frac,
+        lin_flops=nv * (7.0 * dk * dv + 2.0 * LINEAR_CHUNK * (dk + dv)) + 2.0 * kernel * w["conv"] / tp,
+        lin_io=w["in"] / tp + w["conv"] / tp + w["out"] / tp,  # projections in, conv out, output
+        lin_state_bytes=ssm / tp * state_b + conv / tp * act_bytes,
+    )
+
+
 def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     """Per-GPU :class:`simcore.CostParams` for ``model`` on ``hardware`` under ``serving``.
 
@@ -66,7 +106,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         attention = _mla_geometry(model, tp, q_heads)
     else:
         kv_heads = float(r.kv_heads_per_gpu)
-        qkv_width = (q_heads + 2.0 * kv_heads) * d
+        qkv_width = (q_heads + 2.0 * kv_heads) * d + (q_heads * d if model.attn_output_gate else 0.0)
         qk = 1.0 if model.qk_norm else 0.0
         rope_elems = (q_heads + kv_heads) * d  # of q and k, read and written (again by the q/k norms)
         attention = dict(
@@ -75,6 +115,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
             rope_flops=3.0 * (q_heads + kv_heads) * model.rope_dim + qk * 4.0 * rope_elems,
             rope_bytes=2.0 * rope_elems * (1.0 + qk), qk_norm_params=qk * 2.0 * d,
         )
+    attention.update(_linear_geometry(model, tp, attention, dtypes.BYTES[r.activation_dtype]))
     up_mult = 2.0 if model.ffn == "gated" else 1.0
     inter = model.intermediate_size / tp
     ep = r.expert_parallel_size
@@ -107,12 +148,10 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         experts_per_token=float(model.experts_per_token),
         ep=float(ep),
         moe_dp=float(serving.data_parallel_size if ep > 1 else 1),
-        p_router=float(m["router"]),
         expert_inner=e_inter,
         shared_inner=s_inter,
         vocab=float(model.vocab_size),
         p_lm_head=m["lm_head"] / tp,
-        tied=1.0 if model.tie_word_embeddings else 0.0,
         w_bytes=dtypes.BYTES[r.weight_dtype],
         proj_w_bytes=dtypes.BYTES[proj_dtype],
         a_bytes=act_bytes,

@@ -187,7 +187,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
-    if memory.window_blocks:
+    if memory.window_blocks or memory.state_blocks:
         reqi[:, codes.RI_FIXED_BLOCKS] = memory.fixed_blocks(requests.input_len.astype(np.int64) + requests.output_len)
     if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
         usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
