@@ -157,3 +157,30 @@ def test_moe_rows_out_of_sample():
     s, by = out["EP/DP"]
     assert s["tpot"]["points"] >= 250
     assert s["ttft"]["median_abs_pct_error"] <= 32.0 and s["tpot"]["median_abs_pct_error"] <= 35.0
+
+
+def test_windowed_and_linear_attention_rows_out_of_sample():
+    """gpt-oss-120b (sliding-window layers, MXFP4 experts, BF16 attention) and Qwen3.5-397B-A17B
+    (Gated DeltaNet layers) on one node, nothing fitted to them. The bounds hold today's figures
+    so that a change that makes them worse fails (README, Accuracy)."""
+    rows = [m for m in load_measurements([SHARED]) if m.mode == "agg" and re.search(r"gpt-oss-120b|Qwen3\.5-397B", m.model)]
+    points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
+    lines, out = [], {}
+    for name in ("gpt-oss-120b", "qwen3.5-397b-a17b"):
+        group = [p for p in points if p.model == name]
+        s = accuracy.error_summary(group)
+        by = accuracy.error_summary_by(group, lambda p: ("Hopper" if p.hardware.startswith("h") else "Blackwell",
+                                                         p.measurement.backend))
+        out[name] = (s, by)
+        lines.append(f"{name} rows, out of sample, median |error| TTFT / TPOT: all "
+                     f"{s['ttft']['median_abs_pct_error']:.1f}/{s['tpot']['median_abs_pct_error']:.1f} "
+                     f"({s['tpot']['points']} points)")
+        lines += [f"  {fam:<9} {fw:<6} {g['ttft']['median_abs_pct_error']:5.1f}/{g['tpot']['median_abs_pct_error']:5.1f}"
+                  f" ({g['tpot']['points']})" for (fam, fw), g in by.items()]
+    print("\n".join(lines))
+    REPORT.extend(lines)
+    s, by = out["gpt-oss-120b"]
+    assert s["tpot"]["points"] >= 350 and s["tpot"]["median_abs_pct_error"] <= 25.0
+    assert by[("Hopper", "vllm")]["tpot"]["median_abs_pct_error"] <= 20.0
+    s, by = out["qwen3.5-397b-a17b"]
+    assert s["tpot"]["points"] >= 250 and s["tpot"]["median_abs_pct_error"] <= 25.0
