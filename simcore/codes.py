@@ -74,6 +74,7 @@ UNIT_ATTN = 1  # tensor cores at the activation dtype's rate
 UNIT_VECTOR = 2  # elementwise / reductions on the vector units
 UNIT_LINK = 3  # interconnect (collectives)
 UNIT_PROJ = 4  # tensor cores at the attention projections' weight dtype's rate
+UNIT_A2A = 5  # the experts' all-to-all links: NVLink within a node, the network beyond it
 
 # Shape-aware costs (``CostParams.eff``), fitted from measured kernel latencies. One float64 array;
 # each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at

@@ -86,6 +86,7 @@ from simcore.codes import (
     OP_RESIDUAL,
     OP_ROPE,
     OP_SAMPLING,
+    UNIT_A2A,
     UNIT_ATTN,
     UNIT_GEMM,
     UNIT_LINK,
@@ -295,7 +296,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         # rank's tp GPUs split them) goes to the experts' GPUs and comes back, each assignment's
         # hidden state once each way, (ep - 1) / ep of them to another GPU.
         sent = t / p.tp * p.experts_per_token * h * ab * (p.ep - 1.0) / p.ep
-        return 0.0, 2.0 * sent, UNIT_LINK
+        return 0.0, 2.0 * sent, UNIT_A2A
     if op == OP_SAMPLING:
         logits = n_emit * p.vocab
         return SAMPLING_FLOPS_PER_LOGIT * logits, SAMPLING_PASSES * logits * LOGIT_BYTES, UNIT_VECTOR
@@ -313,8 +314,9 @@ def op_time_nb(p, flops, nbytes, unit):
     bound : int
         ``BOUND_COMPUTE``, ``BOUND_MEMORY`` or ``BOUND_COMM``.
     """
-    if unit == UNIT_LINK:
-        return p.link_latency_s + nbytes / (p.link_bw * p.eff_link) + p.launch_s, BOUND_COMM
+    if unit == UNIT_LINK or unit == UNIT_A2A:
+        bw = p.link_bw if unit == UNIT_LINK else p.a2a_bw
+        return p.link_latency_s + nbytes / (bw * p.eff_link) + p.launch_s, BOUND_COMM
     if unit == UNIT_GEMM:
         peak = p.gemm_flops
     elif unit == UNIT_PROJ:
@@ -404,6 +406,14 @@ def link_seconds_nb(tab, bus_bytes):
 
 
 @jit_inline
+def a2a_seconds_nb(p, nbytes):
+    """Seconds of the expert all-to-all moving ``nbytes`` per GPU, off the measured collective
+    curve at the bytes that take as long on the node's links (``nbytes x link_bw / a2a_bw``: more
+    where part of it crosses the network)."""
+    return link_seconds_nb(p.eff, nbytes * (p.link_bw / p.a2a_bw))
+
+
+@jit_inline
 def interp2_nb(tab, off, n1, n2, x1, x2):
     """Bilinear interpolation of the row-major ``n1 x n2`` table at ``tab[off]`` at grid
     coordinates ``(x1, x2)``, clamped to its edges."""
@@ -432,6 +442,8 @@ def shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tok
     """
     if unit == UNIT_LINK:
         return link_seconds_nb(p.eff, nbytes), BOUND_COMM
+    if unit == UNIT_A2A:
+        return a2a_seconds_nb(p, nbytes), BOUND_COMM
     if unit == UNIT_GEMM or unit == UNIT_PROJ:
         seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_emit if op == OP_LM_HEAD else n_tokens)
         if flops / (p.proj_flops if unit == UNIT_PROJ else p.gemm_flops) > nbytes / p.mem_bw:
@@ -549,11 +561,13 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             seconds = 0.0
         elif unit == UNIT_LINK:
             seconds = link_seconds_nb(tab, nbytes)
+        elif unit == UNIT_A2A:
+            seconds = a2a_seconds_nb(p, nbytes)
         else:
             seconds = max(flops * per_vector, nbytes * per_byte) + p.launch_s
         total += count * seconds
         total_flops += count * flops
-        if unit != UNIT_LINK:
+        if unit != UNIT_LINK and unit != UNIT_A2A:
             total_bytes += count * nbytes
     total += gemm_curve_nb(tab, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
     if att_count > 0:
@@ -590,6 +604,8 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_LINK:
             seconds = p.link_latency_s + nbytes * per_link_byte + p.launch_s
+        elif unit == UNIT_A2A:
+            seconds = p.link_latency_s + nbytes / (p.a2a_bw * p.eff_link) + p.launch_s
         else:
             if unit == UNIT_GEMM:
                 per_flop = per_gemm
@@ -600,7 +616,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             seconds = max(flops * per_flop, nbytes * per_byte) + p.launch_s
         total += count * seconds
         total_flops += count * flops
-        if unit != UNIT_LINK:
+        if unit != UNIT_LINK and unit != UNIT_A2A:
             total_bytes += count * nbytes
     total += p.iter_overhead_s  # the framework's per-step CPU time (the batch is not empty here)
     return total, total_flops, total_bytes

@@ -82,6 +82,8 @@ class CostParams(NamedTuple):
     link_bw: float  # interconnect bandwidth per direction per GPU, B/s
     eff_link: float  # achieved fraction of link bandwidth in collectives
     link_latency_s: float  # latency of one collective
+    a2a_bw: float  # the expert all-to-all's bandwidth per GPU, B/s: link_bw within a node; over more
+    #                GPUs, their NVLink and network shares at once (simllm.sim.pack)
     # --- serving framework ---
     iter_overhead_s: float = 0.0  # CPU time per non-empty engine iteration the GPU does not hide
     # --- shape-aware efficiency (codes.EFF_*): empty = the scalar factors above for every shape ---

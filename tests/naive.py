@@ -20,7 +20,22 @@ from simllm.config import dtypes
 from simllm.config.serving import ServingConfig
 from simllm.sim.pack import framework_for
 
-GEMM, PROJ, ATTN, VECTOR, LINK = "gemm", "proj", "attn", "vector", "link"
+GEMM, PROJ, ATTN, VECTOR, LINK, A2A = "gemm", "proj", "attn", "vector", "link", "a2a"
+
+
+def links(hw, tp, dp, ep):
+    """(collective bandwidth B/s, its latency s, the expert all-to-all's bandwidth B/s) per GPU: a
+    tensor-parallel group over more than ``gpus_per_node`` GPUs runs its ring at the network's
+    pace; the all-to-all over ``tp x dp`` GPUs sends 1/(n - 1) of its bytes to each other GPU, the
+    ``G - 1`` of its node over NVLink and the ``n - G`` others over the network, at once."""
+    g = hw.gpus_per_node
+    nvl, net = hw.interconnect_bandwidth_gbps * 1e9, hw.network_bandwidth_gbps * 1e9
+    bw, lat = (net, hw.network_latency_us) if tp > g else (nvl, hw.interconnect_latency_us)
+    n = tp * dp
+    a2a = bw
+    if ep > 1 and n > g:
+        a2a = 1.0 / max((g - 1) / (n - 1) / nvl, (n - g) / (n - 1) / net)
+    return bw, lat * 1e-6, a2a
 
 
 def _bytes(name):
@@ -173,7 +188,7 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         ops["moe_experts_down"] = (n, 2 * a * ei * h + 2 * T * si * h,
                                    (hit * ei * h + si * h) * wb + (a * (ei + h) + T * (si + h)) * ab, GEMM)
         if ep > 1:  # dispatch and combine: this GPU's 1/tp of its rank's tokens, (ep-1)/ep of them away
-            ops["moe_all_to_all"] = (n, 0.0, 2 * (T / tp) * k * h * ab * (ep - 1) / ep, LINK)
+            ops["moe_all_to_all"] = (n, 0.0, 2 * (T / tp) * k * h * ab * (ep - 1) / ep, A2A)
     ops["final_norm"] = (1,) + norm()
     if emit:
         V = model.vocab_size
@@ -233,8 +248,9 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
         ep=ep, dp=dp, attention_dtype=attention_dtype
     ).items():
-        if unit == LINK:
-            t = hw.interconnect_latency_us * 1e-6 + nbytes / (hw.interconnect_bandwidth_gbps * 1e9 * hw.interconnect_utilization)
+        if unit in (LINK, A2A):
+            bw, lat, a2a = links(hw, tp, dp, ep)
+            t = lat + nbytes / ((bw if unit == LINK else a2a) * hw.interconnect_utilization)
         else:
             t = max(flops / (peaks[unit] * hw.compute_utilization),
                     nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.bandwidth_utilization))
@@ -443,7 +459,11 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
         link_points.append(max(t, link_points[-1]) if link_points else t)
 
+    coll_bw, coll_lat, a2a_bw = links(hw, tp, dp, ep)
+
     def link_seconds(x):
+        if tp > hw.gpus_per_node:  # over the network: the scalar model, not the node's measured curve
+            return coll_lat + launch + x / (coll_bw * hw.interconnect_utilization)
         first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(link_points) - 1)
         if x <= first:
             return link_points[0]
@@ -491,6 +511,8 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             t = ((model.layers - lw - LL) * t + lw * tw + LL * tl) / model.layers
         elif unit == LINK:
             t = link_seconds(nbytes)
+        elif unit == A2A:  # the curve at the bytes that take as long on the node's links
+            t = link_seconds(nbytes * coll_bw / a2a_bw)
         else:
             t = max(flops / (vector * hw.compute_utilization), nbytes / (bw * hw.bandwidth_utilization)) + launch
         per_op[name] = (count * flops, count * nbytes, count * t)

@@ -143,7 +143,8 @@ def test_shared_silicon_data_validates(capsys):
 def test_moe_rows_read_their_expert_parallelism(tmp_path):
     """A MoE row's moe_ep_size is simulated as expert parallelism (over the row's tensor x data
     parallel GPUs); a dense model's row may fill the column in without meaning anything; a row over
-    more GPUs than one node (NVLink domain) holds is skipped; DeepSeek-R1 is DeepSeek-V3's
+    more GPUs than one node (NVLink domain) holds runs with its all-to-all partly on the network;
+    DeepSeek-R1 is DeepSeek-V3's
     architecture, and a system's form factor (b200_sxm) finds the GPU's preset."""
     path = tmp_path / "moe.csv"
     path.write_text("\n".join([
@@ -156,7 +157,7 @@ def test_moe_rows_read_their_expert_parallelism(tmp_path):
     assert [m.ep for m in rows] == [8, 8, 2]
     ep8, two_nodes, dense = accuracy.resolve(rows)
     assert ep8.model == two_nodes.model == "deepseek-v3"
-    assert ep8.reason == "" and two_nodes.reason == "16 GPUs over nodes of 8 (inter-node links are not simulated)"
+    assert ep8.reason == "" and two_nodes.reason == ""
     assert (dense.model, dense.hardware, dense.reason) == ("llama-3.1-8b", "b200", "")
     (p,) = accuracy.predict_points([ep8], num_prompts=16)
     assert p.predicted and p.predicted["tpot"] > 0

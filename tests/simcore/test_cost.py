@@ -556,7 +556,7 @@ def test_wide_ep_closed_form():
     assert assigned == 256.0
     assert hit == pytest.approx(32 * (1 - (1 - 8 / 256) ** 256), rel=1e-12)
     _, nbytes, unit = op_cost_nb(p, codes.OP_MOE_ALLTOALL, 32.0, 32.0, 32.0, 32.0)
-    assert unit == codes.UNIT_LINK and nbytes == 2 * 32 * 8 * 7168 * 2 * 7 / 8
+    assert unit == codes.UNIT_A2A and nbytes == 2 * 32 * 8 * 7168 * 2 * 7 / 8
     expert = 3 * 7168 * 2048  # gate, up and down of one expert, whole on its GPU
     assert 3 * p.hidden * p.expert_inner == expert
     ref = resident_weight_bytes_nb(build("deepseek-v3", "h200-sxm", tables=False)[4])  # all 256 experts
@@ -676,3 +676,33 @@ def test_linear_attention_state_is_constant_in_context():
     assert mem.state_bytes_per_seq == 45 * state
     assert mem.state_blocks == math.ceil(45 * state / (15 * 2 * 256 * 2 * 16))
     assert mem.fixed_blocks(10) == mem.fixed_blocks(100_000) == mem.state_blocks
+
+
+# --------------------------------------------------------------------------- between nodes
+@given(tables=st.booleans(), layout=st.sampled_from([(8, 2, 16), (16, 1, 16), (4, 4, 16), (1, 16, 16)]),
+       batch=batches)
+@settings(max_examples=40, deadline=None)
+def test_collectives_between_nodes_match_the_reference(tables, layout, batch):
+    """DeepSeek-V3 over two 8-GPU H200 nodes: a tensor-parallel group over 16 GPUs all-reduces on
+    the network; the expert all-to-all over 16 GPUs sends 7/15 of its bytes over NVLink and 8/15
+    over the network at once."""
+    tp, dp, ep = layout
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=tables, tensor_parallel_size=tp,
+                               data_parallel_size=dp, expert_parallel_size=ep)
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=ep, dp=dp)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+
+
+def test_all_to_all_over_two_nodes_closed_form():
+    """16 GPUs, 8 a node, NVLink 450 GB/s and a 50 GB/s NIC per GPU: the network's 8/15 of the bytes
+    set the pace, (16 - 1) / (8 / 50 GB/s) = 93.75 GB/s; within one node it is NVLink's 450."""
+    p2 = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=8, data_parallel_size=2,
+               expert_parallel_size=16)[4]
+    p1 = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=8, expert_parallel_size=8)[4]
+    assert p2.a2a_bw == pytest.approx(15 / (8 / 50e9), rel=1e-12) and p2.link_bw == 450e9
+    assert p1.a2a_bw == p1.link_bw == 450e9
+    p16 = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=16)[4]
+    assert p16.link_bw == 50e9 and p16.link_latency_s == pytest.approx(15e-6, rel=1e-12)

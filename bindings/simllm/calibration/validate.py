@@ -240,9 +240,6 @@ def skip_reason(m, model, hardware):
         return f"mode {m.mode} (disaggregated serving is not simulated)"
     if m.pp != 1:
         return "pipeline parallelism"
-    per_node = _preset("hardware", hardware).gpus_per_node
-    if m.tp * m.dp > per_node:
-        return f"{m.tp * m.dp} GPUs over nodes of {per_node} (inter-node links are not simulated)"
     if m.precision not in _PRECISION:
         return f"precision {m.precision!r}"
     return ""

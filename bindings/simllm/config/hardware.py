@@ -17,7 +17,7 @@ _KEYS = {
     "memory_bandwidth_gbps", "memory_size_gb", "memory_size_gib", "bandwidth_utilization",
     "compute_utilization", "interconnect", "interconnect_bandwidth_gbps", "interconnect_latency_us",
     "interconnect_utilization", "gpus_per_node", "launch_overhead_us", "runtime_overhead_gib",
-    "frontend_latency_ms", "kernel_tables",
+    "frontend_latency_ms", "kernel_tables", "network_bandwidth_gbps", "network_latency_us",
 }
 # The GPU efficiency factors calibration fits into a hardware profile (the serving framework's
 # costs live in framework profiles: simllm.config.framework).
@@ -30,6 +30,10 @@ _INTERCONNECTS = ("nvlink", "pcie", "infinity-fabric", "none")
 
 # Used when a profile (the seed's, say) gives no interconnect: PCIe Gen4 x16, 32 GB/s each way.
 DEFAULT_INTERCONNECT = ("pcie", 32.0, 15.0)
+# Between nodes, when a profile gives no network: one 400 Gb/s NIC per GPU (InfiniBand NDR /
+# ConnectX-7, as in DGX H100/H200/B200), 50 GB/s each way; 15 us per collective, an assumption
+# (NCCL's small-message all-reduce across two nodes over InfiniBand is of that order).
+DEFAULT_NETWORK = (50.0, 15.0)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class HardwareConfig:
     interconnect_latency_us: float = DEFAULT_INTERCONNECT[2]
     interconnect_utilization: float = 0.8
     gpus_per_node: int = 8
+    # Scale-out network between nodes (collectives over more than gpus_per_node GPUs): per GPU per
+    # direction, GB/s, and the latency of one collective that crosses it
+    network_bandwidth_gbps: float = DEFAULT_NETWORK[0]
+    network_latency_us: float = DEFAULT_NETWORK[1]
     # Overrides of the framework profile's per-kernel launch gap and per-request frontend time
     # (simllm.config.framework); None, as in the shipped presets: the profile's.
     launch_overhead_us: float = None
@@ -168,6 +176,8 @@ def hardware_from_dict(data, source="<dict>", *, with_tables=True):
         interconnect_latency_us=sec.number("interconnect_latency_us", DEFAULT_INTERCONNECT[2], minimum=0),
         interconnect_utilization=sec.number("interconnect_utilization", 0.8, **util),
         gpus_per_node=sec.positive_int("gpus_per_node", 8),
+        network_bandwidth_gbps=sec.number("network_bandwidth_gbps", DEFAULT_NETWORK[0], **positive),
+        network_latency_us=sec.number("network_latency_us", DEFAULT_NETWORK[1], minimum=0),
         launch_overhead_us=sec.number("launch_overhead_us", None, minimum=0),
         runtime_overhead_gib=sec.number("runtime_overhead_gib", 1.0, minimum=0),
         frontend_latency_ms=sec.number("frontend_latency_ms", None, minimum=0),

@@ -161,13 +161,13 @@ def resolve(model, hardware, serving):
         )
     if ep > 1 and tp * serving.data_parallel_size > hardware.gpus_per_node:
         warnings.append(
-            f"expert parallelism over {tp * serving.data_parallel_size} GPUs exceeds {hardware.gpus_per_node} GPUs "
-            f"per node; its all-to-all is still timed on {hardware.interconnect}"
+            f"expert parallelism over {tp * serving.data_parallel_size} GPUs spans nodes of {hardware.gpus_per_node}: "
+            f"its all-to-all sends part of its bytes over the network ({hardware.network_bandwidth_gbps:g} GB/s per GPU)"
         )
     if tp > hardware.gpus_per_node:
         warnings.append(
-            f"tensor parallel size {tp} exceeds {hardware.gpus_per_node} GPUs per node; "
-            f"all-reduces are still timed on {hardware.interconnect}"
+            f"tensor parallel size {tp} spans nodes of {hardware.gpus_per_node} GPUs: all-reduces are timed on the "
+            f"network ({hardware.network_bandwidth_gbps:g} GB/s per GPU, {hardware.network_latency_us:g} us)"
         )
     weight = model.dtype if serving.dtype == "auto" else serving.dtype
     if weight == "fp32" and serving.dtype == "auto":

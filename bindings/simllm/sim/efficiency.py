@@ -45,7 +45,7 @@ def _gemm_shapes(p):
     }
 
 
-def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None):
+def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -63,6 +63,9 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
     proj_dtype : str, optional
         The dtype the attention projections run at (default ``weight_dtype``; its peak is
         ``p.proj_flops``).
+    measured_link : bool
+        False when the tensor-parallel group spans nodes: the collectives then take the scalar
+        model over ``p.link_bw`` (the network), not the node's measured all-reduce curve.
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
@@ -105,7 +108,7 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
         if op not in (codes.OP_LM_HEAD, codes.OP_MOE_UP, codes.OP_MOE_DOWN):  # (see simcore.cost.gemm_op_seconds_nb)
             eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
                 op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
-    curve = tables.allreduce_curve(p.tp)
+    curve = tables.allreduce_curve(p.tp) if measured_link else None
     eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = (
         scalar_link_seconds(p) if curve is None else kt.link_seconds_curve(curve, p.link_bw))
     eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)

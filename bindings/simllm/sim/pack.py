@@ -77,6 +77,25 @@ def _linear_geometry(model, tp, attention, act_bytes):
     )
 
 
+def _links(hardware, tp, dp, ep):
+    """The collectives' links per GPU: the node's interconnect, or the scale-out network when the
+    tensor-parallel group spans nodes (a ring over them runs at the NIC's pace); the expert
+    all-to-all over ``tp x dp`` GPUs sends ``1 / (n - 1)`` of its bytes to each other GPU, the
+    node's ``G - 1`` over the interconnect and the ``n - G`` beyond over the network at once, so its
+    bandwidth is ``(n - 1) / max((G - 1) / interconnect, (n - G) / network)``."""
+    g = hardware.gpus_per_node
+    nvl = hardware.interconnect_bandwidth_gbps * 1e9
+    net = hardware.network_bandwidth_gbps * 1e9
+    spans = tp > g
+    link_bw = net if spans else nvl
+    n = tp * dp
+    a2a = link_bw
+    if ep > 1 and n > g:
+        a2a = (n - 1) / max((g - 1) / nvl, (n - g) / net)
+    return dict(link_bw=link_bw, a2a_bw=a2a,
+                link_latency_s=(hardware.network_latency_us if spans else hardware.interconnect_latency_us) * 1e-6)
+
+
 def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     """Per-GPU :class:`simcore.CostParams` for ``model`` on ``hardware`` under ``serving``.
 
@@ -165,9 +184,8 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         eff_compute=hardware.compute_utilization,
         eff_bw=hardware.bandwidth_utilization,
         launch_s=fw.launch_overhead_us * 1e-6,
-        link_bw=hardware.interconnect_bandwidth_gbps * 1e9,
         eff_link=hardware.interconnect_utilization,
-        link_latency_s=hardware.interconnect_latency_us * 1e-6,
+        **_links(hardware, tp, serving.data_parallel_size if ep > 1 else 1, ep),
         iter_overhead_s=fw.iteration_overhead_us * 1e-6,
     )
     tables = hardware.tables_for(fw.name)
@@ -178,4 +196,5 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     proj_native = hardware.peak_flops(proj_dtype) > 0 and proj_dtype not in dtypes.WEIGHT_ONLY_DTYPES
     return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if native else r.activation_dtype,
                                                 expert_dtype=expert,
-                                                proj_dtype=proj_dtype if proj_native else r.activation_dtype))
+                                                proj_dtype=proj_dtype if proj_native else r.activation_dtype,
+                                                measured_link=tp <= hardware.gpus_per_node))
