@@ -118,7 +118,7 @@ def test_same_model_across_systems(results):
 
 
 def test_moe_rows_out_of_sample():
-    """The MoE rows simllm can express on one node (or one NVL72 domain): DeepSeek-V3/R1,
+    """The MoE rows simllm can express (up to eight nodes since links between nodes are modelled): DeepSeek-V3/R1,
     MiniMax-M2.5, Qwen3-235B-A22B, Kimi-K2.5 on Hopper and Blackwell, without and with expert parallelism /
     attention data parallelism. Nothing is fitted to them (the client overheads are the dense
     rows'). The MoE issue's targets (TPOT <= 10%, TTFT <= 20% per GPU family and framework) are
