@@ -170,3 +170,24 @@ class EngineMoE:
         return self._run().summary["simulated_requests_per_s"]
 
     track_kernel_requests_per_second.unit = "requests/s"
+
+
+class EngineHybridAttention(EngineMoE):
+    """100,000 requests of bench-1m's lengths on the hybrid-attention models: gpt-oss-120b on one
+    H100 (sliding-window layers: the windowed attention branch of the cost and the decode-run fast
+    path, fixed KV blocks per request) and Qwen3.5-397B-A17B on 8 x B200 (Gated DeltaNet layers:
+    the linear-attention branch, recurrent states as fixed blocks), and DeepSeek-V3 with expert
+    parallelism over two 8-GPU H200 nodes (the all-to-all partly on the network)."""
+
+    params = [["gpt-oss-120b h100", "qwen3.5-397b tp8 b200", "deepseek-v3 dp16 ep16 h200"]]
+    LAYOUTS = {"gpt-oss-120b h100": ("gpt-oss-120b", "h100-sxm", {}),
+               "qwen3.5-397b tp8 b200": ("qwen3.5-397b-a17b", "b200", dict(tensor_parallel_size=8, dtype="fp8")),
+               "deepseek-v3 dp16 ep16 h200": ("deepseek-v3", "h200-sxm",
+                                              dict(data_parallel_size=16, expert_parallel_size=16))}
+
+    def setup(self, layout):
+        name, hw, kw = self.LAYOUTS[layout]
+        self.m, self.h = simllm.load_model(name), simllm.load_hardware(hw)
+        self.s = simllm.ServingConfig(max_model_len=8192, **kw)
+        self.w, self.req = bench_requests(100_000)
+        _warm(self.m, self.h, self.s)
