@@ -167,6 +167,13 @@ def expert_shapes_nb(p):
 
 
 @jit_inline
+def ffn_params_nb(p):
+    """Parameters of the dense FFN's up (gate+up when gated) and down projections on this GPU,
+    biases included."""
+    return p.ffn_up_width * (p.hidden + p.mlp_bias), (p.ffn_inner + p.mlp_bias) * p.hidden
+
+
+@jit_inline
 def attention_cost_nb(p, n_tokens, attn_pairs, kv_read_tokens):
     """FLOPs and bytes of one layer's attention over every key (see the module docstring)."""
     flops = p.pair_flops * attn_pairs
@@ -226,8 +233,8 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 2.0 * t * p.p_qkv, p.p_qkv * p.proj_w_bytes + t * (h + p.qkv_width) * ab, UNIT_PROJ
     if op == OP_ROPE:
         return t * p.rope_flops, t * p.rope_bytes * ab + p.qk_norm_params * ab, UNIT_VECTOR
-    if op == OP_KV_WRITE:  # linear-attention layers keep no KV cache
-        return 0.0, t * p.kv_width * (ab + p.kv_bytes) * (1.0 - p.lin_frac), UNIT_VECTOR
+    if op == OP_KV_WRITE:  # linear-attention layers keep no KV cache; the indexer caches its own keys
+        return 0.0, t * (p.kv_width * (ab + p.kv_bytes) * (1.0 - p.lin_frac) + p.idx_key_bytes), UNIT_VECTOR
     if op == OP_ATTENTION:
         # per layer: the mean of the full-attention, windowed and linear-attention layers'
         f_full, b_full = attention_cost_nb(p, t, attn_pairs, kv_read_tokens)
@@ -242,6 +249,9 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             fl, bl = linear_attention_cost_nb(p, t, n_emit)
             flops += p.lin_frac * (fl - f_full)
             nbytes += p.lin_frac * (bl - b_full)
+        if p.idx_pair_flops > 0.0:  # the sparse attention's indexer over every key
+            flops += p.idx_pair_flops * attn_pairs
+            nbytes += kv_read_tokens * p.idx_key_bytes
         return flops, nbytes, UNIT_ATTN
     if op == OP_O_PROJ:
         return 2.0 * t * p.p_o, p.p_o * p.proj_w_bytes + t * (p.p_o / h + h) * ab, UNIT_PROJ
@@ -256,7 +266,8 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         # Two residual adds per layer: read two streams, write one.
         return 2.0 * t * h, 2.0 * 3.0 * t * h * ab, UNIT_VECTOR
     if op == OP_FFN_UP:
-        return 2.0 * t * p.p_ffn_up, p.p_ffn_up * p.w_bytes + t * (h + p.ffn_up_width) * ab, UNIT_GEMM
+        p_up = ffn_params_nb(p)[0]
+        return 2.0 * t * p_up, p_up * p.w_bytes + t * (h + p.ffn_up_width) * ab, UNIT_GEMM
     if op == OP_FFN_ACT:
         return (
             ACT_FLOPS_PER_ELEM * t * p.ffn_inner,
@@ -264,7 +275,8 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             UNIT_VECTOR,
         )
     if op == OP_FFN_DOWN:
-        return 2.0 * t * p.p_ffn_down, p.p_ffn_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
+        p_down = ffn_params_nb(p)[1]
+        return 2.0 * t * p_down, p_down * p.w_bytes + t * (p.ffn_inner + h) * ab, UNIT_GEMM
     if op == OP_MOE_ROUTER:
         p_router = h * p.n_experts * p.ep  # one logit per expert (replicated)
         return 2.0 * t * p_router, p_router * ab + t * h * ab + t * (p.n_experts * p.ep) * LOGIT_BYTES, UNIT_GEMM
@@ -476,6 +488,9 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
             f, b = linear_attention_cost_nb(p, n_tokens, n_emit)
             lin = max(f / (p.attn_flops * p.eff_compute), b / (p.mem_bw * p.eff_bw))
             seconds += p.lin_frac * (lin - full)
+        if p.idx_pair_flops > 0.0:  # the indexer: no measured table either
+            seconds += max(p.idx_pair_flops * attn_pairs / (p.attn_flops * p.eff_compute),
+                           kv_read_tokens * p.idx_key_bytes / (p.mem_bw * p.eff_bw))
         return seconds, bound
     return _shaped_attention_part_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 

@@ -1,7 +1,7 @@
 """Memory model per GPU: resident weights, weights streamed per iteration, KV bytes per token,
 activation workspace. All results in bytes."""
 from simcore._jit import jit
-from simcore.cost import LOGIT_BYTES, expert_shapes_nb, moe_assignments_nb, moe_local_nb
+from simcore.cost import LOGIT_BYTES, expert_shapes_nb, ffn_params_nb, moe_assignments_nb, moe_local_nb
 
 
 @jit
@@ -10,7 +10,8 @@ def resident_weight_bytes_nb(p, tied=False):
     stored once)."""
     n_dense = p.n_layers - p.n_moe_layers
     _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
-    gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
+    p_up, p_down = ffn_params_nb(p)
+    gemm = n_dense * (p_up + p_down)
     gemm += p.n_moe_layers * (p.n_experts * (pe_up + pe_down) + ps_up + ps_down)
     small = p.n_moe_layers * p.hidden * p.n_experts * p.ep  # the routers
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
@@ -27,7 +28,8 @@ def streamed_weight_bytes_nb(p, n_tokens):
     n_dense = p.n_layers - p.n_moe_layers
     hit = moe_local_nb(p, n_tokens)[1]
     _, pe_up, pe_down, _, ps_up, ps_down = expert_shapes_nb(p)
-    gemm = n_dense * (p.p_ffn_up + p.p_ffn_down)
+    p_up, p_down = ffn_params_nb(p)
+    gemm = n_dense * (p_up + p_down)
     gemm += p.n_moe_layers * (hit * (pe_up + pe_down) + ps_up + ps_down)
     small = p.n_moe_layers * p.hidden * p.n_experts * p.ep  # the routers
     small += (p.n_layers * p.norms_per_layer + 1) * p.norm_params
@@ -42,7 +44,7 @@ def kv_bytes_per_token_nb(p):
     (each keeps only its window of tokens: simllm.sim.memory splits them): layers x the elements
     each stores (``kv_width``: 2 x KV heads x head_dim, or MLA's latent + rope key) x bytes per
     element (after compression)."""
-    return p.n_layers * p.kv_width * p.kv_bytes
+    return p.n_layers * (p.kv_width * p.kv_bytes + p.idx_key_bytes)
 
 
 @jit

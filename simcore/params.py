@@ -43,6 +43,11 @@ class CostParams(NamedTuple):
     lin_flops: float
     lin_io: float
     lin_state_bytes: float
+    # DeepSeek sparse attention: attention sees its ``window`` best keys (``window_frac`` 1) chosen
+    # by an indexer that scores every pair at ``idx_pair_flops`` and reads each cached key's
+    # ``idx_key_bytes`` (0: no indexer)
+    idx_pair_flops: float
+    idx_key_bytes: float
     norm_params: float  # parameters of one norm (hidden for RMSNorm: 4 FLOPs an element; 2 x hidden
     #                     for LayerNorm: 7 FLOPs an element)
     norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
@@ -50,8 +55,7 @@ class CostParams(NamedTuple):
     p_o: float  # parameters of the output projection (+ bias)
     ffn_up_width: float  # output width of the dense up projection (2 x intermediate when gated)
     ffn_inner: float  # width after the activation (intermediate)
-    p_ffn_up: float  # parameters of the dense gate+up (or up) projection
-    p_ffn_down: float  # parameters of the dense down projection
+    mlp_bias: float  # 1.0 when the dense FFN's projections have biases (see ffn_params_nb)
     n_experts: float  # routed experts per MoE layer on this GPU (all of them without expert parallelism)
     experts_per_token: float  # routed experts each token is sent to
     ep: float  # expert-parallel degree: the layer's experts are spread over ep GPU groups

@@ -65,6 +65,8 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
     window = window_totals(batch, model.window_tokens) if model.windowed_layers else None
+    if model.index_topk:  # DeepSeek sparse attention: each query's index_topk best keys
+        window = window_totals(batch, model.index_topk)
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
                           kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp, window=window,
                           attention_dtype=attention_dtype)
@@ -114,7 +116,7 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
     ops["embedding"] = (1, 0.0, T * h * 2 * ab, VECTOR)
     ops["input_norm"] = (L,) + norm()
     if model.is_mla:
-        ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, pb, ab, kvb))
+        ops.update(_mla_ops(model, T, pairs, kv_tokens, tp, pb, ab, kvb, window))
     else:
         # Softmax-attention layers (full and windowed) and linear-attention layers (Gated
         # DeltaNet) alternate; each operator is the mean over all L layers of what each kind does.
@@ -200,28 +202,38 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
     return ops
 
 
-def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb):
+def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb, sparse=None):
     """Multi-head latent attention's operators (DeepSeek-V2 paper, section 2.1), per GPU: queries
     through the low-rank ``q_a`` (h -> q_lora, replicated, then its norm) and ``q_b`` (q_lora ->
     heads x (nope + rope), split by heads); keys and values through ``kv_a`` (h -> latent + rope
     key, replicated, then the latent's norm) and ``kv_b`` (latent -> heads x (nope + v), split);
     the cache holds the latent and the rope key; attention in the MHA form (q/k width nope + rope,
-    value width v); the output projection from heads x v."""
+    value width v); the output projection from heads x v. With DeepSeek sparse attention
+    (DeepSeek-V3.2 paper: ``sparse`` the top-k keys' pairs and reads) a lightning indexer,
+    replicated on every GPU, projects ``index_n_heads x index_head_dim`` queries from the q latent
+    and one key from the hidden state, scores every cached key (2 x heads x (dim + 1) FLOPs a pair:
+    the dot products and the ReLU-weighted sum), caches its FP8 key with an FP32 scale per 128, and
+    attention runs over the top-k keys only."""
     L, h, heads = model.layers, model.hidden_size, model.num_attention_heads
     rope, lat, ql, dv = model.qk_rope_head_dim, model.kv_lora_rank, model.q_lora_rank, model.v_head_dim
     dqk = model.head_dim
     qh = heads / tp
     q_params = (h * ql + ql + ql * heads * dqk / tp) if ql else h * heads * dqk / tp
     kv_params = h * (lat + rope) + lat + lat * heads * (dqk - rope + dv) / tp
-    p_qkv = q_params + kv_params
+    ni, di = model.index_n_heads, model.index_head_dim
+    idx_params = ((ql or h) * ni * di + h * di + h * ni + 2 * di) if model.index_topk else 0
+    p_qkv = q_params + kv_params + idx_params
     out = (ql + qh * dqk) + (lat + rope) + qh * (dqk - rope + dv)
+    idx_key = (di + 4 * -(-di // 128)) if model.index_topk else 0  # FP8 values, FP32 scale per 128
+    att_pairs, att_kv = sparse if model.index_topk and sparse is not None else (pairs, kv_tokens)
     rotated = T * (qh + 1) * rope  # every head's rope part of q, and the one shared rope key
     p_o = qh * dv * h
     return {
         "qkv_proj": (L, 2 * T * p_qkv, p_qkv * wb + T * (h + out) * ab, PROJ),
         "rope": (L, 3 * rotated, 2 * rotated * ab, VECTOR),
-        "kv_cache_write": (L, 0.0, T * (lat + rope) * (ab + kvb), VECTOR),
-        "attention": (L, 2 * qh * (dqk + dv) * pairs, kv_tokens * (lat + rope) * kvb + T * qh * (dqk + dv) * ab, ATTN),
+        "kv_cache_write": (L, 0.0, T * ((lat + rope) * (ab + kvb) + idx_key), VECTOR),
+        "attention": (L, 2 * qh * (dqk + dv) * att_pairs + 2 * ni * (di + 1) * pairs * bool(model.index_topk),
+                      att_kv * (lat + rope) * kvb + T * qh * (dqk + dv) * ab + kv_tokens * idx_key, ATTN),
         "o_proj": (L, 2 * T * p_o, p_o * wb + T * (qh * dv + h) * ab, PROJ),
     }
 
@@ -479,8 +491,10 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
     window = window_totals(batch, model.window_tokens) if model.windowed_layers else None
+    if model.index_topk:
+        window = window_totals(batch, model.index_topk)
 
-    softmax_only = model.with_overrides(linear_layers=0, windowed_layers=0)  # one layer's own attention
+    softmax_only = model.with_overrides(linear_layers=0, windowed_layers=0, index_topk=0)  # one layer's own attention
 
     def attention_seconds(n_pairs, n_kv):
         _, flops, nbytes, _ = ops_for_totals(softmax_only, T, emit, n_pairs, n_kv, **dtypes_kw)["attention"]
@@ -502,6 +516,13 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             if name.startswith("moe_experts"):  # never faster than the datasheet roofline
                 t = max(t, flops / peak_gemm, nbytes / bw)
         elif unit == ATTN:
+            if model.index_topk:  # the top-k keys off the tables; the indexer at the scalar roofline
+                ni, di = model.index_n_heads, model.index_head_dim
+                idx_key = di + 4 * -(-di // 128)
+                per_op[name] = (count * flops, count * nbytes, count * (attention_seconds(*window) + max(
+                    2 * ni * (di + 1) * pairs / (peak_act * hw.compute_utilization),
+                    kv_tokens * idx_key / (bw * hw.bandwidth_utilization))))
+                continue
             t = attention_seconds(pairs, kv_tokens)
             lw, LL = model.windowed_layers, model.linear_layers
             tw = attention_seconds(*window) if window is not None else 0.0

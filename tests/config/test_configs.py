@@ -342,6 +342,17 @@ def test_window_keys_are_validated(change, key):
     assert key in str(info.value)
 
 
+def test_glm5_published_counts():
+    """Z.ai: GLM-5 has 744B total and 40B active parameters (without the embedding and LM head);
+    its DeepSeek sparse attention indexer adds 78 x (2048 x 32 x 128 + 6144 x (128 + 32) + 256)."""
+    m = simllm.load_model("glm-5")
+    assert m.parameter_count() == pytest.approx(744e9, rel=0.002)
+    assert m.active_parameter_count() - 2 * m.vocab_size * m.hidden_size == pytest.approx(40e9, rel=0.01)
+    assert (m.index_topk, m.index_key_bytes) == (2048, 132)
+    assert m.mla_params()["replicated"] - m.with_overrides(index_topk=0).mla_params()["replicated"] == (
+        2048 * 32 * 128 + 6144 * (128 + 32) + 256)
+
+
 def test_qwen3_5_hybrid_counts():
     """Qwen3.5-397B-A17B's model card: 397B total, 17B activated (with its vision encoder); 45 of
     its 60 layers are Gated DeltaNet layers that keep a 64 x 128 x 128 state, 15 keep a KV cache."""
@@ -416,7 +427,7 @@ def _acc_model_configs():
     ("openai--gpt-oss-120b", "gpt-oss-120b"), ("openai--gpt-oss-20b", "gpt-oss-20b"),
     ("meta-llama--Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"),
     ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", "llama-4-maverick"),
-    ("Qwen--Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"),
+    ("Qwen--Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"), ("zai-org--GLM-5", "glm-5"),
 ])
 def test_real_configs_match_presets(stem, preset):
     """The config.json files aiconfigurator-core ships (the checkpoints' own) give the presets'
@@ -433,6 +444,7 @@ def test_real_configs_match_presets(stem, preset):
     assert (hf.windowed_layers, hf.window_tokens, hf.attention_dtype) == (
         ref.windowed_layers, ref.window_tokens, ref.attention_dtype)
     assert hf.linear_state_elements() == ref.linear_state_elements() and hf.linear_layers == ref.linear_layers
+    assert hf.index_topk == ref.index_topk and hf.index_key_bytes == ref.index_key_bytes
 
 
 def test_modelopt_nvfp4_export_keeps_its_excluded_attention_in_bf16():

@@ -706,3 +706,33 @@ def test_all_to_all_over_two_nodes_closed_form():
     assert p1.a2a_bw == p1.link_bw == 450e9
     p16 = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=16)[4]
     assert p16.link_bw == 50e9 and p16.link_latency_s == pytest.approx(15e-6, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- sparse attention
+@given(data=st.data(), tables=st.booleans(), tp=st.sampled_from([4, 8]))
+@settings(max_examples=40, deadline=None)
+def test_sparse_attention_kernels_match_the_reference(data, tables, tp):
+    """GLM-5 (DeepSeek sparse attention on MLA): each query attends to its 2,048 best keys, which
+    a replicated lightning indexer (32 heads x 128) picks by scoring every cached key; the kernels
+    match the reference key by key once every row has the top-k's keys cached."""
+    model, hw, s, r, p = build("glm-5", "h200-sxm", tables=tables, tensor_parallel_size=tp, dtype="fp8")
+    batch = data.draw(windowed_rows(model.index_topk))
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+
+
+def test_sparse_attention_reads_top_k_latents_and_every_index_key():
+    """One GLM-5 decode row past 2,048 cached tokens: each more token of context adds only its
+    indexer key (128 FP8 values + an FP32 scale = 132 bytes) per layer to attention's reads, and
+    2 x 32 x 129 indexer FLOPs per layer; the cache holds 576 x 2 + 132 bytes a token and layer."""
+    p = build("glm-5", "h200-sxm", tables=False, tensor_parallel_size=8)[4]
+
+    def cost(c):
+        return op_cost_nb(p, codes.OP_ATTENTION, 1.0, c + 1.0, c + 1.0, 1.0)
+
+    assert cost(9000.0)[1] - cost(5000.0)[1] == pytest.approx(4000 * 132, rel=1e-12)
+    assert cost(9000.0)[0] - cost(5000.0)[0] == pytest.approx(4000 * 2 * 32 * 129, rel=1e-12)
+    assert kv_bytes_per_token_nb(p) == 78 * (576 * 2 + 132)

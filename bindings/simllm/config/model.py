@@ -47,6 +47,12 @@ class ModelConfig:
     # kv_lora_rank plus a rope key of qk_rope_head_dim shared by all heads; head_dim is then the
     # query/key width per head (qk_nope_head_dim + qk_rope_head_dim) and v_head_dim the value width.
     kv_lora_rank: int = 0  # 0 = not MLA
+    # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5) on MLA: a lightning indexer of index_n_heads x
+    # index_head_dim scores every cached key (FP8 keys of its own in the cache) and each query
+    # attends to its index_topk best keys only.
+    index_topk: int = 0  # 0 = dense attention
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     q_lora_rank: int = 0  # 0 = queries projected directly from the hidden state
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
@@ -102,6 +108,12 @@ class ModelConfig:
         return self.kv_lora_rank > 0
 
     @property
+    def index_key_bytes(self):
+        """Bytes of the indexer's key one token caches per layer: FP8 values and an FP32 scale per
+        128 (vLLM's and SGLang's DeepSeek-V3.2 layout)."""
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128) if self.index_topk else 0
+
+    @property
     def window_tokens(self):
         """Keys a windowed layer's query sees at most (0: no windowed layers)."""
         return (self.sliding_window or self.attention_chunk_size) if self.windowed_layers else 0
@@ -143,6 +155,9 @@ class ModelConfig:
         rope, lat, ql = self.qk_rope_head_dim, self.kv_lora_rank, self.q_lora_rank
         nope = d - rope
         replicated = h * (lat + rope) + lat + (h * ql + ql if ql else 0)
+        if self.index_topk:  # the indexer: queries from the q latent, one key, per-head weights, key norm
+            ni, di = self.index_n_heads, self.index_head_dim
+            replicated += (ql or h) * ni * di + h * di + h * ni + 2 * di
         sharded = lat * nh * (nope + self.v_head_dim) + (ql if ql else h) * nh * d
         return {"replicated": replicated, "sharded": sharded}
 
@@ -257,7 +272,7 @@ _EXTRA_KEYS = {
     "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     "sliding_window", "attention_chunk_size", "windowed_layers", "layer_types", "attention_dtype",
-    "linear_attention", "attn_output_gate",
+    "linear_attention", "attn_output_gate", "index_topk", "index_n_heads", "index_head_dim",
     # HF-style spellings accepted in YAML too
     "num_hidden_layers", "max_position_embeddings",
 }
@@ -382,7 +397,7 @@ def _mla_fields(sec):
     query/key width per head: ``qk_nope_head_dim + qk_rope_head_dim`` when the former is given
     (transformers' DeepSeek keys), else the mapping's ``head_dim``."""
     if not sec.has("kv_lora_rank"):
-        for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+        for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_topk"):
             if sec.has(key) and sec.data.get(key) not in (None, 0):
                 raise sec.error(key, sec.data[key], "given only with kv_lora_rank (multi-head latent attention)")
         return {}
@@ -399,6 +414,9 @@ def _mla_fields(sec):
     out["qk_rope_head_dim"] = rope
     out["v_head_dim"] = sec.positive_int("v_head_dim", head_dim - rope)
     out["head_dim"] = head_dim
+    if sec.data.get("index_topk"):
+        out.update(index_topk=sec.positive_int("index_topk"), index_n_heads=sec.positive_int("index_n_heads"),
+                   index_head_dim=sec.positive_int("index_head_dim"))
     return out
 
 
@@ -545,8 +563,9 @@ def model_from_hf_config(data, source="config.json"):
     out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
     if sec.has("rotary_dim"):
         out["rotary_dim"] = sec.positive_int("rotary_dim")
-    if data.get("kv_lora_rank"):  # DeepSeek-V2/V3, Kimi-K2 (model_type deepseek_v2/v3, kimi_k2)
-        for key in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+    if data.get("kv_lora_rank"):  # DeepSeek-V2/V3(.2), Kimi-K2, GLM-5 (deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa)
+        for key in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                    "index_topk", "index_n_heads", "index_head_dim"):
             if data.get(key) is not None:
                 out[key] = data[key]
         out.pop("head_dim", None)
