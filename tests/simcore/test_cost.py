@@ -510,6 +510,7 @@ def test_moe_with_tables_matches_the_reference_on_both_paths(experts, expect):
     ("qwen3-30b-a3b", "b200", "sglang", 1, "fp4"),
     ("llama-3.1-8b", "gb200", "trtllm", 1, "fp4"),  # no MoE table for TensorRT-LLM here
     ("qwen3-30b-a3b", "h200-sxm", "vllm", 1, "mxfp4"),  # weight-only MXFP4 experts on Hopper
+    ("qwen3-30b-a3b", "b200", "vllm", 1, "mxfp4"),  # MXFP4 x MXFP8 experts at the FP8 rate on Blackwell
     ("qwen3-30b-a3b", "h100-sxm", "vllm", 2, "fp4"),  # no FP4 tensor cores: weight-only at BF16
     ("qwen3-30b-a3b", "h100-sxm", "sglang", 1, "int4"),
 ])
@@ -518,7 +519,8 @@ def test_four_bit_weights_match_the_shaped_reference(name, hw_name, framework, t
     assert_matches_shaped_reference(name, hw_name, framework, tp, dtype, "auto", batch)
     model, hw, s, r, p = shaped(name, hw_name, framework, tp, dtype, "auto")
     assert p.w_bytes == {"fp4": 0.5625, "mxfp4": 0.53125, "int4": 0.515625}[dtype]
-    assert p.gemm_flops == (hw.peak_flops("fp4") if hw.fp4_tflops and dtype == "fp4" else hw.peak_flops(r.activation_dtype))
+    native = {"fp4": hw.fp4_tflops, "mxfp4": hw.fp8_tflops if hw.fp4_tflops else 0.0}.get(dtype, 0.0) * 1e12
+    assert p.gemm_flops == (native or hw.peak_flops(r.activation_dtype))
 
 
 # --------------------------------------------------------------------------- expert parallelism

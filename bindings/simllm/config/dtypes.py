@@ -6,7 +6,8 @@ so 0.5 + 2/128 bytes per weight. fp4 is NVFP4: 4-bit E2M1 values with one FP8 (E
 per-tensor FP32 scale is negligible), 0.5 + 1/16 bytes, run on FP4 tensor cores where the GPU has
 them (Blackwell). mxfp4 is the OCP Microscaling format's MXFP4 (OCP MX specification v1.0: E2M1
 values, one E8M0 scale per 32), 0.5 + 1/32 bytes, weight-only (gpt-oss's experts): the GEMMs run
-in the activation dtype.
+in the activation dtype, except on GPUs with FP4 tensor cores, where they run as W4A8 at the FP8
+rate (``HardwareConfig.peak_flops``).
 """
 from simllm.errors import ConfigError
 

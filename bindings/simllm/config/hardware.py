@@ -86,7 +86,10 @@ class HardwareConfig:
         return self.memory_bandwidth_gbps * 1e9
 
     def peak_flops(self, dtype):
-        """Dense peak FLOP/s of the tensor cores for GEMMs in ``dtype`` (0 if the GPU lacks it)."""
+        """Dense peak FLOP/s of the tensor cores for GEMMs in ``dtype`` (0 if the GPU lacks it).
+        MXFP4 weights run as W4A8 at the FP8 rate on GPUs with FP4 tensor cores (Blackwell's mixed
+        E2M1 x E4M3 MMA: vLLM's FlashInfer MXFP4 x MXFP8 MoE kernels, TensorRT-LLM's
+        W4A8_MXFP4_MXFP8); elsewhere they are weight-only (0 here)."""
         tflops = {
             "fp16": self.fp16_tflops,
             "bf16": self.bf16_tflops,
@@ -94,6 +97,7 @@ class HardwareConfig:
             "fp8": self.fp8_tflops,
             "fp4": self.fp4_tflops,
             "int8": self.int8_tops,
+            "mxfp4": self.fp8_tflops if self.fp4_tflops else 0.0,
         }.get(dtype, 0.0)
         return tflops * 1e12
 
