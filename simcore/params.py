@@ -59,7 +59,8 @@ class CostParams(NamedTuple):
     n_experts: float  # routed experts per MoE layer on this GPU (all of them without expert parallelism)
     experts_per_token: float  # routed experts each token is sent to
     ep: float  # expert-parallel degree: the layer's experts are spread over ep GPU groups
-    moe_dp: float  # attention data-parallel ranks whose tokens meet in each MoE layer (1 without EP)
+    moe_dp: float  # attention data-parallel ranks whose tokens meet in each MoE layer, times the
+    #                expert-load imbalance (the most loaded GPU's tokens over the mean; 1 without EP)
     # Experts are gated (SwiGLU): an expert of intermediate width i has a gate+up of 2 x hidden x i
     # parameters writing 2 i, and a down of i x hidden (see expert_shapes_nb in cost.py).
     expert_inner: float  # one routed expert's intermediate width on this GPU (its width / the MoE's TP)

@@ -57,10 +57,11 @@ def window_totals(batch, window):
 
 
 def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                  ep=1, dp=1, attention_dtype=None):
+                  ep=1, dp=1, attention_dtype=None, imbalance=1.0):
     """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance;
     ``ep`` > 1: the MoE layers' experts spread over ``ep`` GPU groups and the ``dp`` data-parallel
-    ranks' tokens meet in them (each rank's batch the same as this one)."""
+    ranks' tokens meet in them (each rank's batch the same as this one), on the most loaded GPU
+    ``imbalance`` times the mean."""
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
@@ -69,7 +70,7 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
         window = window_totals(batch, model.index_topk)
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
                           kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp, window=window,
-                          attention_dtype=attention_dtype)
+                          attention_dtype=attention_dtype, imbalance=imbalance)
 
 
 def linear_layer_cost(model, T, emit, tp, ab):
@@ -88,7 +89,7 @@ def linear_layer_cost(model, T, emit, tp, ab):
 
 
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None):
+                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None, imbalance=1.0):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
     ``pairs`` query-key pairs and ``kv_tokens`` keys read, and ``window`` the windowed layers'
     ``(pairs, kv_tokens)`` (the shaped reference prices GEMMs at ``T = emit = 2**i`` with it).
@@ -179,7 +180,7 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         # tp x dp / ep GPUs) and sees every data-parallel rank's tokens
         ei = model.moe_intermediate_size / (tp * dp // ep if ep > 1 else tp)
         si = model.shared_expert_intermediate_size / tp
-        tm = T * dp if ep > 1 else T  # tokens meeting in the layer
+        tm = T * dp * imbalance if ep > 1 else T  # tokens meeting in the layer (its most loaded GPU's share: x imbalance)
         a = tm * k / ep  # token-expert assignments to this GPU's experts
         hit = E * (1 - (1 - k / E) ** tm) / ep  # of this GPU's experts, hit
         n = model.moe_layers
@@ -239,7 +240,7 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb, sparse=None):
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                   framework="vllm", ep=1, dp=1, attention_dtype=None):
+                   framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0):
     """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
     framework profile's launch gap joins every operator and its per-iteration CPU overhead the
     total of a non-empty batch."""
@@ -258,7 +259,7 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
-        ep=ep, dp=dp, attention_dtype=attention_dtype
+        ep=ep, dp=dp, attention_dtype=attention_dtype, imbalance=imbalance
     ).items():
         if unit in (LINK, A2A):
             bw, lat, a2a = links(hw, tp, dp, ep)

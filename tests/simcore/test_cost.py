@@ -738,3 +738,29 @@ def test_sparse_attention_reads_top_k_latents_and_every_index_key():
     assert cost(9000.0)[1] - cost(5000.0)[1] == pytest.approx(4000 * 132, rel=1e-12)
     assert cost(9000.0)[0] - cost(5000.0)[0] == pytest.approx(4000 * 2 * 32 * 129, rel=1e-12)
     assert kv_bytes_per_token_nb(p) == 78 * (576 * 2 + 132)
+
+
+@given(imbalance=st.sampled_from([1.0, 1.3, 2.0]), batch=batches)
+@settings(max_examples=30, deadline=None)
+def test_expert_load_imbalance_matches_the_reference(imbalance, batch):
+    """With expert parallelism the step waits for the most loaded GPU: ``imbalance`` times the
+    mean GPU's routed tokens reach its experts (and hit more of them)."""
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
+                               expert_load_imbalance=imbalance)
+    ops, total, agg = costs(p, batch)
+    ref_total, ref_ops = naive.iteration_time(model, hw, batch, tp=1, weight_dtype=r.weight_dtype,
+                                              act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=8, dp=8,
+                                              imbalance=imbalance)
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+
+
+def test_expert_load_imbalance_closed_form():
+    """32 decode tokens per rank, 8 ranks, EP 8, the hottest GPU at 1.5x the mean: 32 x 8 x 8 / 8 x
+    1.5 = 384 assignments reach its 32 experts (256 at uniform routing)."""
+    p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
+              expert_load_imbalance=1.5)[4]
+    assigned, hit = moe_local_nb(p, 32.0)
+    assert assigned == 384.0
+    assert hit == pytest.approx(32 * (1 - (1 - 8 / 256) ** (256 * 1.5)), rel=1e-12)
+    with pytest.raises(simllm.ConfigError, match="expert-load-imbalance"):
+        simllm.ServingConfig(expert_load_imbalance=0.5)

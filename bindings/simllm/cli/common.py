@@ -103,6 +103,9 @@ def add_engine_args(p):
                         "experts' own TP (default 1: experts sharded by TP)")
     p.add_argument("--enable-expert-parallel", action="store_true",
                    help="vLLM's flag: expert parallelism over every GPU (EP = tensor x data parallel)")
+    p.add_argument("--expert-load-imbalance", type=ratio, default=1.0,
+                   help="with expert parallelism: the most loaded GPU's routed tokens over the mean, which "
+                        "sets every MoE layer's pace (default 1: uniform routing)")
     p.add_argument("--framework", default="vllm", metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
                    help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
                         "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
@@ -213,7 +216,7 @@ def target(args):
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
-                 "expert_parallel_size", "enable_expert_parallel", "framework")
+                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "framework")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 

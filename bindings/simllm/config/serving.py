@@ -78,6 +78,10 @@ class ServingConfig:
     expert_parallel_size: int = setting(1, "--expert-parallel-size", _count(1), "a positive integer")
     # vLLM's --enable-expert-parallel: expert parallelism over every GPU (tensor x data parallel)
     enable_expert_parallel: bool = setting(False, "--enable-expert-parallel")
+    # With expert parallelism, the most loaded GPU's routed tokens over the mean (1 = uniform
+    # routing): the step waits for that GPU (skewed routing; what EPLB's redundant experts reduce)
+    expert_load_imbalance: float = setting(1.0, "--expert-load-imbalance", lambda v: 1.0 <= v <= 1e3,
+                                           "a ratio from 1 (uniform routing) to 1000")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
     # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the
@@ -159,6 +163,9 @@ def resolve(model, hardware, serving):
             f"{hardware.gpu} gives no interconnect: all-reduces are timed on PCIe Gen4 x16 "
             f"({hardware.interconnect_bandwidth_gbps:g} GB/s per direction)"
         )
+    if serving.expert_load_imbalance != 1.0 and ep == 1:
+        warnings.append(f"--expert-load-imbalance {serving.expert_load_imbalance:g} is ignored without expert "
+                        f"parallelism (every GPU holds a slice of every expert)")
     if ep > 1 and tp * serving.data_parallel_size > hardware.gpus_per_node:
         warnings.append(
             f"expert parallelism over {tp * serving.data_parallel_size} GPUs spans nodes of {hardware.gpus_per_node}: "

@@ -169,7 +169,8 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         n_experts=float(model.num_experts // ep),
         experts_per_token=float(model.experts_per_token),
         ep=float(ep),
-        moe_dp=float(serving.data_parallel_size if ep > 1 else 1),
+        # the most loaded GPU's share: every rank's tokens meet there, skewed by the imbalance
+        moe_dp=float(serving.data_parallel_size * serving.expert_load_imbalance if ep > 1 else 1),
         expert_inner=e_inter,
         shared_inner=s_inter,
         vocab=float(model.vocab_size),
