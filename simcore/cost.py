@@ -120,7 +120,7 @@ def op_count_nb(p, op):
     if op == OP_ALLREDUCE_ATTN or op == OP_ALLREDUCE_FFN:
         return p.n_layers if p.tp > 1 else 0
     if op == OP_POST_NORM:
-        return p.n_layers if p.norms_per_layer == 2 else 0
+        return p.n_layers * (p.norms_per_layer - 1)  # every norm of a layer but its input norm
     if op == OP_FFN_UP or op == OP_FFN_ACT or op == OP_FFN_DOWN:
         return n_dense
     if op == OP_MOE_ROUTER or op == OP_MOE_UP or op == OP_MOE_ACT or op == OP_MOE_DOWN:

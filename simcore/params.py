@@ -50,7 +50,7 @@ class CostParams(NamedTuple):
     idx_key_bytes: float
     norm_params: float  # parameters of one norm (hidden for RMSNorm: 4 FLOPs an element; 2 x hidden
     #                     for LayerNorm: 7 FLOPs an element)
-    norms_per_layer: int  # 2, or 1 with parallel attention (GPT-J)
+    norms_per_layer: int  # 2, 1 with parallel attention (GPT-J), 4 with sandwich norms (Gemma 2/3)
     p_qkv: float  # parameters of the fused QKV projection (+ bias)
     p_o: float  # parameters of the output projection (+ bias)
     ffn_up_width: float  # output width of the dense up projection (2 x intermediate when gated)

@@ -164,8 +164,8 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         ops["allreduce_attn"] = (L, (tp - 1) / tp * T * h, ar, LINK)
         ops["allreduce_ffn"] = (L, (tp - 1) / tp * T * h, ar, LINK)
     ops["residual_add"] = (L, 2 * T * h, 6 * T * h * ab, VECTOR)
-    if not model.parallel_attention:
-        ops["post_attn_norm"] = (L,) + norm()
+    if not model.parallel_attention:  # Gemma's sandwich: after attention, before and after the FFN too
+        ops["post_attn_norm"] = (3 * L if model.sandwich_norm else L,) + norm()
     if dense_layers:
         inter = model.intermediate_size / tp
         up = (2 if model.ffn == "gated" else 1) * inter

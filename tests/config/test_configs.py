@@ -311,7 +311,7 @@ def test_hf_gemma3_windows_from_the_sliding_window_pattern():
     ref = simllm.load_model("gemma-3-27b")
     assert (m.windowed_layers, m.sliding_window) == (52, 1024) == (ref.windowed_layers, ref.sliding_window)
     assert m.parameter_count() == ref.parameter_count() == pytest.approx(27.0e9, rel=0.005)
-    assert m.tie_word_embeddings and m.qk_norm
+    assert m.tie_word_embeddings and m.qk_norm and m.norms_per_layer == ref.norms_per_layer == 4  # sandwich norms
 
 
 def test_unused_sliding_window_of_qwen_configs_is_ignored(tmp_path):

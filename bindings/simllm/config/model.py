@@ -42,6 +42,7 @@ class ModelConfig:
     lm_head_bias: bool = False
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
     parallel_attention: bool = False  # attention and FFN share one norm (GPT-J)
+    sandwich_norm: bool = False  # norms before and after attention and FFN, 4 a layer (Gemma 2/3)
     rotary_dim: int = 0  # 0 means head_dim
     # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): each token caches one latent of
     # kv_lora_rank plus a rope key of qk_rope_head_dim shared by all heads; head_dim is then the
@@ -102,6 +103,12 @@ class ModelConfig:
     @property
     def rope_dim(self):
         return self.rotary_dim or self.head_dim
+
+    @property
+    def norms_per_layer(self):
+        """Norms each layer applies: 1 with parallel attention (GPT-J), 4 with sandwich norms
+        (Gemma 2/3: before and after attention and the FFN), else 2."""
+        return 1 if self.parallel_attention else (4 if self.sandwich_norm else 2)
 
     @property
     def is_mla(self):
@@ -210,7 +217,7 @@ class ModelConfig:
     def parameter_breakdown(self):
         """Parameter count by component (total over layers), in parameters."""
         m = self.matrix_params()
-        norms_per_layer = 1 if self.parallel_attention else 2
+        norms_per_layer = self.norms_per_layer
         moe = m["router"] + self.num_experts * (m["expert_up"] + m["expert_down"]) + m["shared_up"] + m["shared_down"]
         return {
             "embedding": m["embed"],
@@ -267,7 +274,7 @@ _SEED_KEYS = {
 }
 _EXTRA_KEYS = {
     "num_key_value_heads", "intermediate_size", "ffn", "activation", "norm", "tie_word_embeddings",
-    "attention_bias", "mlp_bias", "lm_head_bias", "qk_norm", "parallel_attention", "rotary_dim",
+    "attention_bias", "mlp_bias", "lm_head_bias", "qk_norm", "parallel_attention", "sandwich_norm", "rotary_dim",
     "moe", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
     "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
@@ -370,6 +377,7 @@ def model_from_dict(data, source="<dict>"):
         lm_head_bias=sec.boolean("lm_head_bias", False),
         qk_norm=sec.boolean("qk_norm", False),
         parallel_attention=sec.boolean("parallel_attention", False),
+        sandwich_norm=sec.boolean("sandwich_norm", False),
         rotary_dim=mla.get("qk_rope_head_dim") or sec.number("rotary_dim", 0, integer=True, minimum=0, maximum=head_dim),
         **mla,
         **window,
@@ -561,6 +569,7 @@ def model_from_hf_config(data, source="config.json"):
     out["lm_head_bias"] = mtype == "gptj"
     out["qk_norm"] = mtype in {"qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text"} or mtype.startswith(_GATED_DELTA_TYPES)
     out["parallel_attention"] = mtype in _PARALLEL_ATTN_TYPES
+    out["sandwich_norm"] = mtype.startswith(("gemma2", "gemma3"))  # pre/post-attention and pre/post-FFN norms
     if sec.has("rotary_dim"):
         out["rotary_dim"] = sec.positive_int("rotary_dim")
     if data.get("kv_lora_rank"):  # DeepSeek-V2/V3(.2), Kimi-K2, GLM-5 (deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa)

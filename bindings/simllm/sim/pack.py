@@ -162,7 +162,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         idx_pair_flops=2.0 * model.index_n_heads * (model.index_head_dim + 1.0) if model.index_topk else 0.0,
         idx_key_bytes=float(model.index_key_bytes),
         norm_params=float(m["norm"]),
-        norms_per_layer=1 if model.parallel_attention else 2,
+        norms_per_layer=model.norms_per_layer,
         ffn_up_width=up_mult * inter,
         ffn_inner=inter,
         mlp_bias=mlp_bias,
