@@ -200,6 +200,20 @@ def linear_attention_cost_nb(p, n_tokens, n_emit):
 
 
 @jit_inline
+def mixed_attention_nb(p):
+    """Whether some layers attend otherwise than to every key (windowed, linear-attention or sparse
+    layers): attention is then a mix of kinds, not affine in the context."""
+    return p.window_frac > 0.0 or p.lin_frac > 0.0 or p.idx_pair_flops > 0.0
+
+
+@jit_inline
+def untabled_seconds_nb(p, flops, nbytes):
+    """Seconds of attention work no kernel table measured (linear attention, the sparse indexer):
+    the scalar roofline, its latency held by the table-priced attention it runs beside."""
+    return max(flops / (p.attn_flops * p.eff_compute), nbytes / (p.mem_bw * p.eff_bw))
+
+
+@jit_inline
 def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """FLOPs and bytes of one instance of operator ``op`` (one layer) for a batch.
 
@@ -475,7 +489,7 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
     their times weighted by their share of the layers (``flops`` and ``nbytes``, the mean, are then
     not used); linear-attention layers (``p.lin_frac``) join at the scalar roofline. Returns
     ``(seconds, bound)``."""
-    if p.window_frac > 0.0 or p.lin_frac > 0.0:
+    if mixed_attention_nb(p):
         f, b = attention_cost_nb(p, n_tokens, attn_pairs, kv_read_tokens)
         full, bound = _shaped_attention_part_nb(p, f, b, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         seconds = full
@@ -484,13 +498,11 @@ def shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, 
             f, b = attention_cost_nb(p, n_tokens, pw, kw)
             windowed, _ = _shaped_attention_part_nb(p, f, b, n_tokens, pw, kw, n_emit)
             seconds += p.window_frac * (windowed - full)
-        if p.lin_frac > 0.0:  # no measured table: the scalar roofline
+        if p.lin_frac > 0.0:
             f, b = linear_attention_cost_nb(p, n_tokens, n_emit)
-            lin = max(f / (p.attn_flops * p.eff_compute), b / (p.mem_bw * p.eff_bw))
-            seconds += p.lin_frac * (lin - full)
-        if p.idx_pair_flops > 0.0:  # the indexer: no measured table either
-            seconds += max(p.idx_pair_flops * attn_pairs / (p.attn_flops * p.eff_compute),
-                           kv_read_tokens * p.idx_key_bytes / (p.mem_bw * p.eff_bw))
+            seconds += p.lin_frac * (untabled_seconds_nb(p, f, b) - full)
+        if p.idx_pair_flops > 0.0:
+            seconds += untabled_seconds_nb(p, p.idx_pair_flops * attn_pairs, kv_read_tokens * p.idx_key_bytes)
         return seconds, bound
     return _shaped_attention_part_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 

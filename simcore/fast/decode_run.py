@@ -64,6 +64,7 @@ from simcore.codes import (
 from simcore.fast.cohort import needs_block_class_nb, regular_members_nb
 from simcore.cost import (
     iteration_totals_nb,
+    mixed_attention_nb,
     log2_nb,
     op_cost_nb,
     op_count_nb,
@@ -133,7 +134,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         t_all, f_all, b_all = iteration_totals_nb(p, fb, x, x, fb)
         fa0, ba0, _ = op_cost_nb(p, OP_ATTENTION, fb, 0.0, 0.0, fb)
         fa1, ba1, _ = op_cost_nb(p, OP_ATTENTION, fb, 1.0, 1.0, fb)
-        if p.window_frac > 0.0 or p.lin_frac > 0.0:  # not affine in x past the window
+        if mixed_attention_nb(p):  # not affine in x (past a window, a linear layer's constant)
             fax, bax, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
         else:
             fax = fa0 + (fa1 - fa0) * x
@@ -156,16 +157,16 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
 
     # With shape-aware tables, attention's grid coordinates over the run: rows x KV heads is fixed,
     # both context coordinates are log2(x / B), and decode attention's FLOPs are proportional to x
-    # (no constant part), so one log2 per iteration gives them all. Windowed layers' attention
-    # stops growing at their window: it is priced in full each iteration instead.
+    # (no constant part), so one log2 per iteration gives them all. With a mix of attention kinds
+    # (cost.mixed_attention_nb: windowed layers stop growing at their window, linear layers add a
+    # constant) attention is priced in full each iteration instead.
     shaped = p.eff.shape[0] != 0
-    windowed = p.window_frac > 0.0 or p.lin_frac > 0.0  # (linear layers: a constant the affine form
-    #                                                     would put in fa0, which the tables' check rejects)
-    if shaped and not windowed and not (fa0 == 0.0 and f_slope > 0.0):
+    mixed = mixed_attention_nb(p)
+    if shaped and not mixed and not (fa0 == 0.0 and f_slope > 0.0):
         return 0, now  # not decode attention's shape: the explicit path prices it
     x_rows = log2_nb(fb * p.kv_heads)
     log_b = log2_nb(fb)
-    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped and not windowed else 0.0
+    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped and not mixed else 0.0
     last_window = lay.n_windows - 1
     window = -1
     k = 0
@@ -181,7 +182,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
         new_blocks = ws[phase_slot_nb(lay, needs_block_class_nb(d0 + k, bs))]
         if new_blocks > free:
             break
-        if windowed:
+        if mixed:
             fa, ba, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
             att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
         elif shaped:

@@ -117,6 +117,25 @@ def test_same_model_across_systems(results):
     assert s["tpot"]["median_abs_pct_error"] <= 10.0 and s["ttft"]["median_abs_pct_error"] <= 20.0
 
 
+def gpu_family(p):
+    return "Hopper" if p.hardware.startswith("h") else "Blackwell"
+
+
+def family_summary(label, group):
+    """Median errors of ``group`` overall and per (GPU family, framework), printed and added to the
+    report; returns ``(summary, by (family, backend))``."""
+    s = accuracy.error_summary(group)
+    by = accuracy.error_summary_by(group, lambda p: (gpu_family(p), p.measurement.backend))
+    lines = [f"{label}, out of sample, median |error| TTFT / TPOT: all "
+             f"{s['ttft']['median_abs_pct_error']:.1f}/{s['tpot']['median_abs_pct_error']:.1f} "
+             f"({s['tpot']['points']} points)"]
+    lines += [f"  {fam:<9} {fw:<6} {g['ttft']['median_abs_pct_error']:5.1f}/{g['tpot']['median_abs_pct_error']:5.1f}"
+              f" ({g['tpot']['points']})" for (fam, fw), g in by.items()]
+    print("\n".join(lines))
+    REPORT.extend(lines)
+    return s, by
+
+
 def test_moe_rows_out_of_sample():
     """The MoE rows simllm can express (up to eight nodes since links between nodes are modelled): DeepSeek-V3/R1,
     MiniMax-M2.5, Qwen3-235B-A22B, Kimi-K2.5 on Hopper and Blackwell, without and with expert parallelism /
@@ -130,25 +149,11 @@ def test_moe_rows_out_of_sample():
     points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
     assert all(simllm.load_model(p.model).is_moe for p in points)
 
-    def family(p):
-        return "Hopper" if p.hardware.startswith("h") else "Blackwell"
-
     def parallel(p):
         return "EP/DP" if p.measurement.ep > 1 or p.measurement.dp > 1 else "TP"
 
-    lines, out = [], {}
-    for kind in ("TP", "EP/DP"):
-        group = [p for p in points if parallel(p) == kind]
-        s = accuracy.error_summary(group)
-        by = accuracy.error_summary_by(group, lambda p: (family(p), p.measurement.backend))
-        out[kind] = (s, by)
-        lines.append(f"MoE rows ({kind}), out of sample, median |error| TTFT / TPOT: all "
-                     f"{s['ttft']['median_abs_pct_error']:.1f}/{s['tpot']['median_abs_pct_error']:.1f} "
-                     f"({s['tpot']['points']} points)")
-        lines += [f"  {fam:<9} {fw:<6} {g['ttft']['median_abs_pct_error']:5.1f}/{g['tpot']['median_abs_pct_error']:5.1f}"
-                  f" ({g['tpot']['points']})" for (fam, fw), g in by.items()]
-    print("\n".join(lines))
-    REPORT.extend(lines)
+    out = {kind: family_summary(f"MoE rows ({kind})", [p for p in points if parallel(p) == kind])
+           for kind in ("TP", "EP/DP")}
     s, by = out["TP"]
     assert s["tpot"]["points"] >= 800
     assert s["ttft"]["median_abs_pct_error"] <= 26.5 and s["tpot"]["median_abs_pct_error"] <= 20.0
@@ -165,20 +170,8 @@ def test_windowed_and_linear_attention_rows_out_of_sample():
     so that a change that makes them worse fails (README, Accuracy)."""
     rows = [m for m in load_measurements([SHARED]) if m.mode == "agg" and re.search(r"gpt-oss-120b|Qwen3\.5-397B", m.model)]
     points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
-    lines, out = [], {}
-    for name in ("gpt-oss-120b", "qwen3.5-397b-a17b"):
-        group = [p for p in points if p.model == name]
-        s = accuracy.error_summary(group)
-        by = accuracy.error_summary_by(group, lambda p: ("Hopper" if p.hardware.startswith("h") else "Blackwell",
-                                                         p.measurement.backend))
-        out[name] = (s, by)
-        lines.append(f"{name} rows, out of sample, median |error| TTFT / TPOT: all "
-                     f"{s['ttft']['median_abs_pct_error']:.1f}/{s['tpot']['median_abs_pct_error']:.1f} "
-                     f"({s['tpot']['points']} points)")
-        lines += [f"  {fam:<9} {fw:<6} {g['ttft']['median_abs_pct_error']:5.1f}/{g['tpot']['median_abs_pct_error']:5.1f}"
-                  f" ({g['tpot']['points']})" for (fam, fw), g in by.items()]
-    print("\n".join(lines))
-    REPORT.extend(lines)
+    out = {name: family_summary(f"{name} rows", [p for p in points if p.model == name])
+           for name in ("gpt-oss-120b", "qwen3.5-397b-a17b")}
     s, by = out["gpt-oss-120b"]
     assert s["tpot"]["points"] >= 350 and s["tpot"]["median_abs_pct_error"] <= 25.0
     assert by[("Hopper", "vllm")]["tpot"]["median_abs_pct_error"] <= 20.0

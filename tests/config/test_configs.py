@@ -326,6 +326,15 @@ def test_unused_sliding_window_of_qwen_configs_is_ignored(tmp_path):
     assert simllm.load_model(str(path)).windowed_layers == cfg["num_hidden_layers"]
 
 
+def assert_rejected(change, key):
+    """A two-layer model mapping with ``change`` is a ConfigError naming ``key``."""
+    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
+            "max_sequence_length": 128, "intermediate_size": 512, **change}
+    with pytest.raises(simllm.ConfigError) as info:
+        simllm.model_from_dict(data)
+    assert key in str(info.value)
+
+
 @pytest.mark.parametrize("change, key", [
     ({"sliding_window": 128, "attention_chunk_size": 64}, "attention_chunk_size"),
     ({"windowed_layers": 1}, "windowed_layers"),
@@ -335,11 +344,7 @@ def test_unused_sliding_window_of_qwen_configs_is_ignored(tmp_path):
     ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding_window"),
 ])
 def test_window_keys_are_validated(change, key):
-    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
-            "max_sequence_length": 128, "intermediate_size": 512, **change}
-    with pytest.raises(simllm.ConfigError) as info:
-        simllm.model_from_dict(data)
-    assert key in str(info.value)
+    assert_rejected(change, key)
 
 
 def test_glm5_published_counts():
@@ -374,11 +379,7 @@ def test_qwen3_5_hybrid_counts():
     ({"layer_types": ["linear_attention", "full_attention"]}, "layer_types"),  # no linear_attention mapping
 ])
 def test_linear_attention_keys_are_validated(change, key):
-    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
-            "max_sequence_length": 128, "intermediate_size": 512, **change}
-    with pytest.raises(simllm.ConfigError) as info:
-        simllm.model_from_dict(data)
-    assert key in str(info.value)
+    assert_rejected(change, key)
 
 
 def test_tensor_parallelism_must_divide_the_linear_heads():
@@ -404,11 +405,7 @@ def test_hf_quantization_config_sets_the_weight_dtype(tmp_path):
     ({"kv_lora_rank": 512}, "qk_rope_head_dim"),
 ])
 def test_mla_keys_are_validated(change, key):
-    data = {"name": "x", "layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100,
-            "max_sequence_length": 128, "intermediate_size": 512, **change}
-    with pytest.raises(simllm.ConfigError) as info:
-        simllm.model_from_dict(data)
-    assert key in str(info.value)
+    assert_rejected(change, key)
 
 
 def _acc_model_configs():

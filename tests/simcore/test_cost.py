@@ -187,6 +187,20 @@ def assert_ops_match(p, ops, total, agg, ref_ops, ref_total):
     assert iteration_time_nb(p, *agg) == pytest.approx(total, rel=1e-12)
 
 
+def assert_matches_reference(built, batch, tables, tp, **kw):
+    """The kernels' per-operator costs of ``batch`` equal the naive reference's (the shaped one
+    with ``tables``) for ``built`` = :func:`helpers.build`'s result; ``kw`` goes to the reference
+    (``ep``, ``dp``, ``imbalance``). Returns the kernels' ops."""
+    model, hw, s, r, p = built
+    ops, total, agg = costs(p, batch)
+    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
+              attention_dtype=r.attention_dtype, **kw)
+    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
+                          else naive.iteration_time(model, hw, batch, **kw))
+    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    return ops
+
+
 # --------------------------------------------------------------------------- kernels vs reference
 batches = st.lists(
     st.tuples(st.integers(1, 2048), st.integers(0, 8192), st.booleans()), min_size=1, max_size=12
@@ -536,15 +550,12 @@ EP_CASES = [  # (model, gpu, tp, dp, ep): attention TP x DP GPUs; EP x MoE-TP th
 @pytest.mark.parametrize("name, hw_name, tp, dp, ep", EP_CASES)
 def test_expert_parallel_kernels_match_the_reference(name, hw_name, tp, dp, ep, tables):
     batch = [(1, 2000, True)] * 30 + [(900, 0, True)]
-    model, hw, s, r, p = build(name, hardware(hw_name) if tables else hw_name, tables=tables, tensor_parallel_size=tp,
-                               data_parallel_size=dp, expert_parallel_size=ep)
+    built = build(name, hardware(hw_name) if tables else hw_name, tables=tables, tensor_parallel_size=tp,
+                  data_parallel_size=dp, expert_parallel_size=ep)
+    r = built[3]
     assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (ep, tp * dp // ep)
-    ops, total, agg = costs(p, batch)
-    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=ep, dp=dp)
-    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
-                          else naive.iteration_time(model, hw, batch, **kw))
+    ops = assert_matches_reference(built, batch, tables, tp, ep=ep, dp=dp)
     assert "moe_all_to_all" in ops
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
 
 
 def test_wide_ep_closed_form():
@@ -603,14 +614,8 @@ def test_windowed_kernels_match_the_reference(data, name, tables):
     as the layers' mean of full attention and attention over the last ``window`` keys, as the
     reference counts them key by key; gpt-oss's projections are BF16 beside its MXFP4 experts."""
     tp = WINDOWED[name]
-    model, hw, s, r, p = build(name, "h100-sxm", tables=tables, tensor_parallel_size=tp)
-    batch = data.draw(windowed_rows(model.window_tokens))
-    ops, total, agg = costs(p, batch)
-    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
-              attention_dtype=r.attention_dtype)
-    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
-                          else naive.iteration_time(model, hw, batch, **kw))
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    built = build(name, "h100-sxm", tables=tables, tensor_parallel_size=tp)
+    assert_matches_reference(built, data.draw(windowed_rows(built[0].window_tokens)), tables, tp)
 
 
 @given(name=st.sampled_from(sorted(WINDOWED)), batch=batches)
@@ -655,13 +660,8 @@ def test_sliding_window_layers_stop_growing_at_their_window():
 def test_linear_attention_kernels_match_the_reference(tables, tp, batch):
     """Qwen3.5-397B-A17B: 45 Gated DeltaNet layers beside 15 gated attention layers; the kernels
     price their projections, state and mixing as the reference builds them from the paper."""
-    model, hw, s, r, p = build("qwen3.5-397b-a17b", "b200", tables=tables, tensor_parallel_size=tp, dtype="fp8")
-    ops, total, agg = costs(p, batch)
-    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
-              attention_dtype=r.attention_dtype)
-    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
-                          else naive.iteration_time(model, hw, batch, **kw))
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    built = build("qwen3.5-397b-a17b", "b200", tables=tables, tensor_parallel_size=tp, dtype="fp8")
+    assert_matches_reference(built, batch, tables, tp)
 
 
 def test_linear_attention_state_is_constant_in_context():
@@ -689,13 +689,9 @@ def test_collectives_between_nodes_match_the_reference(tables, layout, batch):
     the network; the expert all-to-all over 16 GPUs sends 7/15 of its bytes over NVLink and 8/15
     over the network at once."""
     tp, dp, ep = layout
-    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=tables, tensor_parallel_size=tp,
-                               data_parallel_size=dp, expert_parallel_size=ep)
-    ops, total, agg = costs(p, batch)
-    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=ep, dp=dp)
-    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
-                          else naive.iteration_time(model, hw, batch, **kw))
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    built = build("deepseek-v3", "h200-sxm", tables=tables, tensor_parallel_size=tp, data_parallel_size=dp,
+                  expert_parallel_size=ep)
+    assert_matches_reference(built, batch, tables, tp, ep=ep, dp=dp)
 
 
 def test_all_to_all_over_two_nodes_closed_form():
@@ -717,13 +713,8 @@ def test_sparse_attention_kernels_match_the_reference(data, tables, tp):
     """GLM-5 (DeepSeek sparse attention on MLA): each query attends to its 2,048 best keys, which
     a replicated lightning indexer (32 heads x 128) picks by scoring every cached key; the kernels
     match the reference key by key once every row has the top-k's keys cached."""
-    model, hw, s, r, p = build("glm-5", "h200-sxm", tables=tables, tensor_parallel_size=tp, dtype="fp8")
-    batch = data.draw(windowed_rows(model.index_topk))
-    ops, total, agg = costs(p, batch)
-    kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype)
-    ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
-                          else naive.iteration_time(model, hw, batch, **kw))
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    built = build("glm-5", "h200-sxm", tables=tables, tensor_parallel_size=tp, dtype="fp8")
+    assert_matches_reference(built, data.draw(windowed_rows(built[0].index_topk)), tables, tp)
 
 
 def test_sparse_attention_reads_top_k_latents_and_every_index_key():
@@ -745,13 +736,9 @@ def test_sparse_attention_reads_top_k_latents_and_every_index_key():
 def test_expert_load_imbalance_matches_the_reference(imbalance, batch):
     """With expert parallelism the step waits for the most loaded GPU: ``imbalance`` times the
     mean GPU's routed tokens reach its experts (and hit more of them)."""
-    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
-                               expert_load_imbalance=imbalance)
-    ops, total, agg = costs(p, batch)
-    ref_total, ref_ops = naive.iteration_time(model, hw, batch, tp=1, weight_dtype=r.weight_dtype,
-                                              act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype, ep=8, dp=8,
-                                              imbalance=imbalance)
-    assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
+    built = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
+                  expert_load_imbalance=imbalance)
+    assert_matches_reference(built, batch, False, 1, ep=8, dp=8, imbalance=imbalance)
 
 
 def test_expert_load_imbalance_closed_form():

@@ -594,7 +594,7 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
     moe_tables, moe_shapes = {}, {}
     for dtype, (tokens, hidden, inter, topk, experts, latency) in (moe or {}).items():
         # weight-only kernels compute in BF16 (MXFP4 on Blackwell: W4A8 at the FP8 rate, see peak_flops)
-        peak = hardware.peak_flops(dtype) or hardware.peak_flops("bf16" if dtype in dtypes.WEIGHT_ONLY_DTYPES else dtype)
+        peak = hardware.peak_flops(dtype) or (hardware.peak_flops("bf16") if dtype in dtypes.WEIGHT_ONLY_DTYPES else 0.0)
         if peak <= 0 or len(latency) == 0:
             continue
         keys, lat = _fastest(np.stack([tokens, hidden, inter, topk, experts], axis=1),

@@ -350,8 +350,8 @@ def model_from_dict(data, source="<dict>"):
     if sec.has("attention_dtype"):
         attention_dtype = dtypes.normalize(sec.raw("attention_dtype"), dtypes.WEIGHT_DTYPES, source=source,
                                            key=sec.path("attention_dtype"), line=line_of(sec.data, "attention_dtype"))
-    window = _window_fields(sec, layers)
-    linear = _linear_fields(sec, layers - window.get("windowed_layers", 0), window.pop("linear_layers", None), source)
+    window, counted_linear = _window_fields(sec, layers)
+    linear = _linear_fields(sec, layers - window.get("windowed_layers", 0), counted_linear or None, source)
     kv_dtype = kv.raw("dtype", "auto")
     if kv_dtype != "auto":
         kv_dtype = dtypes.normalize(kv_dtype, dtypes.KV_DTYPES, source=source, key=kv.path("dtype"),
@@ -469,7 +469,8 @@ def _linear_fields(sec, max_layers, counted, source):
 def _window_fields(sec, layers):
     """The windowed-attention fields of a model mapping: ``sliding_window`` or
     ``attention_chunk_size`` (tokens), and how many layers have it: ``windowed_layers``, or counted
-    from a transformers-style ``layer_types`` list, else every layer."""
+    from a transformers-style ``layer_types`` list, else every layer. Returns ``(fields, linear)``:
+    ``linear`` the layers ``layer_types`` marks linear-attention (None without the list)."""
     sliding = sec.number("sliding_window", 0, integer=True, minimum=0) if sec.data.get("sliding_window") is not None else 0
     chunk = sec.number("attention_chunk_size", 0, integer=True, minimum=0) if sec.data.get("attention_chunk_size") is not None else 0
     if sliding and chunk:
@@ -488,19 +489,15 @@ def _window_fields(sec, layers):
         n = sum(t in _WINDOW_LAYER_TYPES for t in types)
         if n and not (sliding if "sliding_window" in kinds else chunk):
             raise sec.error(next(iter(kinds)), sec.data.get(next(iter(kinds))), "a positive window for the layer_types' windowed layers")
-        n_linear = sum(t in _LINEAR_LAYER_TYPES for t in types)
-        if n_linear:
-            out = {"linear_layers": n_linear}
-            if n:
-                out.update(sliding_window=sliding, attention_chunk_size=chunk, windowed_layers=n)
-            return out
+        linear = sum(t in _LINEAR_LAYER_TYPES for t in types)
     else:
+        linear = None
         n = sec.number("windowed_layers", layers if (sliding or chunk) else 0, integer=True, minimum=0, maximum=layers)
-    if n and not (sliding or chunk):
-        raise sec.error("windowed_layers", n, "0 without sliding_window or attention_chunk_size")
+        if n and not (sliding or chunk):
+            raise sec.error("windowed_layers", n, "0 without sliding_window or attention_chunk_size")
     if not n:
-        return {}
-    return {"sliding_window": sliding, "attention_chunk_size": chunk, "windowed_layers": n}
+        return {}, linear
+    return {"sliding_window": sliding, "attention_chunk_size": chunk, "windowed_layers": n}, linear
 
 
 # HuggingFace config.json: the keys transformers uses, with the per-architecture aliases.

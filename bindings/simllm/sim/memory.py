@@ -20,7 +20,7 @@ import numpy as np
 
 from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
 from simllm.config.hardware import GIB
-from simllm.errors import ConfigError, SimulatedOOM
+from simllm.errors import SimulatedOOM
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,6 @@ def plan_memory(params, model, hardware, serving, resolved):
     block_bytes = per_token * bs
     window_blocks = model.window_blocks(bs) if windowed and model.kv_cache_enabled else 0
     state = model.linear_layers * params.lin_state_bytes if model.kv_cache_enabled else 0.0
-    if model.linear_layers and not model.full_layers + model.windowed_layers:
-        raise ConfigError(f"some attention layers: {model.name} has linear-attention layers only", source=model.source,
-                          key="linear_attention.layers", value=model.linear_layers)
     left = usable - weights - workspace - runtime
     tp = serving.tensor_parallel_size
     where = f"{model.name} on {hardware.gpu} (TP={tp}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
