@@ -238,7 +238,7 @@ def test_reimporting_the_installed_package_reproduces_the_shipped_tables():
     assert json.loads(fresh.provenance)["fit"] == json.loads(shipped.provenance)["fit"]
 
 
-@pytest.mark.parametrize("framework", ["vllm", "sglang"])
+@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm"])
 def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
     """DeepSeek-V3's routed experts (256 of width 2048, top 8, FP8 block-scaled) on H200 at TP 1-8,
     as the cost kernel prices them (gate/up + activation + down, the shared expert left out as the
@@ -249,9 +249,11 @@ def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
     from pathlib import Path
     root, _ = ck.package_root()
     shipped = json.loads((KERNELS / "h200-sxm" / f"{framework}.json").read_text(encoding="utf-8"))
-    path = Path(root) / shipped["provenance"]["files"]["moe_perf.parquet"]
-    r = ck.read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
-                               "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    paths = [Path(root) / p for p in shipped["provenance"]["files"]["moe_perf.parquet"]]
+    cols = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "distribution", "latency")
+    parts = [ck.read_columns(p, cols) for p in paths]
+    r = {c: np.concatenate([part[c] for part in parts]) for c in cols}
     model = simllm.load_model("deepseek-v3").with_overrides(num_shared_experts=0, shared_expert_intermediate_size=0)
     errors = []
     for tp in (1, 2, 4, 8):

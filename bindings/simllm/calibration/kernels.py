@@ -13,9 +13,11 @@ framework (the newest version of each table unless one is asked for) this module
 - ``custom_allreduce_perf`` (num_gpus, message_size in BF16 elements, latency), CUDA-graph
   variants where the table has them,
 - ``moe_perf`` where the system and framework have it (moe_dtype, num_tokens, hidden_size,
-  inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, latency): balanced
-  routing without expert parallelism, BF16, FP8 (per-tensor or block-scaled, the fastest), NVFP4,
-  and the weight-only INT4 and MXFP4 kernels (relative to the BF16 peak),
+  inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, kernel_source, latency):
+  balanced routing without expert parallelism, gated kernels only, BF16, FP8 (per-tensor or
+  block-scaled, the fastest), NVFP4, weight-only INT4 (relative to the BF16 peak) and MXFP4
+  (W4A8 where measured, else W4A16; against :meth:`HardwareConfig.peak_flops`), each dtype from
+  the newest version that measured it (see :func:`_moe_rows`),
 
 turns every row into an efficiency, the datasheet roofline of our hardware preset divided by the
 measured latency (:mod:`simllm.config.kernels` says against which roofline for each table), and
@@ -88,18 +90,20 @@ def _version_key(name):
     return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.\-_a-z]+", name) if x)
 
 
-def table_file(data_dir, op, framework, filename, version=None):
-    """Path of ``<data_dir>/<op>/<framework>/<version>/<filename>``: the newest version holding the
-    file unless ``version`` is given; None when there is none."""
+def table_files(data_dir, op, framework, filename, version=None):
+    """Paths of ``<data_dir>/<op>/<framework>/<version>/<filename>``, newest version first (only
+    ``version`` when given); empty when no version holds the file."""
     folder = data_dir / op / framework
     if not folder.is_dir():
-        return None
+        return []
     versions = [version] if version else sorted((p.name for p in folder.iterdir() if p.is_dir()), key=_version_key)
-    for v in reversed(versions):
-        path = folder / v / filename
-        if path.is_file():
-            return path
-    return None
+    return [folder / v / filename for v in reversed(versions) if (folder / v / filename).is_file()]
+
+
+def table_file(data_dir, op, framework, filename, version=None):
+    """The newest of :func:`table_files` (None when there is none)."""
+    paths = table_files(data_dir, op, framework, filename, version)
+    return paths[0] if paths else None
 
 
 _OPTIONAL_COLUMNS = {"window_size": 0}  # older tables have no sliding-window rows
@@ -368,29 +372,44 @@ def fit_moe_shapes(tokens, hidden, inter, topk, n_experts, latency_s, peak_flops
                     "held_out_median_abs_error": _median_abs_error(pred, meas), "clipped_above_roofline": above}
 
 
-_MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4",
-               "w4a16_mxfp4": "mxfp4"}
+#: moe_perf dtype names read as each simllm dtype, in order of preference: per-tensor and
+#: block-scaled FP8 together (the faster of a shape is taken later, as a framework's dispatch
+#: would); MXFP4 weights with BF16 activations, else (a version without them) with MXFP8 ones.
+_MOE_DTYPES = {"bf16": (("bfloat16",),), "fp8": (("fp8", "fp8_block"),), "fp4": (("nvfp4",),),
+               "int4": (("int4_wo",),), "mxfp4": (("w4a8_mxfp4_mxfp8",), ("w4a16_mxfp4",))}
 
 
-def _moe_rows(path):
-    """``{dtype: (tokens, hidden, inter per GPU, topk, experts, latency_s)}`` of ``moe_perf``: the
-    balanced-routing rows without expert parallelism (each GPU holds every expert, sharded by
-    ``moe_tp_size``), per-tensor and block-scaled FP8 both as ``fp8``."""
-    r = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
-                            "moe_tp_size", "moe_ep_size", "distribution", "latency"))
-    out = {}
-    base = (r["distribution"].astype(str) == "balanced") & (r["moe_ep_size"].astype(np.int64) == 1)
-    for src, dtype in _MOE_DTYPES.items():
-        sel = base & (r["moe_dtype"].astype(str) == src)
-        if not sel.any():
-            continue
-        cols = (r["num_tokens"][sel].astype(np.float64), r["hidden_size"][sel].astype(np.float64),
-                r["inter_size"][sel].astype(np.float64) / r["moe_tp_size"][sel].astype(np.float64),
-                r["topk"][sel].astype(np.float64), r["num_experts"][sel].astype(np.float64),
-                r["latency"][sel].astype(np.float64) * 1e-3)
-        old = out.get(dtype)
-        out[dtype] = cols if old is None else tuple(np.concatenate([a, b]) for a, b in zip(old, cols))
-    return out
+def _moe_rows(paths):
+    """``({dtype: (tokens, hidden, inter per GPU, topk, experts, latency_s)}, used paths)`` of the
+    ``moe_perf`` files ``paths`` (newest version first): the balanced-routing rows without expert
+    parallelism (each GPU holds every expert, sharded by ``moe_tp_size``) of gated (SwiGLU) kernels
+    (:data:`_MOE_DTYPES` says which source dtypes). Each dtype comes from the newest version that
+    has such rows of it: a version that re-collects a few shapes or kernels only (TensorRT-LLM
+    1.3.0rc23's MoE tables, whose ``reuse.yaml`` declares the rest reused from 1.3.0rc20) leaves the
+    other dtypes to its predecessor, and kernels of different versions are never mixed in one table."""
+    out, used = {}, []
+    for path in paths:
+        r = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                "moe_tp_size", "moe_ep_size", "distribution", "kernel_source", "latency"))
+        base = ((r["distribution"].astype(str) == "balanced") & (r["moe_ep_size"].astype(np.int64) == 1)
+                & ~np.char.endswith(r["kernel_source"].astype(str), "_nongated"))
+        names = r["moe_dtype"].astype(str)
+        took = False
+        for dtype, choices in _MOE_DTYPES.items():
+            if dtype in out:
+                continue
+            for sources in choices:
+                sel = base & np.isin(names, sources)
+                if sel.any():
+                    out[dtype] = (r["num_tokens"][sel].astype(np.float64), r["hidden_size"][sel].astype(np.float64),
+                                  r["inter_size"][sel].astype(np.float64) / r["moe_tp_size"][sel].astype(np.float64),
+                                  r["topk"][sel].astype(np.float64), r["num_experts"][sel].astype(np.float64),
+                                  r["latency"][sel].astype(np.float64) * 1e-3)
+                    took = True
+                    break
+        if took:
+            used.append(path)
+    return out, used
 
 
 # --- collectives ---------------------------------------------------------------------------------
@@ -499,11 +518,11 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     allreduce = (ar["num_gpus"][sel], ar["message_size"][sel], ar["latency"][sel].astype(np.float64) * 1e-3)
 
     # grouped MoE (not every system and framework has it)
-    moe, omitted = None, None
-    path = table_file(data_dir, "moe", framework, "moe_perf.parquet", version)
-    if path is not None:
-        files["moe_perf.parquet"] = str(path.relative_to(root))
-        moe = _moe_rows(path) or None
+    omitted = None
+    moe, used = _moe_rows(table_files(data_dir, "moe", framework, "moe_perf.parquet", version))
+    if used:
+        files["moe_perf.parquet"] = [str(p.relative_to(root)) for p in used]
+    moe = moe or None
     if moe is None:
         omitted = {"moe": f"{PACKAGE} {package_version} has no balanced moe_perf rows without expert parallelism for {system}/{framework}"}
 
