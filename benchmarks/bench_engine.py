@@ -141,8 +141,9 @@ class ColdStart:
 class EngineMoE:
     """100,000 requests of bench-1m's lengths on today's MoE layouts of 8 x H200: DeepSeek-V3
     (MLA, 256 experts, FP8) with tensor parallelism 8 and with the wide-EP layout (attention data
-    parallel 8, expert parallel 8), and MiniMax-M2.5 (GQA, 256 experts) at TP 4: the MoE and
-    all-to-all operators and the MoE tables' curves in the kernel's hot path."""
+    parallel 8, expert parallel 8: its ranks step in lockstep, engine._lockstep_step_nb), and
+    MiniMax-M2.5 (GQA, 256 experts) at TP 4: the MoE and all-to-all operators and the MoE tables'
+    curves in the kernel's hot path."""
 
     params = [["deepseek-v3 tp8", "deepseek-v3 dp8 ep8", "minimax-m2.5 tp4"]]
     param_names = ["layout"]

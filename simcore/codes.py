@@ -225,3 +225,10 @@ GLOBAL_ENDED = 0  # requests finished, rejected or timed out
 GLOBAL_NEXT_SEND = 1  # closed loop: next request to hand to a free client
 GLOBAL_NEXT_ARRIVAL = 2  # next request to reach the engine (those before it have arrived)
 N_GLOBALS = 3
+
+# Columns of a lockstep iteration's plan (engine._lockstep_step_nb; float64, one row per replica).
+PLAN_SCHED = 0  # requests the replica scheduled (0: it sits the step out)
+PLAN_FLOPS = 1  # its iteration's FLOPs ...
+PLAN_BYTES = 2  # ... and memory bytes
+PLAN_USED = 3  # its KV blocks in use
+N_PLAN = 4

@@ -650,6 +650,24 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit
+def moe_experts_seconds_nb(p, n_tokens):
+    """Seconds of one iteration's expert GEMMs and activation (routed and shared: ``OP_MOE_UP``,
+    ``OP_MOE_ACT``, ``OP_MOE_DOWN``) when this GPU's rank brings ``n_tokens``: the part of
+    :func:`iteration_totals_nb` that runs over every attention data-parallel rank's tokens
+    (``moe_dp``), priced the same way. 0 for a dense model or an empty batch."""
+    total = 0.0
+    if n_tokens <= 0.0 or p.n_moe_layers == 0:
+        return total
+    for op in (OP_MOE_UP, OP_MOE_ACT, OP_MOE_DOWN):
+        count = op_count_nb(p, op)
+        if count == 0:
+            continue
+        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, 0.0)
+        total += count * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, 0.0)[0]
+    return total
+
+
+@jit
 def iteration_time_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Seconds of one engine iteration: the sum of every operator's roofline time.
 

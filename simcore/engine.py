@@ -29,6 +29,11 @@ from simcore.codes import (
     GLOBAL_NEXT_SEND,
     NEVER,
     N_GLOBALS,
+    N_PLAN,
+    PLAN_BYTES,
+    PLAN_FLOPS,
+    PLAN_SCHED,
+    PLAN_USED,
     POLICY_CONTINUOUS,
     POLICY_DYNAMIC,
     PREEMPTED_COUNT,
@@ -41,8 +46,8 @@ from simcore.codes import (
     RF_LAST_EMIT,
     RI_CACHED,
     RI_COMPUTED,
-    RI_FIXED_BLOCKS,
     RI_EPOCH,
+    RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
@@ -64,7 +69,7 @@ from simcore.codes import (
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_nb
+from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
@@ -191,6 +196,28 @@ def _step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
 
 
 @jit
+def _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc):
+    """Schedule one continuous-batching iteration of a replica; returns the requests scheduled.
+    With none, a head of the queue that cannot get blocks with the engine empty is rejected (it
+    can never run)."""
+    n_sched, preempted = schedule_continuous_nb(e, lay, now, reqi, reqf, ws)
+    if n_sched == 0 and not preempted and ws[RUNNING_COUNT] == 0:
+        r = peek_nb(lay, reqi, ws)
+        pop_front_nb(lay, ws)
+        finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_REJECTED)
+    return n_sched
+
+
+@jit
+def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all):
+    """Account an iteration of ``dt`` seconds ending at ``t_end`` and advance its requests."""
+    account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
+    if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
+        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
+    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
+
+
+@jit
 def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
     if now >= acc[lay.off_clock + CLOCK_DEADLINE]:
@@ -199,13 +226,8 @@ def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
     if continuous:
-        n_sched, preempted = schedule_continuous_nb(e, lay, now, reqi, reqf, ws)
+        n_sched = _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc)
         if n_sched == 0:
-            if not preempted and ws[RUNNING_COUNT] == 0:
-                # The head cannot get blocks with the engine empty: it can never run.
-                r = peek_nb(lay, reqi, ws)
-                pop_front_nb(lay, ws)
-                finish_nb(e, lay, now, reqi, reqf, glob, acc, r, STATUS_REJECTED)
             return now
         used = e.num_blocks - ws[FREE_BLOCKS]
     else:
@@ -230,10 +252,55 @@ def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
         n_emit = float(n_sched)
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
     t_end = now + dt
-    account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
-    if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
-        acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
-    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, not continuous)
+    _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, not continuous)
+    return t_end
+
+
+@jit
+def _lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
+    """One iteration of every busy replica together, as attention data-parallel ranks with expert
+    parallelism run (vLLM's, SGLang's and TensorRT-LLM's wide-EP deployments): each MoE layer's
+    dispatch and combine wait for every rank, so the step takes the slowest rank's own work (its
+    attention, dense layers, router and all-to-all) plus the experts over every rank's tokens
+    together; a rank with nothing to run joins with an empty batch. Continuous batching only.
+    ``plan`` is scratch, float64 ``(n_replicas, N_PLAN)``. Returns the step's end, or ``now`` when
+    clients timed out or no replica could schedule anything (the queues changed: the caller routes
+    what arrived and tries again)."""
+    clk = lay.off_clock
+    timed_out = False
+    for k in range(e.n_replicas):
+        if now >= acc[k, clk + CLOCK_DEADLINE]:
+            acc[k, clk + CLOCK_DEADLINE] = _time_out_nb(e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+            timed_out = True
+    if timed_out:
+        return now  # as one replica's step: clients' next requests are routed first
+    slowest = 0.0
+    all_tokens = 0.0
+    for k in range(e.n_replicas):
+        plan[k, PLAN_SCHED] = 0.0
+        if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
+            continue
+        n_sched = _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+        if n_sched == 0:
+            continue
+        n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
+        dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
+        all_tokens += n_tokens
+        plan[k, PLAN_SCHED] = n_sched
+        plan[k, PLAN_FLOPS] = flops
+        plan[k, PLAN_BYTES] = nbytes
+        plan[k, PLAN_USED] = e.num_blocks - ws[k, FREE_BLOCKS]
+    if all_tokens == 0.0:
+        return now
+    # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp).
+    dt = slowest + moe_experts_seconds_nb(p, all_tokens / e.n_replicas)
+    t_end = now + dt
+    for k in range(e.n_replicas):
+        n_sched = np.int64(plan[k, PLAN_SCHED])
+        if n_sched > 0:
+            _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
+                              np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False)
     return t_end
 
 
@@ -300,6 +367,8 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
         acc[k, clk + CLOCK_DEADLINE] = np.inf
         acc[k, STAT_MIN_FREE_BLOCKS] = pool
     ws0, acc0 = ws[0], acc[0]
+    lockstep = e.lockstep and R > 1 and continuous
+    plan = np.zeros((R if lockstep else 0, N_PLAN))
     glob[GLOBAL_NEXT_ARRIVAL] = 0  # requests arrive in index order
     routed = 0
     while glob[GLOBAL_ENDED] < n:
@@ -336,13 +405,21 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
                         k = j
             routed += 1
             reqi[r, RI_REPLICA] = k
-            if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0 and acc[k, clk + CLOCK_NOW] < a:
-                acc[k, clk + CLOCK_NOW] = a  # an idle replica wakes up
+            if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
+                # An idle replica wakes up; in lockstep it joins the ranks' next step.
+                wake = max(a, t_best) if lockstep and best >= 0 else a
+                if acc[k, clk + CLOCK_NOW] < wake:
+                    acc[k, clk + CLOCK_NOW] = wake
             enqueue_nb(lay, reqi, ws[k], r)
             if e.timeout_s > 0.0:
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
-        if R == 1:  # the common case, without a per-step row view
+        if lockstep:
+            t = _lockstep_step_nb(p, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
+            for k in range(R):  # idle ranks step too (with an empty batch)
+                if acc[k, clk + CLOCK_NOW] < t:
+                    acc[k, clk + CLOCK_NOW] = t
+        elif R == 1:  # the common case, without a per-step row view
             acc[0, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
             acc[best, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])

@@ -121,3 +121,5 @@ class EngineSettings(NamedTuple):
     frontend_s: float = 0.0  # a request reaches the engine this long after its client sends it
     router: int = 0  # ROUTER_* code
     warmup: int = 0  # requests 0..warmup-1 are a warm-up: their inter-token latencies are not recorded
+    lockstep: bool = False  # replicas are attention data-parallel ranks of one expert-parallel engine: they
+    #                         step together (engine._lockstep_step_nb; continuous batching only)

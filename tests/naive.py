@@ -15,7 +15,7 @@ import json
 import math
 from collections import deque
 
-from simcore import codes, iteration_time_nb
+from simcore import codes, iteration_costs_nb, iteration_time_nb, new_cost_arrays
 from simllm.config import dtypes
 from simllm.config.serving import ServingConfig
 from simllm.sim.pack import framework_for
@@ -573,17 +573,42 @@ def _blocks(tokens, cached, bs):
     return math.ceil(tokens / bs) - cached // bs
 
 
+def experts_seconds(p, n_tokens):
+    """Seconds of an iteration's expert GEMMs and activation at ``n_tokens`` of this rank, from the
+    per-operator costs (``iteration_costs_nb``)."""
+    flops, nbytes, seconds, bound = new_cost_arrays()
+    iteration_costs_nb(p, float(n_tokens), 0.0, 0.0, 0.0, flops, nbytes, seconds, bound)
+    return float(seconds[codes.OP_MOE_UP] + seconds[codes.OP_MOE_ACT] + seconds[codes.OP_MOE_DOWN])
+
+
+class Replica:
+    """One engine replica's queues and KV blocks."""
+
+    def __init__(self, e):
+        self.free = e.num_blocks - e.prefix_blocks
+        self.waiting = deque()
+        self.running = []
+
+    @property
+    def busy(self):
+        return bool(self.running or self.waiting)
+
+
 def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=None):
     """Simulate with the engine's rules; returns the list of :class:`Req` (index order).
     ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent;
-    ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``)."""
+    ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``).
+    One replica, or with ``e.lockstep`` (continuous batching) ``e.n_replicas`` attention
+    data-parallel ranks behind a round-robin router that step together: each step takes the
+    slowest rank's work outside the experts plus the experts over all ranks' tokens."""
     n = len(prompt)
     reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i]),
                 0 if fixed is None else int(fixed[i])) for i in range(n)]
     bs = e.block_size
-    free = e.num_blocks - e.prefix_blocks
-    waiting = deque()
-    running = []
+    lockstep = e.lockstep and e.n_replicas > 1 and e.policy == codes.POLICY_CONTINUOUS
+    assert e.n_replicas == 1 or lockstep, "the reference engine covers one replica or lockstep ranks"
+    reps = [Replica(e) for _ in range(e.n_replicas)]
+    routed = 0
     next_client = min(e.n_clients, n) if e.n_clients else n
     arrived = 0
     now = 0.0
@@ -606,143 +631,90 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 r.arrival = a
             next_client += 1
 
-    def preempt_last():
-        nonlocal free
-        v = running.pop()
-        free += v.blocks
+    def preempt_last(rep):
+        v = rep.running.pop()
+        rep.free += v.blocks
         v.blocks = 0
         v.preemptions += 1
         v.status = codes.STATUS_WAITING
         v.computed = v.cached
-        waiting.appendleft(v)
+        rep.waiting.appendleft(v)
         return v
 
-    def admit(r):
-        waiting.popleft()
+    def admit(rep, r):
+        rep.waiting.popleft()
         r.status = codes.STATUS_RUNNING
-        running.append(r)
+        rep.running.append(r)
         if r.first_sched < 0:
             r.first_sched = now
 
-    while done < n:
-        while arrived < n and reqs[arrived].arrival <= now:
-            r = reqs[arrived]
-            arrived += 1
-            never_fits = _blocks(r.prompt + r.output - 1, r.cached, bs) + r.fixed > e.num_blocks - e.prefix_blocks
-            if r.prompt + r.output > e.max_model_len or (e.policy == codes.POLICY_CONTINUOUS and never_fits):
-                end(r, r.arrival, codes.STATUS_REJECTED)
-                continue
-            r.status = codes.STATUS_WAITING
-            r.computed = r.cached
-            waiting.append(r)
-        if e.timeout_s > 0:
-            late = [r for r in running + list(waiting)
-                    if r.arrival + e.timeout_s <= now and r.status in (codes.STATUS_RUNNING, codes.STATUS_WAITING)]
-            if late:
-                for r in late:
-                    if r in running:
-                        running.remove(r)
-                        free += r.blocks
-                        r.blocks = 0
-                    else:
-                        waiting.remove(r)
-                    end(r, now, codes.STATUS_TIMED_OUT)
-                continue
-        if not running and not waiting:
-            if arrived < n and reqs[arrived].arrival < math.inf:
-                now = max(now, reqs[arrived].arrival)
-                continue
-            break
-
-        batch = []  # (request, new tokens)
-        pad_to = 0
-        static = e.policy != codes.POLICY_CONTINUOUS
-        if not static:
-            preempted = False
-            budget = e.max_num_batched_tokens
-            if e.chunked_prefill:
-                i = 0
-                while i < len(running) and budget > 0:
-                    r = running[i]
-                    new = min(r.tokens_so_far - r.computed, budget)
-                    while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > free:
-                        preempted = True
-                        if preempt_last() is r:
-                            break
-                    if r.status != codes.STATUS_RUNNING:
+    def schedule_continuous(rep):
+        """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
+        can never get blocks is rejected)."""
+        batch = []
+        preempted = False
+        budget = e.max_num_batched_tokens
+        if e.chunked_prefill:
+            i = 0
+            while i < len(rep.running) and budget > 0:
+                r = rep.running[i]
+                new = min(r.tokens_so_far - r.computed, budget)
+                while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > rep.free:
+                    preempted = True
+                    if preempt_last(rep) is r:
                         break
+                if r.status != codes.STATUS_RUNNING:
+                    break
+                extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
+                rep.free -= extra
+                r.blocks += extra
+                batch.append((r, new))
+                budget -= new
+                i += 1
+            if not preempted:
+                while rep.waiting and len(rep.running) < e.max_num_seqs and budget > 0:
+                    r = rep.waiting[0]
+                    new = min(r.tokens_so_far - r.computed, budget)
                     extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-                    free -= extra
+                    if extra > rep.free:
+                        break
+                    admit(rep, r)
+                    rep.free -= extra
                     r.blocks += extra
                     batch.append((r, new))
                     budget -= new
-                    i += 1
-                if not preempted:
-                    while waiting and len(running) < e.max_num_seqs and budget > 0:
-                        r = waiting[0]
-                        new = min(r.tokens_so_far - r.computed, budget)
-                        extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-                        if extra > free:
-                            break
-                        admit(r)
-                        free -= extra
-                        r.blocks += extra
-                        batch.append((r, new))
-                        budget -= new
-            else:
-                while waiting and len(running) < e.max_num_seqs:
-                    r = waiting[0]
-                    need = r.tokens_so_far - r.computed
-                    extra = _blocks(r.computed + need, r.cached, bs) + r.fixed - r.blocks
-                    if need > budget or extra > free:
-                        break
-                    admit(r)
-                    free -= extra
-                    r.blocks += extra
-                    batch.append((r, need))
-                    budget -= need
-                if not batch:
-                    i = 0
-                    while i < len(running):
-                        r = running[i]
-                        while _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks > free:
-                            preempted = True
-                            if preempt_last() is r:
-                                break
-                        if r.status != codes.STATUS_RUNNING:
-                            break
-                        extra = _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks
-                        free -= extra
-                        r.blocks += extra
-                        batch.append((r, 1))
-                        i += 1
-            if not batch:
-                if not preempted and not running:
-                    r = waiting.popleft()
-                    end(r, now, codes.STATUS_REJECTED)
-                continue
-            used = e.num_blocks - free
         else:
-            if not running:
-                if e.policy == codes.POLICY_DYNAMIC and len(waiting) < e.batch_max:
-                    start = waiting[0].arrival + e.batch_window_s
-                    if now < start:
-                        later = reqs[arrived].arrival if arrived < n else math.inf
-                        now = min(start, later)
-                        continue
-                cap = min(e.max_num_seqs, e.static_slots)
-                if e.batch_max > 0:
-                    cap = min(cap, e.batch_max)
-                while waiting and len(batch) < cap:
-                    r = waiting[0]
-                    admit(r)
-                    batch.append((r, r.prompt - r.computed))
-                if e.pad_prompts:
-                    pad_to = max(new for _, new in batch)
-            else:
-                batch = [(r, 1) for r in running]
-            used = len(running) * static_blocks
+            while rep.waiting and len(rep.running) < e.max_num_seqs:
+                r = rep.waiting[0]
+                need = r.tokens_so_far - r.computed
+                extra = _blocks(r.computed + need, r.cached, bs) + r.fixed - r.blocks
+                if need > budget or extra > rep.free:
+                    break
+                admit(rep, r)
+                rep.free -= extra
+                r.blocks += extra
+                batch.append((r, need))
+                budget -= need
+            if not batch:
+                i = 0
+                while i < len(rep.running):
+                    r = rep.running[i]
+                    while _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks > rep.free:
+                        preempted = True
+                        if preempt_last(rep) is r:
+                            break
+                    if r.status != codes.STATUS_RUNNING:
+                        break
+                    extra = _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks
+                    rep.free -= extra
+                    r.blocks += extra
+                    batch.append((r, 1))
+                    i += 1
+        if not batch and not preempted and not rep.running:
+            end(rep.waiting.popleft(), now, codes.STATUS_REJECTED)
+        return batch
 
+    def aggregates(batch, pad_to, static):
         n_tokens = pairs = kv_read = n_emit = 0.0
         for r, new in batch:
             q = float(pad_to or new)
@@ -751,9 +723,9 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             kv_read += r.computed + q
             if static or r.computed + new == r.tokens_so_far:
                 n_emit += 1
-        dt = iteration_time_nb(p, n_tokens, pairs, kv_read, n_emit)
-        t_end = now + dt
-        assert used <= e.num_blocks
+        return n_tokens, pairs, kv_read, n_emit
+
+    def advance(rep, batch, t_end, static):
         for r, new in batch:
             r.computed += new
             if r.status != codes.STATUS_RUNNING:
@@ -767,13 +739,99 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 r.generated += 1
                 if r.generated == r.output:
                     if not static:
-                        free += r.blocks
+                        rep.free += r.blocks
                         r.blocks = 0
                     late = e.timeout_s > 0 and t_end - r.arrival > e.timeout_s  # the client gave up first
                     end(r, t_end, codes.STATUS_TIMED_OUT if late else codes.STATUS_DONE)
         if not static:
-            running = [r for r in running if r.status == codes.STATUS_RUNNING]
-        elif all(r.status != codes.STATUS_RUNNING for r in running):
-            running = []
+            rep.running = [r for r in rep.running if r.status == codes.STATUS_RUNNING]
+        elif all(r.status != codes.STATUS_RUNNING for r in rep.running):
+            rep.running = []
+
+    while done < n:
+        while arrived < n and reqs[arrived].arrival <= now:
+            r = reqs[arrived]
+            arrived += 1
+            never_fits = _blocks(r.prompt + r.output - 1, r.cached, bs) + r.fixed > e.num_blocks - e.prefix_blocks
+            if r.prompt + r.output > e.max_model_len or (e.policy == codes.POLICY_CONTINUOUS and never_fits):
+                end(r, r.arrival, codes.STATUS_REJECTED)
+                continue
+            r.status = codes.STATUS_WAITING
+            r.computed = r.cached
+            reps[routed % len(reps)].waiting.append(r)
+            routed += 1
+        if e.timeout_s > 0:
+            any_late = False
+            for rep in reps:
+                late = [r for r in rep.running + list(rep.waiting)
+                        if r.arrival + e.timeout_s <= now and r.status in (codes.STATUS_RUNNING, codes.STATUS_WAITING)]
+                for r in late:
+                    if r in rep.running:
+                        rep.running.remove(r)
+                        rep.free += r.blocks
+                        r.blocks = 0
+                    else:
+                        rep.waiting.remove(r)
+                    end(r, now, codes.STATUS_TIMED_OUT)
+                any_late = any_late or bool(late)
+            if any_late:
+                continue
+        if not any(rep.busy for rep in reps):
+            if arrived < n and reqs[arrived].arrival < math.inf:
+                now = max(now, reqs[arrived].arrival)
+                continue
+            break
+
+        if lockstep:
+            plans = [(rep, schedule_continuous(rep)) if rep.busy else (rep, []) for rep in reps]
+            plans = [(rep, batch) for rep, batch in plans if batch]
+            if not plans:
+                continue
+            slowest = all_tokens = 0.0
+            for rep, batch in plans:
+                agg = aggregates(batch, 0, False)
+                slowest = max(slowest, iteration_time_nb(p, *agg) - experts_seconds(p, agg[0]))
+                all_tokens += agg[0]
+                assert e.num_blocks - rep.free <= e.num_blocks
+            t_end = now + slowest + experts_seconds(p, all_tokens / len(reps))
+            for rep, batch in plans:
+                advance(rep, batch, t_end, False)
+            now = t_end
+            continue
+
+        rep = reps[0]
+        pad_to = 0
+        static = e.policy != codes.POLICY_CONTINUOUS
+        if not static:
+            batch = schedule_continuous(rep)
+            if not batch:
+                continue
+            used = e.num_blocks - rep.free
+        else:
+            batch = []
+            if not rep.running:
+                if e.policy == codes.POLICY_DYNAMIC and len(rep.waiting) < e.batch_max:
+                    start = rep.waiting[0].arrival + e.batch_window_s
+                    if now < start:
+                        later = reqs[arrived].arrival if arrived < n else math.inf
+                        now = min(start, later)
+                        continue
+                cap = min(e.max_num_seqs, e.static_slots)
+                if e.batch_max > 0:
+                    cap = min(cap, e.batch_max)
+                while rep.waiting and len(batch) < cap:
+                    r = rep.waiting[0]
+                    admit(rep, r)
+                    batch.append((r, r.prompt - r.computed))
+                if e.pad_prompts:
+                    pad_to = max(new for _, new in batch)
+            else:
+                batch = [(r, 1) for r in rep.running]
+            used = len(rep.running) * static_blocks
+
+        dt = iteration_time_nb(p, *aggregates(batch, pad_to, static))
+        t_end = now + dt
+        assert used <= e.num_blocks
+        advance(rep, batch, t_end, static)
         now = t_end
     return reqs

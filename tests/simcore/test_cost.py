@@ -751,3 +751,19 @@ def test_expert_load_imbalance_closed_form():
     assert hit == pytest.approx(32 * (1 - (1 - 8 / 256) ** (256 * 1.5)), rel=1e-12)
     with pytest.raises(simllm.ConfigError, match="expert-load-imbalance"):
         simllm.ServingConfig(expert_load_imbalance=0.5)
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["scalar", "tables"])
+@pytest.mark.parametrize("name, ep", [("deepseek-v3", 8), ("qwen3-30b-a3b", 1), ("llama-3.1-8b", 1)])
+def test_experts_seconds_are_the_expert_operators_of_the_iteration(tables, name, ep):
+    """moe_experts_seconds_nb (what attention data-parallel ranks run together on all their tokens)
+    is the per-operator time of the expert GEMMs and their activation, and 0 for a dense model."""
+    from simcore.cost import moe_experts_seconds_nb
+    p = build(name, "h200-sxm", tables=tables, tensor_parallel_size=1 if ep > 1 else 8,
+              data_parallel_size=ep, expert_parallel_size=ep, dtype="fp8")[4]
+    for t in (1.0, 37.0, 4096.0):
+        flops, nbytes, seconds, bound = new_cost_arrays()
+        iteration_costs_nb(p, t, t, t, 1.0, flops, nbytes, seconds, bound)
+        want = seconds[codes.OP_MOE_UP] + seconds[codes.OP_MOE_ACT] + seconds[codes.OP_MOE_DOWN]
+        assert moe_experts_seconds_nb(p, t) == pytest.approx(want, rel=1e-12)
+        assert (want > 0) == (name != "llama-3.1-8b")

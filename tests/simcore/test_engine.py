@@ -76,6 +76,8 @@ def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P,
             for col, want in ((codes.RF_FIRST_TOKEN, r.first_token), (codes.RF_FINISH, r.finish),
                               (codes.RF_FIRST_SCHED, r.first_sched), (codes.RF_ARRIVAL, r.arrival)):
                 assert reqf[i, col] == pytest.approx(want, rel=1e-9, abs=1e-12), (ff, i, col)
+        if stats.ndim == 2:  # replicas: their totals
+            stats = stats.sum(axis=0)
         itls = [x for r in ref if r.idx >= e.warmup for x in r.itls]  # warm-up requests' ITLs do not count
         assert stats[codes.STAT_ITL_COUNT] == len(itls)
         assert stats[codes.STAT_ITL_SUM] == pytest.approx(sum(itls), rel=1e-9, abs=1e-12)
@@ -160,6 +162,66 @@ def test_kernel_matches_reference_with_windowed_or_linear_layers(tables, blocks,
     if blocks == 90:
         assert sum(r.preemptions for r in ref) > 0
     assert stats[codes.STAT_FAST_ITERATIONS] > 0  # the decode runs took the windowed branch
+
+
+# Attention data parallelism with expert parallelism: DeepSeek-V3 over 4 ranks of one GPU, EP 4.
+P_EP = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_size=4, expert_parallel_size=4,
+             dtype="fp8")[4]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    ranks=st.integers(2, 4),
+    chunked=st.booleans(),
+    blocks=st.integers(40, 300),
+    max_seqs=st.integers(1, 12),
+    budget=st.sampled_from([64, 256, 2048]),
+    clients=st.sampled_from([0, 0, 5]),
+    timeout=st.sampled_from([0.0, 0.0, 0.5]),
+    frontend=st.sampled_from([0.0, 0.0, 0.03]),
+)
+def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, budget, clients, timeout, frontend):
+    """Attention data-parallel ranks of one expert-parallel engine step together (round robin, every
+    scheduling rule of one replica on each rank, preemption, timeouts, closed loops): the kernel
+    matches the reference engine request by request."""
+    rng = np.random.default_rng(seed)
+    n = 40
+    arrival, ready, prompt, output = workload(rng, n, 80.0, 300, 80, clients)
+    max_len = 600
+    if not chunked:
+        budget = max(budget, max_len)
+    e = engine(chunked_prefill=chunked, num_blocks=blocks, max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+               max_model_len=max_len, n_clients=clients, timeout_s=timeout, frontend_s=frontend,
+               n_replicas=ranks, lockstep=True)
+    assert_same(e, arrival, ready, prompt, output, p=P_EP)
+
+
+def test_lockstep_step_is_the_slowest_rank_plus_the_experts_over_all_tokens():
+    """Two ranks: a 2,048-token prompt on rank 0 and a 16-token one on rank 1 arrive together. Their
+    first step ends for both when the slowest rank's own work (attention, dense layers, router,
+    all-to-all) and the experts over both ranks' 2,064 tokens are done; independent replicas would
+    give the short prompt its own, much shorter step."""
+    from simcore import iteration_time_nb
+    from simcore.cost import moe_experts_seconds_nb
+    p = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_size=2, expert_parallel_size=2,
+              dtype="fp8")[4]
+    e = engine(max_num_batched_tokens=4096, n_replicas=2, lockstep=True)
+    long_, short = 2048.0, 16.0
+
+    def own(t):  # a rank's work outside the experts (a prompt's pairs and keys as the engine counts them)
+        return iteration_time_nb(p, t, t * (t + 1) / 2, t, 1.0) - moe_experts_seconds_nb(p, t)
+
+    want = max(own(long_), own(short)) + moe_experts_seconds_nb(p, (long_ + short) / 2)
+    reqi, reqf, *_ = run_kernel(e, np.zeros(2), np.array([2048, 16]), np.array([3, 3]), p=p)
+    assert list(reqi[:, codes.RI_REPLICA]) == [0, 1]
+    assert reqf[0, codes.RF_FIRST_TOKEN] == pytest.approx(want, rel=1e-12)
+    assert reqf[1, codes.RF_FIRST_TOKEN] == pytest.approx(want, rel=1e-12)
+    assert reqf[0, codes.RF_FINISH] == reqf[1, codes.RF_FINISH]  # and every later step together
+    # The experts' share is the all-ranks one: the moe_dp-scaled cost at the ranks' mean tokens.
+    assert moe_experts_seconds_nb(p, (long_ + short) / 2) < moe_experts_seconds_nb(p, long_)
+    free = run_kernel(e._replace(lockstep=False), np.zeros(2), np.array([2048, 16]), np.array([3, 3]), p=p)[1]
+    assert free[1, codes.RF_FIRST_TOKEN] < 0.5 * want
 
 
 # --------------------------------------------------------------------------- closed forms

@@ -183,7 +183,9 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     )
     replicas = serving.data_parallel_size
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
-                   frontend_s=frontend_s, warmup=min(workload.warmup_requests, n))
+                   frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
+                   # attention data-parallel ranks of one expert-parallel engine step together
+                   lockstep=replicas > 1 and params.ep > 1.0)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
