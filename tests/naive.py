@@ -377,8 +377,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
       hit expert gets (``M k / hit``, at least 1) and of the hit experts' weight bytes, or without
       one the GEMM table at that M and N times the experts hit; the points are
       made non-decreasing; between them seconds are linear in M, beyond the last proportional to M;
-    - attention: ``max(flops / (peak * eff_prefill), bytes / (bandwidth * eff_decode))``, the
-      prefill table bilinear in log2 FLOPs and log2 (pairs / tokens), the decode table in log2
+    - attention: ``max(flops / (peak * eff_prefill), bytes / (bandwidth * eff_decode))`` (an MLA
+      model's own tables where the set has them: its KV dtype's, at the measured heads per GPU
+      nearest its own), the prefill table bilinear in log2 FLOPs and log2 (pairs / tokens), the decode table in log2
       (rows x KV heads) and log2 (keys read / rows), rows the emitting rows (at least 1); with
       windowed layers, the full and the windowed layers apart (each at its own pairs and keys
       read) and their times weighted by their share of the layers;
@@ -496,12 +497,19 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         window = window_totals(batch, model.index_topk)
 
     softmax_only = model.with_overrides(linear_layers=0, windowed_layers=0, index_topk=0)  # one layer's own attention
+    att_prefill, att_decode = data["attention_prefill"], data["attention_decode"]
+    if model.is_mla and data.get("mla"):
+        # MLA's own tables: the KV dtype's (else BF16's), at the measured heads nearest this GPU's
+        by_heads = data["mla"].get("fp8" if (kv_dtype or act) == "fp8" else "bf16") or data["mla"]["bf16"]
+        qh = model.num_attention_heads / tp
+        nearest = min(by_heads, key=lambda n: abs(math.log2(int(n) / qh)))
+        att_prefill, att_decode = by_heads[nearest]["prefill"], by_heads[nearest]["decode"]
 
     def attention_seconds(n_pairs, n_kv):
         _, flops, nbytes, _ = ops_for_totals(softmax_only, T, emit, n_pairs, n_kv, **dtypes_kw)["attention"]
         rows = max(emit, 1)
-        e_pf = _lerp2(data["attention_prefill"], _coordinate(flops, PREFILL_FLOPS0), _coordinate(n_pairs / T, 0))
-        e_dec = _lerp2(data["attention_decode"], _coordinate(rows * kvh, 0), _coordinate(n_kv / rows, 0))
+        e_pf = _lerp2(att_prefill, _coordinate(flops, PREFILL_FLOPS0), _coordinate(n_pairs / T, 0))
+        e_dec = _lerp2(att_decode, _coordinate(rows * kvh, 0), _coordinate(n_kv / rows, 0))
         # the prefill tokens' queries and outputs (all but one per emitting row) stream at the
         # bandwidth; the rest at the decode table's efficiency
         qh = model.num_attention_heads / tp

@@ -271,3 +271,84 @@ def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
             layer = sum(seconds[op] for op in (codes.OP_MOE_UP, codes.OP_MOE_ACT, codes.OP_MOE_DOWN)) / p.n_moe_layers
             errors.append(layer / lat - 1.0)
     assert np.median(np.abs(errors)) <= 0.15, np.median(np.abs(errors))
+
+
+# MLA decode tables: the new sets measured contexts at powers of two only, so the held-out points
+# (odd log2) lie two octaves from the fitted ones, where a launch-bound kernel's efficiency
+# quadruples (README, "Kernel tables"); the older A100/L40S/RTX TensorRT-LLM sets measured contexts
+# in between and meet the 15% target.
+MLA_DECODE_TWO_OCTAVES = 0.40
+
+
+@pytest.mark.parametrize("name", [f"{g}/{f}" for g in SYSTEMS for f in ("vllm", "sglang", "trtllm")])
+def test_mla_tables_predict_held_out_latencies(name):
+    """Prefill (prompts not a power of two) within the 15% target everywhere; decode within it
+    where the set measured contexts between the powers of two, within the bound above elsewhere."""
+    prov = json.loads((KERNELS / f"{name}.json").read_text(encoding="utf-8"))["provenance"]
+    mla = {k: v for k, v in prov["fit"].items() if k.startswith("mla_")}
+    if name.endswith("vllm") or "mla" in prov.get("omitted", {}):
+        # vLLM's MLA rows time the whole module (projections included), not the attention alone
+        assert not mla and "mla" in prov["omitted"]
+        return
+    assert mla, name
+    for table, fit in mla.items():
+        limit = MOE_LIMIT if "prefill" in table or fit["held_out_rows"] < fit["rows"] else MLA_DECODE_TWO_OCTAVES
+        assert fit["held_out_median_abs_error"] <= limit, (table, fit)
+
+
+@pytest.mark.parametrize("framework", ["sglang", "trtllm"])
+@pytest.mark.parametrize("tp", [1, 8])
+def test_packed_mla_attention_matches_measured_deepseek_layers(framework, tp):
+    """DeepSeek-V3's attention on H200 (128 / 8 = 16 heads per GPU, BF16 KV), as the cost kernel
+    prices an MLA layer with the shipped tables, against aiconfigurator-core's measured MLA kernels:
+    decode at every measured batch and context (the grid's own points) within 5% (median), prefill
+    at the prompts the tables were not built from within 15%. The GQA tables it used before miss
+    128 heads' decode by a median of 40% and more (up to 8x at small batches)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("aiconfigurator_core")
+    from pathlib import Path
+    root, _ = ck.package_root()
+    files = json.loads((KERNELS / "h200-sxm" / f"{framework}.json").read_text(encoding="utf-8"))["provenance"]["files"]
+    gkv, gheads, gb, gc, glat = ck._mla_rows(Path(root) / files["generation_mla_perf.parquet"], True)
+    ckv, cheads, cb, cs, clat = ck._mla_rows(Path(root) / files["context_mla_perf.parquet"], False)
+    heads = 128 // tp
+    errors = {"decode": [], "prefill": [], "gqa": []}
+    for tables in ("mla", "gqa"):
+        p = build("deepseek-v3", "h200-sxm", framework=framework, tensor_parallel_size=tp)[4]
+        if tables == "gqa":
+            from simllm.sim.efficiency import efficiency_array
+            hw = simllm.load_hardware("h200-sxm")
+            p = p._replace(eff=efficiency_array(hw.tables_for(framework), p._replace(eff=np.zeros(0)), "bf16"))
+        sel = (gkv == "bf16") & (gheads == heads)
+        for b, c, lat in zip(gb[sel], gc[sel], glat[sel]):
+            flops, nbytes, seconds, bound = new_cost_arrays()
+            iteration_costs_nb(p, b, b * c, b * c, b, flops, nbytes, seconds, bound)
+            errors["decode" if tables == "mla" else "gqa"].append(seconds[codes.OP_ATTENTION] / p.n_layers / lat - 1.0)
+        if tables == "mla":
+            sel = (ckv == "bf16") & (cheads == heads) & ~ck._is_pow2(cs)
+            for b, s, lat in zip(cb[sel], cs[sel], clat[sel]):
+                flops, nbytes, seconds, bound = new_cost_arrays()
+                iteration_costs_nb(p, b * s, b * s * (s + 1) / 2, b * s, b, flops, nbytes, seconds, bound)
+                errors["prefill"].append(seconds[codes.OP_ATTENTION] / p.n_layers / lat - 1.0)
+    assert np.median(np.abs(errors["decode"])) <= 0.05, np.median(np.abs(errors["decode"]))
+    assert np.median(np.abs(errors["prefill"])) <= 0.15, np.median(np.abs(errors["prefill"]))
+    if tp == 1:
+        assert np.median(np.abs(errors["gqa"])) > 0.4, np.median(np.abs(errors["gqa"]))
+
+
+@pytest.mark.parametrize("model, tp, kv, heads", [("deepseek-v3", 1, "auto", 128), ("deepseek-v3", 8, "fp8", 16),
+                                                   ("kimi-k2", 4, "auto", 16), ("qwen3-30b-a3b", 1, "auto", 0)])
+def test_an_mla_model_reads_the_mla_tables_of_its_heads_per_gpu(model, tp, kv, heads):
+    """Packing puts the MLA tables of the model's query heads per GPU and KV dtype where the cost
+    kernel reads attention's efficiency; a GQA model keeps the GQA tables."""
+    hw = simllm.load_hardware("h200-sxm")
+    tables = hw.tables_for("sglang")
+    p = build(model, "h200-sxm", framework="sglang", tensor_parallel_size=tp, kv_cache_dtype=kv)[4]
+    prefill = p.eff[codes.EFF_PREFILL:codes.EFF_DECODE].reshape(kt.PREFILL_SHAPE)
+    decode = p.eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM].reshape(kt.DECODE_SHAPE)
+    if heads:
+        want = {(d, n): (pre, dec) for d, n, pre, dec in tables.mla}[("fp8" if kv == "fp8" else "bf16", heads)]
+    else:
+        want = (tables.attention_prefill, tables.attention_decode)
+    np.testing.assert_array_equal(prefill, want[0])
+    np.testing.assert_array_equal(decode, want[1])

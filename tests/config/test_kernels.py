@@ -59,11 +59,18 @@ def test_shipped_table_loads_with_its_provenance(name):
     assert re.fullmatch(r"aiconfigurator-core \d+\.\d+\.\d+ \(Apache-2\.0\), system \w+", prov["source"])  # package version
     measured = {"gemm_perf.parquet", "context_attention_perf.parquet", "generation_attention_perf.parquet",
                 "custom_allreduce_perf.parquet"}
-    assert set(prov["files"]) in (measured, measured | {"moe_perf.parquet"})
+    mla = {"context_mla_perf.parquet", "generation_mla_perf.parquet"}
+    assert set(prov["files"]) - measured <= {"moe_perf.parquet"} | mla and measured <= set(prov["files"])
     assert bool(moe) == ("moe" not in prov.get("omitted", {}))  # a set without MoE says why
+    assert bool(t.mla) == ("mla" not in prov.get("omitted", {})) == (mla <= set(prov["files"]))
+    for kv, heads, pre, dec in t.mla:
+        assert kv in kt.MLA_KV_DTYPES and pre.shape == kt.PREFILL_SHAPE and dec.shape == kt.DECODE_SHAPE
+        assert not pre.flags.writeable and not dec.flags.writeable
+        assert np.all(np.concatenate([pre.ravel(), dec.ravel()]) >= codes.EFF_FLOOR) and pre.max() <= 1 and dec.max() <= 1
     assert prov["roofline"]["hardware"] == gpu
     fits = {"attention_prefill", "attention_decode", "allreduce"} | {f"gemm_{d}" for d in dtypes}
     fits |= {f"moe_{d}" for d in moe} | {f"moe_shapes_{d}" for d in moe}
+    fits |= {f"mla_{side}_{kv}" for kv, *_ in t.mla for side in ("prefill", "decode")}
     assert {d for d, *_ in t.moe_shapes} == set(moe)  # each measured dtype keeps its shapes' own curves
     assert all(c.shape == kt.MOE_CURVE_SHAPE and not c.flags.writeable for *_, c in t.moe_shapes)
     assert set(prov["fit"]) == fits
@@ -142,13 +149,19 @@ BAD = [  # (mutation, what the one-line message must name: key, value, allowed r
     (_set(["moe_shapes", "bf16", 0, "topk"], -8), ["moe_shapes.bf16[0].topk", "-8", "positive"]),
     (lambda d: d["moe_shapes"]["fp8"][1].pop("eff"), ["moe_shapes.fp8[1]", "hidden, inter, experts, topk and eff"]),
     (lambda d: d["moe_shapes"]["fp8"][0]["eff"].pop(), ["moe_shapes.fp8[0].eff", "(15,)", "(14,)"]),
+    (lambda d: d.update(mla={"fp4": {}}), ["mla", "bf16, fp8", "fp4"]),
+    (lambda d: d.update(mla={"bf16": {"0": {}}}), ["mla.bf16", "1 .. 1024", "'0'"]),
+    (lambda d: d.update(mla={"bf16": {"16": {"prefill": d["attention_prefill"]}}}), ["mla.bf16.16", "prefill and decode"]),
+    (lambda d: d.update(mla={"fp8": {"128": {"prefill": d["attention_prefill"], "decode": [[2.0] * 18] * 24}}}),
+     ["mla.fp8.128.decode[0, 0]", "2.0", "[0.0001, 1]"]),
 ]
 
 
 @pytest.mark.parametrize("mutate, names", BAD, ids=[
     "format", "negative", "nan", "above-1", "zero", "not-numeric", "missing-table", "missing-version",
     "grid-point-short", "grid-point-extra", "gpu-count", "no-bf16", "unknown-dtype", "moe-above-1",
-    "moe-shape-negative", "moe-shape-no-curve", "moe-curve-short"])
+    "moe-shape-negative", "moe-shape-no-curve", "moe-curve-short", "mla-kv-dtype", "mla-heads", "mla-no-decode",
+    "mla-above-1"])
 def test_bad_table_file_is_a_one_line_error_naming_file_key_value_and_range(tmp_path, mutate, names):
     data = shipped_json()
     mutate(data)

@@ -288,6 +288,100 @@ def fit_decode(batch, ctx, heads, kv_heads, latency_s, mem_bw, head_dim=128, kv_
                    "clipped_above_roofline": above}
 
 
+# --- MLA ------------------------------------------------------------------------------------------
+
+_MLA_KV = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def mla_prefill_flops(batch, isl, heads):
+    """FLOPs of one MLA layer's causal prefill as the cost kernel counts them (the MHA form: q.k over
+    ``MLA_QK_DIM`` and p.v over ``MLA_V_DIM`` per head and query-key pair)."""
+    return prefill_flops(batch, isl, heads, (kt.MLA_QK_DIM + kt.MLA_V_DIM) / 2.0)
+
+
+def mla_decode_bytes(batch, ctx, heads, kv_bytes):
+    """Bytes of one MLA layer's decode as the cost kernel counts them: every cached token's latent
+    once whatever the heads, plus each row's query and output (BF16, the MHA form's widths)."""
+    b, c, n = (np.asarray(a, dtype=np.float64) for a in (batch, ctx, heads))
+    return b * c * kt.MLA_LATENT * kv_bytes + b * n * (kt.MLA_QK_DIM + kt.MLA_V_DIM) * _BF16
+
+
+def _mla_time_s(prefill, decode, batch, ctx, heads, kv_bytes, peak_flops, mem_bw):
+    """Seconds of decode rows ``batch x ctx`` as the cost kernel prices an MLA layer with these
+    tables: the larger of the compute side (prefill table at the FLOPs and keys per query) and the
+    memory side (decode table at rows and keys per row)."""
+    flops = mla_prefill_flops(batch, 1.0, heads) * ctx  # one query per row over ctx keys
+    t_c = flops / peak_flops / kt.prefill_efficiency(prefill, flops, ctx)
+    t_m = mla_decode_bytes(batch, ctx, heads, kv_bytes) / mem_bw / kt.decode_efficiency(decode, batch, ctx)
+    return np.maximum(t_c, t_m)
+
+
+def fit_mla(context, generation, peak_flops, mem_bw):
+    """MLA tables per KV dtype and query heads per GPU (the JSON form's ``mla`` mapping) from
+    ``context`` ``(kv, heads, batch, isl, latency_s)`` and ``generation`` ``(kv, heads, batch, ctx,
+    latency_s)`` rows: the prefill table from the context rows (compute side, as
+    :func:`fit_prefill`), the decode table from the generation rows (memory side, as
+    :func:`fit_decode`). Held out: context rows whose prompt is not a power of two, generation
+    rows at odd log2 context (priced as the cost kernel does, the larger of both sides). The
+    generation rows' contexts are powers of two, so their held-out points lie two octaves from the
+    nearest fitted ones, where the engine interpolates across one: where the kernel is
+    launch-bound its efficiency doubles per octave and the linear interpolation over two octaves
+    misses by up to 25%, over one by up to 6%.
+    Returns ``(mapping, {name: report})``."""
+    out, reports = {}, {}
+    ckv, cheads, cb, cs, clat = context
+    gkv, gheads, gb, gc, glat = generation
+    for kv in sorted(set(ckv) & set(gkv)):
+        kv_bytes = dtypes.BYTES[kv]
+        pred_c, meas_c, pred_g, meas_g = [], [], [], []
+        rows = {"prefill": 0, "decode": 0}
+        above = {"prefill": 0, "decode": 0}
+        for n in sorted(set(cheads[ckv == kv]) & set(gheads[gkv == kv])):
+            sc = (ckv == kv) & (cheads == n)
+            flops = mla_prefill_flops(cb[sc], cs[sc], n)
+            eff, a1 = _clip(flops / peak_flops / clat[sc])
+            fit = _is_pow2(cs[sc])
+            x1 = kt.grid_coordinate(flops, codes.EFF_PF_LOG2_MIN)
+            x2 = kt.grid_coordinate((cs[sc] + 1.0) / 2.0, 0)
+            prefill = np.clip(_binned(x1[fit], x2[fit], eff[fit], kt.PREFILL_SHAPE), codes.EFF_FLOOR, 1.0)
+            pred_c.append(flops[~fit] / peak_flops / kt.prefill_efficiency(prefill, flops[~fit], (cs[sc][~fit] + 1.0) / 2.0))
+            meas_c.append(clat[sc][~fit])
+            sg = (gkv == kv) & (gheads == n)
+            nbytes = mla_decode_bytes(gb[sg], gc[sg], n, kv_bytes)
+            eff, a2 = _clip(nbytes / mem_bw / glat[sg])
+            fit = np.round(np.log2(gc[sg])).astype(np.int64) % 2 == 0
+            decode = np.clip(_binned(kt.grid_coordinate(gb[sg][fit], 0), kt.grid_coordinate(gc[sg][fit], 0), eff[fit],
+                                     kt.DECODE_SHAPE), codes.EFF_FLOOR, 1.0)
+            prefill, decode = np.array(_rounded(prefill)), np.array(_rounded(decode))  # what the JSON file holds
+            pred_g.append(_mla_time_s(prefill, decode, gb[sg][~fit], gc[sg][~fit], n, kv_bytes, peak_flops, mem_bw))
+            meas_g.append(glat[sg][~fit])
+            out.setdefault(kv, {})[str(int(n))] = {"prefill": prefill.tolist(), "decode": decode.tolist()}
+            rows["prefill"] += int(_is_pow2(cs[sc]).sum())
+            rows["decode"] += int(fit.sum())
+            above["prefill"] += a1
+            above["decode"] += a2
+        for name, pred, meas in (("prefill", pred_c, meas_c), ("decode", pred_g, meas_g)):
+            pred, meas = np.concatenate(pred), np.concatenate(meas)
+            reports[f"mla_{name}_{kv}"] = {"rows": rows[name], "held_out_rows": int(len(meas)),
+                                           "held_out_median_abs_error": _median_abs_error(pred, meas),
+                                           "clipped_above_roofline": above[name]}
+    return out, reports
+
+
+def _mla_rows(path, ctx_column):
+    """``(kv dtype, heads per GPU, batch, isl or context, latency_s)`` of an aiconfigurator-core MLA
+    table's BF16 rows (the fastest of each shape), context ``isl + step`` for generation rows."""
+    r = read_columns(path, ("mla_dtype", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency"))
+    kv = np.array([_MLA_KV.get(str(v), "") for v in r["kv_cache_dtype"]])
+    sel = (r["mla_dtype"].astype(str) == "bfloat16") & (kv != "")
+    x = r["isl"].astype(np.float64) + (r["step"].astype(np.float64) if ctx_column else 0.0)
+    codes_ = np.searchsorted(np.array(sorted(_MLA_KV.values())), kv[sel]).astype(np.float64)
+    keys, lat = _fastest(np.stack([codes_, r["num_heads"][sel].astype(np.float64), r["batch_size"][sel].astype(np.float64),
+                                   x[sel]], axis=1), r["latency"][sel].astype(np.float64) * 1e-3)
+    names = np.array(sorted(_MLA_KV.values()))[keys[:, 0].astype(np.int64)]
+    return names, keys[:, 1], keys[:, 2], keys[:, 3], lat
+
+
 # --- MoE ------------------------------------------------------------------------------------------
 
 def experts_hit(n_experts, topk, tokens):
@@ -517,14 +611,25 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
         sel = np.array(["graph" in str(b) for b in ar["backend"]])
     allreduce = (ar["num_gpus"][sel], ar["message_size"][sel], ar["latency"][sel].astype(np.float64) * 1e-3)
 
+    # MLA's own kernels (the attention alone: SGLang's and TensorRT-LLM's sets)
+    omitted = {}
+    mla = None
+    paths = [table_file(data_dir, "mla", framework, f"{k}_mla_perf.parquet", version) for k in ("context", "generation")]
+    if all(paths):
+        for p in paths:
+            files[p.name] = str(p.relative_to(root))
+        mla = (_mla_rows(paths[0], False), _mla_rows(paths[1], True))
+    else:
+        omitted["mla"] = f"{PACKAGE} {package_version} has no attention-only MLA tables for {system}/{framework}"
+
     # grouped MoE (not every system and framework has it)
-    omitted = None
     moe, used = _moe_rows(table_files(data_dir, "moe", framework, "moe_perf.parquet", version))
     if used:
         files["moe_perf.parquet"] = [str(p.relative_to(root)) for p in used]
     moe = moe or None
     if moe is None:
-        omitted = {"moe": f"{PACKAGE} {package_version} has no balanced moe_perf rows without expert parallelism for {system}/{framework}"}
+        omitted["moe"] = (f"{PACKAGE} {package_version} has no balanced moe_perf rows without expert "
+                          f"parallelism for {system}/{framework}")
 
     provenance = {
         "source": f"{PACKAGE} {package_version} (Apache-2.0), system {system}",
@@ -534,16 +639,19 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
                         "GEMM: the fastest kernel source per shape; fp8 = per-tensor scaled",
                         "MoE: balanced routing, no expert parallelism (moe_ep_size 1), gated experts, BF16 "
                         "activations; fp8 = the fastest of per-tensor and 128x128 block-scaled; int4 "
-                        "(int4_wo) and mxfp4 (w4a16_mxfp4) weight-only, against the BF16 peak",
+                        "(int4_wo) weight-only against the BF16 peak; mxfp4 = w4a8_mxfp4_mxfp8 where "
+                        "measured, else w4a16_mxfp4, against the hardware's mxfp4 peak",
+                        "MLA: DeepSeek-V3's geometry (q/k 192, v 128, latent 576), BF16 compute, "
+                        "num_heads per GPU",
                         "GEMM fp4 = NVFP4 (E2M1, an FP8 scale per 16: 0.5625 bytes per weight)"],
     }
     return tables_from_rows(hardware, SYSTEMS.get(system, hardware.gpu), framework, fw_version, provenance,
                             gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce, moe=moe,
-                            omitted=omitted)
+                            mla=mla, omitted=omitted or None)
 
 
 def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *, gemm, prefill, decode,
-                     allreduce=None, head_dim=128, omitted=None, moe=None):
+                     allreduce=None, head_dim=128, omitted=None, moe=None, mla=None):
     """The kernel-table mapping fitted from measured latencies: what ``simllm kernels import``
     (aiconfigurator-core's rows) and ``simllm profile`` (torch timings) both write.
 
@@ -576,6 +684,8 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         ``{dtype: (tokens, hidden, inter, topk, experts, latency_s)}`` of grouped MoE layers
         (``inter`` per GPU); None: no MoE kernel was measured (routed experts are then priced
         from the GEMM table).
+    mla : tuple or None
+        ``(context, generation)`` rows of MLA attention for :func:`fit_mla`; None: none measured.
     omitted : dict, optional
         Table -> why it was not measured, recorded as the provenance's ``omitted``.
 
@@ -621,6 +731,10 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         args = (*keys.T, lat, peak, hardware.memory_bandwidth_bytes_per_s, dtypes.BYTES[dtype])
         moe_tables[dtype], report[f"moe_{dtype}"] = fit_moe(*args)
         moe_shapes[dtype], report[f"moe_shapes_{dtype}"] = fit_moe_shapes(*args)
+    mla_tables = {}
+    if mla is not None:
+        mla_tables, mla_report = fit_mla(*mla, hardware.peak_flops("bf16"), hardware.memory_bandwidth_bytes_per_s)
+        report.update(mla_report)
     curves = {}
     if allreduce is not None:
         n_gpus, elems, latency = allreduce
@@ -650,6 +764,7 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         "allreduce": {str(n): _rounded(c) for n, c in sorted(curves.items())},
         **({"moe": {d: _rounded(t) for d, t in moe_tables.items()}} if moe_tables else {}),
         **({"moe_shapes": moe_shapes} if moe_shapes else {}),
+        **({"mla": mla_tables} if mla_tables else {}),
     }
 
 

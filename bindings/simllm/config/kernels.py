@@ -25,6 +25,14 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
   same roofline): a model whose routed experts are one of them is priced off its own curve, which
   the shape-blind ``moe`` grid cannot match for every model (DeepSeek-V3 at TP 8 on H200 runs at
   the bandwidth roofline where other shapes of the same cell reach half of it);
+- ``mla`` (optional): multi-head latent attention's own kernels (FlashMLA, FlashInfer/TensorRT-LLM
+  MLA), per KV-cache dtype (``bf16``, ``fp8``) and per query heads on the GPU (1 .. 128), a
+  ``prefill`` and a ``decode`` table on the attention grids above, with the FLOPs and bytes the
+  cost kernel counts for an MLA layer of DeepSeek-V3's geometry (:data:`MLA_QK_DIM`,
+  :data:`MLA_V_DIM`, :data:`MLA_LATENT`): an MLA model reads the table of its heads per GPU in place
+  of ``attention_prefill`` / ``attention_decode``, whose head_dim-128 GQA kernels are not the ones
+  an MLA model runs (absorbed decode does 3.4x the FLOPs per key of the MHA form and is
+  compute-bound at 128 heads per GPU);
 - ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
   ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message (packing turns
   it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`); empty
@@ -48,6 +56,10 @@ from simllm.errors import ConfigError
 FORMAT = "simllm-kernel-tables/1"
 GEMM_DTYPES = ("bf16", "fp8", "fp4")
 MOE_DTYPES = ("bf16", "fp8", "fp4", "int4", "mxfp4")  # int4 and mxfp4: weight-only (W4A16) kernels
+MLA_KV_DTYPES = ("bf16", "fp8")
+# The MLA geometry aiconfigurator-core measured (DeepSeek-V3's, also Kimi-K2's): q/k width per head
+# (qk_nope 128 + rope 64), value width per head, and the cached latent per token (kv_lora 512 + rope 64).
+MLA_QK_DIM, MLA_V_DIM, MLA_LATENT = 192, 128, 576
 GEMM_LOG2_M = tuple(range(0, 16))  # M = 1 .. 32768
 GEMM_LOG2_NK = tuple(range(7, 17))  # N, K = 128 .. 65536
 GEMM_SHAPE = (len(GEMM_LOG2_M), len(GEMM_LOG2_NK), len(GEMM_LOG2_NK))
@@ -80,6 +92,17 @@ class KernelTables:
     source: str = "<dict>"
     moe: tuple = ()  # ((dtype, ndarray MOE_SHAPE), ...); () when no MoE kernel was measured
     moe_shapes: tuple = ()  # ((dtype, hidden, inter, experts, topk, ndarray MOE_CURVE_SHAPE), ...)
+    mla: tuple = ()  # ((kv_dtype, heads per GPU, ndarray PREFILL_SHAPE, ndarray DECODE_SHAPE), ...)
+
+    def mla_tables(self, kv_dtype, heads):
+        """``(prefill, decode)`` MLA tables for a KV cache of ``kv_dtype`` (its own where measured,
+        else ``bf16``) at the measured head count nearest ``heads`` per GPU (in log2), or None."""
+        key = kv_dtype if any(d == kv_dtype for d, *_ in self.mla) else "bf16"
+        best = None
+        for d, n, pre, dec in self.mla:
+            if d == key and (best is None or abs(np.log2(n / heads)) < abs(np.log2(best[0] / heads))):
+                best = (n, pre, dec)
+        return None if best is None else best[1:]
 
     def moe_shape_curve(self, dtype, hidden, inter, experts, topk):
         """The measured efficiency curve of exactly this expert shape (``inter`` per GPU) for
@@ -173,6 +196,20 @@ def tables_from_dict(data, source="<dict>"):
                     raise ConfigError(f"{where}.{key}: a positive number below 2**31, got {str(v)[:100]!r}", source=source)
                 dims.append(float(v))
             moe_shapes.append((d, *dims, _array(item["eff"], MOE_CURVE_SHAPE, f"{where}.eff", source)))
+    mla = data.get("mla", {})
+    if not isinstance(mla, dict) or set(mla) - set(MLA_KV_DTYPES):
+        raise ConfigError(f"mla: a mapping of {', '.join(MLA_KV_DTYPES)} to tables by heads, got {str(mla)[:100]}",
+                          source=source)
+    mla_tables = []
+    for d, by_heads in mla.items():
+        for n, pair in (by_heads.items() if isinstance(by_heads, dict) else [(None, None)]):
+            where = f"mla.{d}.{str(n)[:20]}"
+            if not str(n).isdigit() or not 1 <= int(n) <= 1024:
+                raise ConfigError(f"mla.{d}: head counts 1 .. 1024, got {str(n)[:100]!r}", source=source)
+            if not isinstance(pair, dict) or set(pair) != {"prefill", "decode"}:
+                raise ConfigError(f"{where}: a mapping of prefill and decode, got {str(pair)[:100]}", source=source)
+            mla_tables.append((d, int(n), _array(pair["prefill"], PREFILL_SHAPE, f"{where}.prefill", source),
+                               _array(pair["decode"], DECODE_SHAPE, f"{where}.decode", source)))
     curves = []
     for n, curve in link.items():
         if not str(n).isdigit() or not 2 <= int(n) <= 1024:
@@ -190,6 +227,7 @@ def tables_from_dict(data, source="<dict>"):
         source=source,
         moe=tuple((d, _array(moe[d], MOE_SHAPE, f"moe.{d}", source)) for d in MOE_DTYPES if d in moe),
         moe_shapes=tuple(moe_shapes),
+        mla=tuple(mla_tables),
     )
 
 

@@ -15,7 +15,8 @@ one prices them as one GEMM of M those tokens and N all hit experts' widths side
 non-decreasing and interpolated linearly in bytes the same way; tables without an all-reduce curve
 (no collective measured) get the scalar model's ``latency + launch + bytes / (link bandwidth x
 utilisation)`` at those points, which linear interpolation in bytes reproduces exactly. The
-attention tables are copied as they are.
+attention tables are copied as they are: an MLA model's own (its heads per GPU, its KV dtype)
+where the set measured MLA kernels, else the GQA ones.
 """
 import numpy as np
 
@@ -45,7 +46,8 @@ def _gemm_shapes(p):
     }
 
 
-def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True):
+def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True,
+                     mla_heads=0.0, kv_dtype="bf16"):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -66,6 +68,11 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
     measured_link : bool
         False when the tensor-parallel group spans nodes: the collectives then take the scalar
         model over ``p.link_bw`` (the network), not the node's measured all-reduce curve.
+    mla_heads : float
+        An MLA model's query heads per GPU (0 for other attention): its attention reads the
+        set's MLA tables of that head count (:meth:`KernelTables.mla_tables`) where it has them.
+    kv_dtype : str
+        The KV cache's dtype (which MLA tables).
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
@@ -111,8 +118,11 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
     curve = tables.allreduce_curve(p.tp) if measured_link else None
     eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = (
         scalar_link_seconds(p) if curve is None else kt.link_seconds_curve(curve, p.link_bw))
-    eff[codes.EFF_PREFILL:codes.EFF_DECODE] = tables.attention_prefill.reshape(-1)
-    eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM] = tables.attention_decode.reshape(-1)
+    attention = (tables.attention_prefill, tables.attention_decode)
+    if mla_heads > 0:
+        attention = tables.mla_tables(kv_dtype, mla_heads) or attention
+    eff[codes.EFF_PREFILL:codes.EFF_DECODE] = attention[0].reshape(-1)
+    eff[codes.EFF_DECODE:codes.EFF_GEMM_SUM] = attention[1].reshape(-1)
     eff.flags.writeable = False
     return eff
 

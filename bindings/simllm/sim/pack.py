@@ -201,4 +201,6 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     return params._replace(eff=efficiency_array(tables, params, r.weight_dtype if native else r.activation_dtype,
                                                 expert_dtype=expert,
                                                 proj_dtype=proj_dtype if proj_native else r.activation_dtype,
-                                                measured_link=tp <= hardware.gpus_per_node))
+                                                measured_link=tp <= hardware.gpus_per_node,
+                                                mla_heads=q_heads if model.is_mla else 0.0,
+                                                kv_dtype=r.kv_dtype))
