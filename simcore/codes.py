@@ -97,7 +97,11 @@ EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EF
 # the LM head's and the routed experts', which the kernel holds at the roofline one by one): linear interpolation is linear in the curve, so one lookup gives what looking
 # each operator up and summing would (an iteration's total, reassociated).
 EFF_GEMM_SUM = EFF_DECODE + EFF_DEC_POINTS * EFF_CTX_POINTS
-EFF_SIZE = EFF_GEMM_SUM + EFF_M_POINTS
+# Seconds of one MoE layer's expert all-to-all (dispatch and combine) at the bytes each GPU moves,
+# 2**(EFF_LINK_LOG2_MIN + i): the measured all-to-all kernels where the set has them, else the
+# collectives' curve above.
+EFF_A2A = EFF_GEMM_SUM + EFF_M_POINTS
+EFF_SIZE = EFF_A2A + EFF_LINK_POINTS
 EFF_FLOOR = 1e-4  # smallest efficiency a table may hold (a kernel 10,000x slower than its roofline)
 
 # Batching policies of the engine.

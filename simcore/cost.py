@@ -50,6 +50,7 @@ from simcore.codes import (
     BOUND_COMPUTE,
     BOUND_MEMORY,
     BOUND_NONE,
+    EFF_A2A,
     EFF_CTX_POINTS,
     EFF_DEC_POINTS,
     EFF_DECODE,
@@ -433,10 +434,10 @@ def link_seconds_nb(tab, bus_bytes):
 
 @jit_inline
 def a2a_seconds_nb(p, nbytes):
-    """Seconds of the expert all-to-all moving ``nbytes`` per GPU, off the measured collective
-    curve at the bytes that take as long on the node's links (``nbytes x link_bw / a2a_bw``: more
-    where part of it crosses the network)."""
-    return link_seconds_nb(p.eff, nbytes * (p.link_bw / p.a2a_bw))
+    """Seconds of the expert all-to-all moving ``nbytes`` per GPU, off its packed ``EFF_A2A`` curve
+    at the bytes that take as long on the node's links (``nbytes x link_bw / a2a_bw``: more where
+    part of it crosses the network)."""
+    return pow2_curve_nb(p.eff, EFF_A2A, EFF_LINK_POINTS, EFF_LINK_LOG2_MIN, nbytes * (p.link_bw / p.a2a_bw))
 
 
 @jit_inline

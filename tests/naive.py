@@ -385,6 +385,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
       read) and their times weighted by their share of the layers;
     - collectives: ``bus bytes / (link bandwidth * eff(bus bytes))``, the curve of the largest GPU
       count measured at or below ``tp`` (the smallest when all are larger), linear in log2 bytes;
+      the experts' all-to-all the set's measured all-to-all curve the same way where it has one
+      (attention data parallelism with expert parallelism, the TP group in a node), else the
+      collectives' curve;
     - the rest: the scalar roofline plus the launch gap, as :func:`iteration_time`.
 
     Every coordinate is clamped to its grid. No kernel launch or collective latency is added to a
@@ -489,6 +492,27 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         lo = 2.0 ** (LINK_BYTES0 + i)
         return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
 
+    a2a_points = None  # the measured all-to-all (one node) where the set has it
+    if data.get("alltoall") and ep > 1 and dp > 1 and tp <= hw.gpus_per_node:
+        a2a_points = []
+        for i, e in enumerate(data["alltoall"]):
+            t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
+            a2a_points.append(max(t, a2a_points[-1]) if a2a_points else t)
+
+    def a2a_seconds(x):
+        if a2a_points is None:
+            return link_seconds(x)
+        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(a2a_points) - 1)
+        if x <= first:
+            return a2a_points[0]
+        if x >= last:
+            return a2a_points[-1] * x / last
+        i = 0
+        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
+            i += 1
+        lo = 2.0 ** (LINK_BYTES0 + i)
+        return a2a_points[i] + (x - lo) / lo * (a2a_points[i + 1] - a2a_points[i])
+
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
@@ -542,7 +566,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         elif unit == LINK:
             t = link_seconds(nbytes)
         elif unit == A2A:  # the curve at the bytes that take as long on the node's links
-            t = link_seconds(nbytes * coll_bw / a2a_bw)
+            t = a2a_seconds(nbytes * coll_bw / a2a_bw)
         else:
             t = max(flops / (vector * hw.compute_utilization), nbytes / (bw * hw.bandwidth_utilization)) + launch
         per_op[name] = (count * flops, count * nbytes, count * t)

@@ -60,7 +60,14 @@ def test_shipped_table_loads_with_its_provenance(name):
     measured = {"gemm_perf.parquet", "context_attention_perf.parquet", "generation_attention_perf.parquet",
                 "custom_allreduce_perf.parquet"}
     mla = {"context_mla_perf.parquet", "generation_mla_perf.parquet"}
-    assert set(prov["files"]) - measured <= {"moe_perf.parquet"} | mla and measured <= set(prov["files"])
+    a2a = {"moe_a2a_perf.parquet", "wideep_deepep_ll_perf.parquet", "wideep_deepep_normal_perf.parquet"}
+    assert set(prov["files"]) - measured <= {"moe_perf.parquet"} | mla | a2a and measured <= set(prov["files"])
+    assert (t.alltoall is None) == ("alltoall" in prov.get("omitted", {})) == (not a2a & set(prov["files"]))
+    if t.alltoall is not None:
+        assert t.alltoall.shape == kt.LINK_SHAPE and not t.alltoall.flags.writeable
+        assert np.all(t.alltoall >= codes.EFF_FLOOR) and np.all(t.alltoall <= 1.0)
+        assert set(prov["alltoall_lines"]) and all(v["latency_us"] > 0 and v["bandwidth_gbps"] > 0
+                                                   for v in prov["alltoall_lines"].values())
     assert bool(moe) == ("moe" not in prov.get("omitted", {}))  # a set without MoE says why
     assert bool(t.mla) == ("mla" not in prov.get("omitted", {})) == (mla <= set(prov["files"]))
     for kv, heads, pre, dec in t.mla:
@@ -71,6 +78,7 @@ def test_shipped_table_loads_with_its_provenance(name):
     fits = {"attention_prefill", "attention_decode", "allreduce"} | {f"gemm_{d}" for d in dtypes}
     fits |= {f"moe_{d}" for d in moe} | {f"moe_shapes_{d}" for d in moe}
     fits |= {f"mla_{side}_{kv}" for kv, *_ in t.mla for side in ("prefill", "decode")}
+    fits |= {"alltoall"} if t.alltoall is not None else set()
     assert {d for d, *_ in t.moe_shapes} == set(moe)  # each measured dtype keeps its shapes' own curves
     assert all(c.shape == kt.MOE_CURVE_SHAPE and not c.flags.writeable for *_, c in t.moe_shapes)
     assert set(prov["fit"]) == fits
@@ -149,6 +157,8 @@ BAD = [  # (mutation, what the one-line message must name: key, value, allowed r
     (_set(["moe_shapes", "bf16", 0, "topk"], -8), ["moe_shapes.bf16[0].topk", "-8", "positive"]),
     (lambda d: d["moe_shapes"]["fp8"][1].pop("eff"), ["moe_shapes.fp8[1]", "hidden, inter, experts, topk and eff"]),
     (lambda d: d["moe_shapes"]["fp8"][0]["eff"].pop(), ["moe_shapes.fp8[0].eff", "(15,)", "(14,)"]),
+    (lambda d: d.update(alltoall=[0.5] * 23), ["alltoall", "(24,)", "(23,)"]),
+    (lambda d: d.update(alltoall=[0.0] * 24), ["alltoall[0]", "0.0", "[0.0001, 1]"]),
     (lambda d: d.update(mla={"fp4": {}}), ["mla", "bf16, fp8", "fp4"]),
     (lambda d: d.update(mla={"bf16": {"0": {}}}), ["mla.bf16", "1 .. 1024", "'0'"]),
     (lambda d: d.update(mla={"bf16": {"16": {"prefill": d["attention_prefill"]}}}), ["mla.bf16.16", "prefill and decode"]),
@@ -160,7 +170,7 @@ BAD = [  # (mutation, what the one-line message must name: key, value, allowed r
 @pytest.mark.parametrize("mutate, names", BAD, ids=[
     "format", "negative", "nan", "above-1", "zero", "not-numeric", "missing-table", "missing-version",
     "grid-point-short", "grid-point-extra", "gpu-count", "no-bf16", "unknown-dtype", "moe-above-1",
-    "moe-shape-negative", "moe-shape-no-curve", "moe-curve-short", "mla-kv-dtype", "mla-heads", "mla-no-decode",
+    "moe-shape-negative", "moe-shape-no-curve", "moe-curve-short", "a2a-short", "a2a-zero", "mla-kv-dtype", "mla-heads", "mla-no-decode",
     "mla-above-1"])
 def test_bad_table_file_is_a_one_line_error_naming_file_key_value_and_range(tmp_path, mutate, names):
     data = shipped_json()

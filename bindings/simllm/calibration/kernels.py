@@ -539,6 +539,100 @@ def fit_allreduce(n_gpus, message_elems, latency_s, link_bw):
                     "held_out_median_abs_error": _median_abs_error(pred, meas), "clipped_above_roofline": above}
 
 
+# GPUs in one node of the systems aiconfigurator-core measured the all-to-all on (a GB200 or GB300
+# compute tray holds 4); its rows' EP is the node's GPUs times node_num where they do not say.
+_A2A_NODE_GPUS = {"gb200": 4, "gb300": 4}
+
+
+def alltoall_bytes(tokens, hidden, topk, ep):
+    """Bytes one GPU moves in one MoE layer's dispatch and combine as the cost kernel counts them:
+    each of its ``tokens`` x ``topk`` assignments' hidden state (BF16) out and back, ``(EP - 1) / EP``
+    of them to another GPU."""
+    t, h, k, e = (np.asarray(a, dtype=np.float64) for a in (tokens, hidden, topk, ep))
+    return 2.0 * t * k * h * _BF16 * (e - 1.0) / e
+
+
+def fit_alltoall(mode, tokens, hidden, topk, ep, latency_s, link_bw):
+    """The all-to-all curve (efficiency at the ``EFF_LINK`` byte points against ``bytes / link_bw``)
+    from one node's measured dispatch + combine latencies, and its report.
+
+    Each kernel family (``mode``, the table's backend: DeepEP's low-latency and normal or
+    high-throughput kernels, and their variants) gets the affine model ``latency + bytes / bandwidth``, fitted by least squares on the relative error of
+    its rows whose token count is a power of two; the curve is the faster of the families at each
+    size (a deployment runs the low-latency kernels for decode batches and the normal ones for
+    prefills). The rows' shapes (hidden size, top-k) scatter around one line per family by
+    10-20%, which a finer curve would only chase. Held out: the other token counts, each against its
+    own family's line. Returns ``(curve, report, {mode: (latency_s, bandwidth_bytes_per_s)})``."""
+    check_latencies(latency_s, "moe_a2a_perf")
+    nbytes = alltoall_bytes(tokens, hidden, topk, ep)
+    _, above = _clip(nbytes / link_bw / latency_s)
+    fit = _is_pow2(tokens)
+    lines = {}
+    for m in sorted(set(mode)):
+        sel = fit & (mode == m)
+        if sel.sum() < 2:
+            continue
+        a = np.stack([1.0 / latency_s[sel], nbytes[sel] / latency_s[sel]], axis=1)
+        (lat0, per_byte), *_ = np.linalg.lstsq(a, np.ones(int(sel.sum())), rcond=None)
+        lines[str(m)] = (max(float(lat0), 0.0), 1.0 / max(float(per_byte), 1e-15))
+    if not lines:
+        raise ConfigError("moe_a2a_perf has no kernel family with two power-of-two token counts")
+    points = 2.0 ** (codes.EFF_LINK_LOG2_MIN + np.arange(codes.EFF_LINK_POINTS, dtype=np.float64))
+    seconds = np.min([lat0 + points / bw for lat0, bw in lines.values()], axis=0)
+    curve = np.array(_rounded(np.clip(points / link_bw / seconds, codes.EFF_FLOOR, 1.0)))
+    held = ~fit & np.isin(mode, list(lines))
+    own = np.array([lines[m][0] + b / lines[m][1] for m, b in zip(mode[held], nbytes[held])])
+    return curve, {"rows": int(fit.sum()), "held_out_rows": int(held.sum()),
+                   "held_out_median_abs_error": _median_abs_error(own, latency_s[held]),
+                   "clipped_above_roofline": above}, lines
+
+
+def _alltoall_rows(data_dir, framework, version, node_gpus):
+    """``((mode, tokens, hidden, topk, ep, latency_s), [paths])`` of one node's measured expert
+    all-to-alls, dispatch + combine per shape and kernel: vLLM's and TensorRT-LLM's ``moe_a2a_perf``
+    (BF16 or the backend's default payload), SGLang's DeepEP low-latency and normal tables. None
+    when the framework has none."""
+    comm = data_dir / "comm" / framework
+    path = table_file(data_dir, "comm", framework, "moe_a2a_perf.parquet", version)
+    rows = []
+    if path is not None:
+        r = read_columns(path, ("comm_backend", "phase", "comm_dtype", "ep_size", "node_num", "hidden_size", "topk",
+                                "num_experts", "num_tokens", "sms", "latency"))
+        sel = np.isin(r["comm_dtype"].astype(str), ("default", "bfloat16")) & (r["node_num"].astype(np.int64) == 1)
+        total = {}
+        for i in np.flatnonzero(sel):
+            key = (str(r["comm_backend"][i]), int(r["sms"][i]), float(r["hidden_size"][i]), float(r["topk"][i]),
+                   float(r["num_experts"][i]), float(r["num_tokens"][i]), float(r["ep_size"][i]))
+            total.setdefault(key, {})[str(r["phase"][i])] = float(r["latency"][i]) * 1e-6
+        rows = [(k[0], k[5], k[2], k[3], k[6], v["dispatch"] + v["combine"]) for k, v in total.items()
+                if set(v) == {"dispatch", "combine"}]
+        used = [path]
+    else:
+        ll = table_file(data_dir, "comm", framework, "wideep_deepep_ll_perf.parquet", version)
+        normal = table_file(data_dir, "comm", framework, "wideep_deepep_normal_perf.parquet", version)
+        used = [p for p in (ll, normal) if p is not None]
+        if ll is not None:
+            r = read_columns(ll, ("node_num", "hidden_size", "num_token", "num_topk", "dispatch_avg_t_us", "combine_avg_t_us"))
+            for i in range(len(r["num_token"])):
+                if int(r["node_num"][i]) == 1:
+                    rows.append(("deepep_ll", float(r["num_token"][i]), float(r["hidden_size"][i]), float(r["num_topk"][i]),
+                                 node_gpus, (float(r["dispatch_avg_t_us"][i]) + float(r["combine_avg_t_us"][i])) * 1e-6))
+        if normal is not None:
+            r = read_columns(normal, ("node_num", "hidden_size", "num_token", "num_topk", "dispatch_transmit_us",
+                                      "dispatch_notify_us", "combine_transmit_us", "combine_notify_us"))
+            for i in range(len(r["num_token"])):
+                if int(r["node_num"][i]) == 1:
+                    us = sum(float(r[c][i]) for c in ("dispatch_transmit_us", "dispatch_notify_us",
+                                                      "combine_transmit_us", "combine_notify_us"))
+                    rows.append(("deepep_normal", float(r["num_token"][i]), float(r["hidden_size"][i]), float(r["num_topk"][i]),
+                                 node_gpus, us * 1e-6))
+    rows = [x for x in rows if x[5] > 0 and x[4] > 1]
+    if not rows or not comm.is_dir():
+        return None, []
+    cols = list(zip(*rows))
+    return (np.array(cols[0]), *(np.array(c, dtype=np.float64) for c in cols[1:])), used
+
+
 # --- one system and framework ----------------------------------------------------------------------
 
 def import_tables(system, framework, hardware, *, root=None, package_version=None, version=None):
@@ -622,6 +716,13 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     else:
         omitted["mla"] = f"{PACKAGE} {package_version} has no attention-only MLA tables for {system}/{framework}"
 
+    # the experts' all-to-all (measured within one node)
+    alltoall, a2a_used = _alltoall_rows(data_dir, framework, version, _A2A_NODE_GPUS.get(system, 8.0))
+    for p in a2a_used:
+        files[p.name] = str(p.relative_to(root))
+    if alltoall is None:
+        omitted["alltoall"] = f"{PACKAGE} {package_version} has no expert all-to-all table for {system}/{framework}"
+
     # grouped MoE (not every system and framework has it)
     moe, used = _moe_rows(table_files(data_dir, "moe", framework, "moe_perf.parquet", version))
     if used:
@@ -647,11 +748,11 @@ def import_tables(system, framework, hardware, *, root=None, package_version=Non
     }
     return tables_from_rows(hardware, SYSTEMS.get(system, hardware.gpu), framework, fw_version, provenance,
                             gemm=gemm, prefill=prefill, decode=decode, allreduce=allreduce, moe=moe,
-                            mla=mla, omitted=omitted or None)
+                            mla=mla, alltoall=alltoall, omitted=omitted or None)
 
 
 def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *, gemm, prefill, decode,
-                     allreduce=None, head_dim=128, omitted=None, moe=None, mla=None):
+                     allreduce=None, head_dim=128, omitted=None, moe=None, mla=None, alltoall=None):
     """The kernel-table mapping fitted from measured latencies: what ``simllm kernels import``
     (aiconfigurator-core's rows) and ``simllm profile`` (torch timings) both write.
 
@@ -686,6 +787,9 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         from the GEMM table).
     mla : tuple or None
         ``(context, generation)`` rows of MLA attention for :func:`fit_mla`; None: none measured.
+    alltoall : tuple or None
+        ``(mode, tokens, hidden, topk, ep, latency_s)`` of one node's expert all-to-all (dispatch +
+        combine) for :func:`fit_alltoall`; None: none measured.
     omitted : dict, optional
         Table -> why it was not measured, recorded as the provenance's ``omitted``.
 
@@ -735,6 +839,12 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
     if mla is not None:
         mla_tables, mla_report = fit_mla(*mla, hardware.peak_flops("bf16"), hardware.memory_bandwidth_bytes_per_s)
         report.update(mla_report)
+    a2a_curve = None
+    if alltoall is not None:
+        a2a_curve, report["alltoall"], lines = fit_alltoall(*alltoall, hardware.interconnect_bandwidth_gbps * 1e9)
+        provenance = {**provenance, "alltoall_lines": {m: {"latency_us": round(lat0 * 1e6, 2),
+                                                           "bandwidth_gbps": round(bw / 1e9, 1)}
+                                                       for m, (lat0, bw) in lines.items()}}
     curves = {}
     if allreduce is not None:
         n_gpus, elems, latency = allreduce
@@ -765,6 +875,7 @@ def tables_from_rows(hardware, gpu, framework, framework_version, provenance, *,
         **({"moe": {d: _rounded(t) for d, t in moe_tables.items()}} if moe_tables else {}),
         **({"moe_shapes": moe_shapes} if moe_shapes else {}),
         **({"mla": mla_tables} if mla_tables else {}),
+        **({"alltoall": a2a_curve.tolist()} if a2a_curve is not None else {}),
     }
 
 

@@ -33,6 +33,11 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
   of ``attention_prefill`` / ``attention_decode``, whose head_dim-128 GQA kernels are not the ones
   an MLA model runs (absorbed decode does 3.4x the FLOPs per key of the MHA form and is
   compute-bound at 128 heads per GPU);
+- ``alltoall`` (optional): one MoE layer's expert all-to-all (a dispatch and a combine, DeepEP's
+  low-latency or normal kernels, the faster at each size) within one node, over log2 of the bytes
+  each GPU moves as the cost kernel counts them (``2 T k hidden x 2 (EP - 1) / EP``), relative to
+  ``bytes / link bandwidth`` (:data:`LINK_SHAPE`, the ``allreduce`` grid); without it the
+  all-to-all is priced off the all-reduce curve;
 - ``allreduce``: per GPU count, over log2 bus bytes (``EFF_LINK_*``), relative to
   ``bus_bytes / link bandwidth``, bus bytes being ``2 (n - 1) / n`` x the message (packing turns
   it into seconds at those points, interpolated linearly in bytes: :func:`link_seconds`); empty
@@ -93,6 +98,7 @@ class KernelTables:
     moe: tuple = ()  # ((dtype, ndarray MOE_SHAPE), ...); () when no MoE kernel was measured
     moe_shapes: tuple = ()  # ((dtype, hidden, inter, experts, topk, ndarray MOE_CURVE_SHAPE), ...)
     mla: tuple = ()  # ((kv_dtype, heads per GPU, ndarray PREFILL_SHAPE, ndarray DECODE_SHAPE), ...)
+    alltoall: np.ndarray = None  # LINK_SHAPE efficiencies of the measured expert all-to-all; None: not measured
 
     def mla_tables(self, kv_dtype, heads):
         """``(prefill, decode)`` MLA tables for a KV cache of ``kv_dtype`` (its own where measured,
@@ -210,6 +216,9 @@ def tables_from_dict(data, source="<dict>"):
                 raise ConfigError(f"{where}: a mapping of prefill and decode, got {str(pair)[:100]}", source=source)
             mla_tables.append((d, int(n), _array(pair["prefill"], PREFILL_SHAPE, f"{where}.prefill", source),
                                _array(pair["decode"], DECODE_SHAPE, f"{where}.decode", source)))
+    alltoall = data.get("alltoall")
+    if alltoall is not None:
+        alltoall = _array(alltoall, LINK_SHAPE, "alltoall", source)
     curves = []
     for n, curve in link.items():
         if not str(n).isdigit() or not 2 <= int(n) <= 1024:
@@ -228,6 +237,7 @@ def tables_from_dict(data, source="<dict>"):
         moe=tuple((d, _array(moe[d], MOE_SHAPE, f"moe.{d}", source)) for d in MOE_DTYPES if d in moe),
         moe_shapes=tuple(moe_shapes),
         mla=tuple(mla_tables),
+        alltoall=alltoall,
     )
 
 

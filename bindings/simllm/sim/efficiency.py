@@ -15,6 +15,9 @@ one prices them as one GEMM of M those tokens and N all hit experts' widths side
 non-decreasing and interpolated linearly in bytes the same way; tables without an all-reduce curve
 (no collective measured) get the scalar model's ``latency + launch + bytes / (link bandwidth x
 utilisation)`` at those points, which linear interpolation in bytes reproduces exactly. The
+experts' all-to-all of attention data-parallel ranks (DeepEP's dispatch and combine) reads the
+set's measured all-to-all curve in seconds the same way where it has one and the tensor-parallel
+group stays in a node, else the collectives' curve. The
 attention tables are copied as they are: an MLA model's own (its heads per GPU, its KV dtype)
 where the set measured MLA kernels, else the GQA ones.
 """
@@ -47,7 +50,7 @@ def _gemm_shapes(p):
 
 
 def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True,
-                     mla_heads=0.0, kv_dtype="bf16"):
+                     mla_heads=0.0, kv_dtype="bf16", dispatch_kernels=False):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -73,6 +76,11 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
         set's MLA tables of that head count (:meth:`KernelTables.mla_tables`) where it has them.
     kv_dtype : str
         The KV cache's dtype (which MLA tables).
+    dispatch_kernels : bool
+        The experts' all-to-all runs dispatch/combine kernels (DeepEP's, as wide-EP deployments
+        with attention data parallelism do): it reads the set's measured all-to-all curve. Without
+        attention data parallelism every GPU of the TP group already holds the tokens and the
+        engines combine the experts' outputs over the collectives' path.
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
@@ -116,8 +124,13 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
             eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] += (
                 op_count_nb(p, op) * eff[start:start + codes.EFF_M_POINTS])
     curve = tables.allreduce_curve(p.tp) if measured_link else None
-    eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS] = (
-        scalar_link_seconds(p) if curve is None else kt.link_seconds_curve(curve, p.link_bw))
+    link = eff[codes.EFF_LINK:codes.EFF_LINK + codes.EFF_LINK_POINTS]
+    link[:] = scalar_link_seconds(p) if curve is None else kt.link_seconds_curve(curve, p.link_bw)
+    # the experts' all-to-all: the measured one-node curve (its bytes scaled to the node's links by
+    # the kernel where the all-to-all crosses nodes), else the collectives' curve
+    a2a = tables.alltoall if dispatch_kernels and measured_link and p.ep > 1.0 else None
+    eff[codes.EFF_A2A:codes.EFF_A2A + codes.EFF_LINK_POINTS] = (
+        link if a2a is None else kt.link_seconds_curve(a2a, p.link_bw))
     attention = (tables.attention_prefill, tables.attention_decode)
     if mla_heads > 0:
         attention = tables.mla_tables(kv_dtype, mla_heads) or attention

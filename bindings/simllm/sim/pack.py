@@ -203,4 +203,5 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
                                                 proj_dtype=proj_dtype if proj_native else r.activation_dtype,
                                                 measured_link=tp <= hardware.gpus_per_node,
                                                 mla_heads=q_heads if model.is_mla else 0.0,
-                                                kv_dtype=r.kv_dtype))
+                                                kv_dtype=r.kv_dtype,
+                                                dispatch_kernels=ep > 1 and serving.data_parallel_size > 1))
