@@ -262,7 +262,8 @@ def _lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     parallelism run (vLLM's, SGLang's and TensorRT-LLM's wide-EP deployments): each MoE layer's
     dispatch and combine wait for every rank, so the step takes the slowest rank's own work (its
     attention, dense layers, router and all-to-all) plus the experts over every rank's tokens
-    together; a rank with nothing to run joins with an empty batch. Continuous batching only.
+    together (every rank at the largest one's tokens when those are at most ``e.dp_pad_tokens``, a
+    CUDA-graph step); a rank with nothing to run joins with an empty batch. Continuous batching only.
     ``plan`` is scratch, float64 ``(n_replicas, N_PLAN)``. Returns the step's end, or ``now`` when
     clients timed out or no replica could schedule anything (the queues changed: the caller routes
     what arrived and tries again)."""
@@ -276,6 +277,7 @@ def _lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         return now  # as one replica's step: clients' next requests are routed first
     slowest = 0.0
     all_tokens = 0.0
+    most_tokens = 0.0
     for k in range(e.n_replicas):
         plan[k, PLAN_SCHED] = 0.0
         if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
@@ -287,14 +289,19 @@ def _lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
+        most_tokens = max(most_tokens, n_tokens)
         plan[k, PLAN_SCHED] = n_sched
         plan[k, PLAN_FLOPS] = flops
         plan[k, PLAN_BYTES] = nbytes
         plan[k, PLAN_USED] = e.num_blocks - ws[k, FREE_BLOCKS]
     if all_tokens == 0.0:
         return now
-    # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp).
-    dt = slowest + moe_experts_seconds_nb(p, all_tokens / e.n_replicas)
+    # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp); a
+    # CUDA-graph step pads every rank to the largest one's tokens (vLLM).
+    if most_tokens <= e.dp_pad_tokens:
+        dt = slowest + moe_experts_seconds_nb(p, most_tokens)
+    else:
+        dt = slowest + moe_experts_seconds_nb(p, all_tokens / e.n_replicas)
     t_end = now + dt
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])

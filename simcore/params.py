@@ -123,3 +123,5 @@ class EngineSettings(NamedTuple):
     warmup: int = 0  # requests 0..warmup-1 are a warm-up: their inter-token latencies are not recorded
     lockstep: bool = False  # replicas are attention data-parallel ranks of one expert-parallel engine: they
     #                         step together (engine._lockstep_step_nb; continuous batching only)
+    dp_pad_tokens: int = 0  # lockstep: a step whose largest rank has at most this many tokens (a CUDA
+    #                         graph) runs every rank at that many (0: never padded)

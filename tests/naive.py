@@ -632,7 +632,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
     ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``).
     One replica, or with ``e.lockstep`` (continuous batching) ``e.n_replicas`` attention
     data-parallel ranks behind a round-robin router that step together: each step takes the
-    slowest rank's work outside the experts plus the experts over all ranks' tokens."""
+    slowest rank's work outside the experts plus the experts over all ranks' tokens (every rank at
+    the largest rank's tokens when those are at most ``e.dp_pad_tokens``)."""
     n = len(prompt)
     reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i]),
                 0 if fixed is None else int(fixed[i])) for i in range(n)]
@@ -819,13 +820,15 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             plans = [(rep, batch) for rep, batch in plans if batch]
             if not plans:
                 continue
-            slowest = all_tokens = 0.0
+            slowest = all_tokens = most_tokens = 0.0
             for rep, batch in plans:
                 agg = aggregates(batch, 0, False)
                 slowest = max(slowest, iteration_time_nb(p, *agg) - experts_seconds(p, agg[0]))
                 all_tokens += agg[0]
+                most_tokens = max(most_tokens, agg[0])
                 assert e.num_blocks - rep.free <= e.num_blocks
-            t_end = now + slowest + experts_seconds(p, all_tokens / len(reps))
+            padded = most_tokens <= e.dp_pad_tokens  # a CUDA-graph step: every rank at the largest's tokens
+            t_end = now + slowest + experts_seconds(p, most_tokens if padded else all_tokens / len(reps))
             for rep, batch in plans:
                 advance(rep, batch, t_end, False)
             now = t_end

@@ -34,7 +34,7 @@ def test_shipped_profiles_load_within_their_bounds_and_cite_sources():
 def test_every_numeric_field_declares_bounds_and_a_default():
     numeric = [f for f in dataclasses.fields(FrameworkProfile) if f.type is float or f.type == "float"]
     assert {f.name for f in numeric} == set(BOUNDS) == {"frontend_latency_ms", "iteration_overhead_us",
-                                                        "launch_overhead_us"}
+                                                        "launch_overhead_us", "dp_padding_tokens"}
     for f in numeric:
         assert f.metadata["min"] <= f.default <= f.metadata["max"] and f.metadata["doc"]
 

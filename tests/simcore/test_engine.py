@@ -180,8 +180,9 @@ P_EP = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_si
     clients=st.sampled_from([0, 0, 5]),
     timeout=st.sampled_from([0.0, 0.0, 0.5]),
     frontend=st.sampled_from([0.0, 0.0, 0.03]),
+    pad=st.sampled_from([0, 0, 64, 512]),
 )
-def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, budget, clients, timeout, frontend):
+def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, budget, clients, timeout, frontend, pad):
     """Attention data-parallel ranks of one expert-parallel engine step together (round robin, every
     scheduling rule of one replica on each rank, preemption, timeouts, closed loops): the kernel
     matches the reference engine request by request."""
@@ -193,7 +194,7 @@ def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, 
         budget = max(budget, max_len)
     e = engine(chunked_prefill=chunked, num_blocks=blocks, max_num_seqs=max_seqs, max_num_batched_tokens=budget,
                max_model_len=max_len, n_clients=clients, timeout_s=timeout, frontend_s=frontend,
-               n_replicas=ranks, lockstep=True)
+               n_replicas=ranks, lockstep=True, dp_pad_tokens=pad)
     assert_same(e, arrival, ready, prompt, output, p=P_EP)
 
 
@@ -222,6 +223,11 @@ def test_lockstep_step_is_the_slowest_rank_plus_the_experts_over_all_tokens():
     assert moe_experts_seconds_nb(p, (long_ + short) / 2) < moe_experts_seconds_nb(p, long_)
     free = run_kernel(e._replace(lockstep=False), np.zeros(2), np.array([2048, 16]), np.array([3, 3]), p=p)[1]
     assert free[1, codes.RF_FIRST_TOKEN] < 0.5 * want
+    # A CUDA-graph step (vLLM: its largest rank's tokens at most the padding size) runs every rank
+    # at the largest rank's tokens: the experts see 2 x 2048.
+    padded = run_kernel(e._replace(dp_pad_tokens=2048), np.zeros(2), np.array([2048, 16]), np.array([3, 3]), p=p)[1]
+    want = max(own(long_), own(short)) + moe_experts_seconds_nb(p, long_)
+    assert padded[1, codes.RF_FIRST_TOKEN] == pytest.approx(want, rel=1e-12)
 
 
 # --------------------------------------------------------------------------- closed forms

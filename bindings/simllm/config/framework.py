@@ -49,6 +49,11 @@ class FrameworkProfile:
         2.0, 0.2, 10.0,
         "per kernel, the gap between kernels inside a CUDA graph (a fraction of a us) up to an "
         "eager launch (~5-10 us)")
+    dp_padding_tokens: float = bounded(
+        0.0, 0.0, 65536.0,
+        "tokens up to which attention data-parallel ranks of an expert-parallel engine all run the "
+        "largest rank's token count (a step run as a CUDA graph: the largest captured size; vLLM "
+        "pads to the DP ranks' maximum then, vllm/v1/worker/dp_utils.py); 0: no padding")
     source: str = "<dict>"
 
     def with_overrides(self, **changes):

@@ -185,7 +185,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
                    frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
                    # attention data-parallel ranks of one expert-parallel engine step together
-                   lockstep=replicas > 1 and params.ep > 1.0)
+                   lockstep=replicas > 1 and params.ep > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
