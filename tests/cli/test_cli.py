@@ -363,6 +363,20 @@ def test_estimate_tensor_parallel(capsys):
     assert data["serving"]["tensor_parallel_size"] == 4
 
 
+def test_estimate_names_expert_parallelism_imbalance_and_lockstep(capsys):
+    """With attention DP and EP the serving line says how the experts are spread, the imbalance
+    the run assumes and that the ranks step together (the estimate prices one rank's step)."""
+    rc, out, err = run_main(["estimate", "deepseek-v3", "h200-sxm", "-dp", "8", "-ep", "8",
+                             "--expert-load-imbalance", "1.3"], capsys)
+    assert rc == 0, err
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("serving"))
+    assert "EP=8 (each expert over 1 GPU; expert-load imbalance 1.3; the DP ranks step in lockstep" in line
+    rc, out, err = run_main(["estimate", "deepseek-v3", "h200-sxm", "-tp", "8", "-ep", "8"], capsys)
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("serving"))
+    assert "EP=8 (each expert over 1 GPU)," in line and "imbalance" not in line and "lockstep" not in line
+    assert "moe_all_to_all" in out
+
+
 def test_preset_name_spelling_on_command_line():
     proc = run_cli("estimate", "--model", "Llama_3.1-8B", "--hardware", "H100_SXM", check=0)
     assert "Llama-3.1-8B" in proc.stdout

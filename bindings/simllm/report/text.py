@@ -31,7 +31,11 @@ def format_estimate(est):
         f"  serving  TP={s.tensor_parallel_size}"
         + (f", DP={s.data_parallel_size}" if s.data_parallel_size > 1 else "")
         + (f", EP={r.expert_parallel_size} (each expert over {r.moe_tensor_parallel_size} GPU"
-           f"{'s' if r.moe_tensor_parallel_size > 1 else ''})" if r.expert_parallel_size > 1 else "")
+           f"{'s' if r.moe_tensor_parallel_size > 1 else ''}"
+           + (f"; expert-load imbalance {s.expert_load_imbalance:g}" if s.expert_load_imbalance != 1 else "")
+           + ("; the DP ranks step in lockstep, each step here with every rank as loaded as this one"
+              if s.data_parallel_size > 1 else "")
+           + ")" if r.expert_parallel_size > 1 else "")
         + f", weights {r.weight_dtype}"
         + (f" (attention {r.attention_dtype})" if r.attention_dtype and r.attention_dtype != r.weight_dtype else "")
         + f", activations {r.activation_dtype}, "
