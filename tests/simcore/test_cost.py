@@ -590,6 +590,35 @@ def test_expert_parallel_settings_are_checked(kwargs, message):
     assert message in str(err.value) and "--expert-parallel-size" in str(err.value)
 
 
+def test_redundant_experts_cost_their_weights_and_spread_the_routing():
+    """EPLB's 32 redundant experts over EP 8: each GPU holds (256 + 32) / 8 = 36 experts, 4 more
+    experts' weights per MoE layer than without them, and tokens spread over the 288 replicas (the
+    balance they buy is --expert-load-imbalance's to state)."""
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
+                               num_redundant_experts=32)
+    base = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8)[4]
+    assert (p.n_experts, base.n_experts) == (36.0, 32.0)
+    expert = 3 * 7168 * 2048
+    # plus the router's rows for the replicas (BF16), which simllm counts and a real router does
+    # not have: 27 MB of 111 GB (pack.py says so)
+    router = 58 * 7168 * 32 * 2
+    assert resident_weight_bytes_nb(p) - resident_weight_bytes_nb(base) == pytest.approx(58 * 4 * expert + router,
+                                                                                          rel=1e-9)
+    assigned, hit = moe_local_nb(p, 32.0)
+    assert assigned == 256.0 * 8 / 8  # every assignment still reaches some replica on one of the 8 GPUs
+    assert hit == pytest.approx(36 * (1 - (1 - 8 / 288) ** 256), rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tensor_parallel_size": 8, "num_redundant_experts": 8}, "without expert parallelism"),
+    ({"data_parallel_size": 8, "expert_parallel_size": 8, "num_redundant_experts": 3}, "a multiple of EP 8"),
+])
+def test_redundant_experts_need_expert_parallelism_and_even_replicas(kwargs, message):
+    with pytest.raises(simllm.ConfigError) as err:
+        build("deepseek-v3", "h200-sxm", tables=False, **kwargs)
+    assert message in str(err.value) and "--num-redundant-experts" in str(err.value)
+
+
 def test_enable_expert_parallel_spreads_experts_over_every_gpu():
     r = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=2, data_parallel_size=4,
               enable_expert_parallel=True)[3]

@@ -38,6 +38,10 @@ def positive_int(text):
     return int(number(text, lambda v: math.isfinite(v) and v >= 1 and v == int(v), "a positive integer"))
 
 
+def nonnegative_int(text):
+    return int(number(text, lambda v: math.isfinite(v) and 0 <= v <= 2**31 and v == int(v), "an integer >= 0"))
+
+
 def fraction(text):
     return number(text, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
 
@@ -106,6 +110,9 @@ def add_engine_args(p):
     p.add_argument("--expert-load-imbalance", type=ratio, default=1.0,
                    help="with expert parallelism: the most loaded GPU's routed tokens over the mean, which "
                         "sets every MoE layer's pace (default 1: uniform routing)")
+    p.add_argument("--num-redundant-experts", type=nonnegative_int, default=0,
+                   help="with expert parallelism: expert replicas (EPLB) spread over the EP GPUs, which hold "
+                        "(experts + N) / EP each (default 0)")
     p.add_argument("--framework", default="vllm", metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
                    help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
                         "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
@@ -216,7 +223,8 @@ def target(args):
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
-                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "framework")
+                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "num_redundant_experts",
+                 "framework")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 

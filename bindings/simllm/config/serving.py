@@ -82,6 +82,11 @@ class ServingConfig:
     # routing): the step waits for that GPU (skewed routing; what EPLB's redundant experts reduce)
     expert_load_imbalance: float = setting(1.0, "--expert-load-imbalance", lambda v: 1.0 <= v <= 1e3,
                                            "a ratio from 1 (uniform routing) to 1000")
+    # With expert parallelism, extra expert replicas spread over the EP GPUs (EPLB: vLLM's
+    # --eplb-config num_redundant_experts, SGLang's --ep-num-redundant-experts): each GPU holds
+    # (experts + N) / EP of them, more weights for a routing the balancer evens out (that balance
+    # is --expert-load-imbalance's to state)
+    num_redundant_experts: int = setting(0, "--num-redundant-experts", _count(0), "an integer >= 0")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
     # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the
@@ -237,11 +242,18 @@ def expert_parallel(model, serving):
             raise ConfigError(f"{gpus} (tensor x data parallel) with --enable-expert-parallel, or leave it out",
                               source=CLI, key="--expert-parallel-size", value=ep)
         ep = gpus
+    extra = serving.num_redundant_experts
     if ep == 1:
+        if extra:
+            raise ConfigError("0 without expert parallelism (-ep / --enable-expert-parallel): redundant experts are "
+                              "replicas spread over the EP GPUs", source=CLI, key="--num-redundant-experts", value=extra)
         return 1, tp
     if not model.is_moe:
         raise ConfigError(f"1: {model.name} has no experts to spread", source=CLI, key="--expert-parallel-size", value=ep)
-    if model.num_experts % ep:
+    if (model.num_experts + extra) % ep:
+        if extra:
+            raise ConfigError(f"a count that makes {model.name}'s {model.num_experts} experts plus the redundant ones "
+                              f"a multiple of EP {ep}", source=CLI, key="--num-redundant-experts", value=extra)
         raise ConfigError(f"a divisor of {model.name}'s {model.num_experts} experts", source=CLI,
                           key="--expert-parallel-size", value=ep)
     if gpus % ep:

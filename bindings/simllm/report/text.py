@@ -32,6 +32,7 @@ def format_estimate(est):
         + (f", DP={s.data_parallel_size}" if s.data_parallel_size > 1 else "")
         + (f", EP={r.expert_parallel_size} (each expert over {r.moe_tensor_parallel_size} GPU"
            f"{'s' if r.moe_tensor_parallel_size > 1 else ''}"
+           + (f"; {s.num_redundant_experts} redundant experts" if s.num_redundant_experts else "")
            + (f"; expert-load imbalance {s.expert_load_imbalance:g}" if s.expert_load_imbalance != 1 else "")
            + ("; the DP ranks step in lockstep, each step here with every rank as loaded as this one"
               if s.data_parallel_size > 1 else "")

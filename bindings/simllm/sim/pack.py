@@ -166,7 +166,11 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         ffn_up_width=up_mult * inter,
         ffn_inner=inter,
         mlp_bias=mlp_bias,
-        n_experts=float(model.num_experts // ep),
+        # this GPU's experts, redundant replicas (EPLB) included; the router still scores the
+        # logical ones, but is priced and stored over all n_experts x ep: with replicas that
+        # overcounts its FLOPs and weights by the replicas' share (DeepSeek-V3 with 32: 27 MB of
+        # 111 GB per GPU, an operator under 1% of a step)
+        n_experts=float((model.num_experts + (serving.num_redundant_experts if ep > 1 else 0)) // ep),
         experts_per_token=float(model.experts_per_token),
         ep=float(ep),
         # the most loaded GPU's share: every rank's tokens meet there, skewed by the imbalance
