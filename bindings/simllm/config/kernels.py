@@ -12,8 +12,9 @@ from torch timings) that a hardware preset names with ``kernel_tables: <folder>`
   ``flops / peak(bf16)`` (the grids of ``simcore.codes.EFF_PF_*`` and ``EFF_CTX_POINTS``);
 - ``attention_decode``: over log2 (rows x KV heads) x log2 context, relative to
   ``bytes / bandwidth`` (``EFF_DEC_POINTS`` x ``EFF_CTX_POINTS``);
-- ``moe`` (optional): per dtype (also ``int4`` and ``mxfp4``, weight-only kernels relative to the
-  BF16 peak), the grouped MoE kernel (one layer's routed experts: gate/up,
+- ``moe`` (optional): per dtype (also ``int4``, weight-only kernels relative to the BF16 peak, and
+  ``mxfp4``, relative to ``HardwareConfig.peak_flops("mxfp4")``: W4A8 at the FP8 rate where the GPU
+  has FP4 tensor cores, weight-only elsewhere), the grouped MoE kernel (one layer's routed experts: gate/up,
   activation and down of every hit expert in one launch, as vLLM's ``fused_moe``, SGLang's and
   TensorRT-LLM's MoE ops run them) over log2 tokens per hit expert x log2 bytes of the hit
   experts' weights on the GPU (:data:`MOE_LOG2_M` x :data:`MOE_LOG2_BYTES`), relative to the
@@ -60,7 +61,7 @@ from simllm.errors import ConfigError
 
 FORMAT = "simllm-kernel-tables/1"
 GEMM_DTYPES = ("bf16", "fp8", "fp4")
-MOE_DTYPES = ("bf16", "fp8", "fp4", "int4", "mxfp4")  # int4 and mxfp4: weight-only (W4A16) kernels
+MOE_DTYPES = ("bf16", "fp8", "fp4", "int4", "mxfp4")  # int4 weight-only (W4A16); mxfp4 W4A8 on Blackwell, else W4A16
 MLA_KV_DTYPES = ("bf16", "fp8")
 # The MLA geometry aiconfigurator-core measured (DeepSeek-V3's, also Kimi-K2's): q/k width per head
 # (qk_nope 128 + rope 64), value width per head, and the cached latent per token (kv_lora 512 + rope 64).
