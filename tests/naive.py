@@ -362,6 +362,31 @@ def _own_moe_curve(data, expert_key, model, tp):
     return None
 
 
+def link_points_seconds(curve, link_bw):
+    """Seconds at bus bytes ``2**LINK_BYTES0 ..`` of an efficiency curve over a link of ``link_bw``
+    bytes/s, a larger message never faster."""
+    points = []
+    for i, e in enumerate(curve):
+        t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
+        points.append(max(t, points[-1]) if points else t)
+    return points
+
+
+def pow2_seconds(points, x, log2_min):
+    """Seconds off ``points`` sampled at ``x = 2**(log2_min + i)``: the first point's below them,
+    proportional to ``x`` beyond the last, linear in ``x`` between two."""
+    first, last = 2.0**log2_min, 2.0 ** (log2_min + len(points) - 1)
+    if x <= first:
+        return points[0]
+    if x >= last:
+        return points[-1] * x / last
+    i = 0
+    while 2.0 ** (log2_min + i + 1) <= x:
+        i += 1
+    lo = 2.0 ** (log2_min + i)
+    return points[i] + (x - lo) / lo * (points[i + 1] - points[i])
+
+
 def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
                           kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1, attention_dtype=None):
     """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
@@ -460,58 +485,23 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                 t = max(flops / peak, nbytes / bw) / max(e, EFF_FLOOR)
                 points.append(max(t, points[-1]) if points else t)  # a larger M never runs faster
             curves[op] = points
-        points = curves[op]
-        if rows <= 1:
-            return points[0]
-        if rows >= 2.0 ** (CURVE_POINTS - 1):
-            return points[-1] * rows / 2.0 ** (CURVE_POINTS - 1)
-        i = 0
-        while 2.0 ** (i + 1) <= rows:
-            i += 1
-        f = (rows - 2.0**i) / 2.0**i  # linear in M between 2**i and 2**(i + 1)
-        return points[i] + f * (points[i + 1] - points[i])
+        return pow2_seconds(curves[op], rows, 0)  # linear in M between 2**i and 2**(i + 1)
 
-    link_points = []  # seconds at bus bytes 2**7 .. 2**30, a larger message never faster
-    for i, e in enumerate(link_curve):
-        t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
-        link_points.append(max(t, link_points[-1]) if link_points else t)
+    link_points = link_points_seconds(link_curve, link_bw)
 
     coll_bw, coll_lat, a2a_bw = links(hw, tp, dp, ep)
 
     def link_seconds(x):
         if tp > hw.gpus_per_node:  # over the network: the scalar model, not the node's measured curve
             return coll_lat + launch + x / (coll_bw * hw.interconnect_utilization)
-        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(link_points) - 1)
-        if x <= first:
-            return link_points[0]
-        if x >= last:
-            return link_points[-1] * x / last
-        i = 0
-        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
-            i += 1
-        lo = 2.0 ** (LINK_BYTES0 + i)
-        return link_points[i] + (x - lo) / lo * (link_points[i + 1] - link_points[i])  # linear in bytes
+        return pow2_seconds(link_points, x, LINK_BYTES0)  # linear in bytes
 
-    a2a_points = None  # the measured all-to-all (one node) where the set has it
-    if data.get("alltoall") and ep > 1 and dp > 1 and tp <= hw.gpus_per_node:
-        a2a_points = []
-        for i, e in enumerate(data["alltoall"]):
-            t = 2.0 ** (LINK_BYTES0 + i) / (link_bw * e)
-            a2a_points.append(max(t, a2a_points[-1]) if a2a_points else t)
+    # the measured all-to-all (one node) where the set has it
+    measured_a2a = data.get("alltoall") and ep > 1 and dp > 1 and tp <= hw.gpus_per_node
+    a2a_points = link_points_seconds(data["alltoall"], link_bw) if measured_a2a else None
 
     def a2a_seconds(x):
-        if a2a_points is None:
-            return link_seconds(x)
-        first, last = 2.0**LINK_BYTES0, 2.0 ** (LINK_BYTES0 + len(a2a_points) - 1)
-        if x <= first:
-            return a2a_points[0]
-        if x >= last:
-            return a2a_points[-1] * x / last
-        i = 0
-        while 2.0 ** (LINK_BYTES0 + i + 1) <= x:
-            i += 1
-        lo = 2.0 ** (LINK_BYTES0 + i)
-        return a2a_points[i] + (x - lo) / lo * (a2a_points[i + 1] - a2a_points[i])
+        return link_seconds(x) if a2a_points is None else pow2_seconds(a2a_points, x, LINK_BYTES0)
 
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)

@@ -4,15 +4,17 @@ latencies (numpy only); reading aiconfigurator-core's Parquet needs pyarrow and 
 without it."""
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import simllm
 from helpers import ROOT, build
-from simcore import codes, iteration_costs_nb, new_cost_arrays
+from simcore import codes, iteration_costs_nb, new_cost_arrays, op_cost_nb, op_seconds_nb
 from simllm.calibration import kernels as ck
 from simllm.config import kernels as kt
+from simllm.sim.efficiency import efficiency_array
 
 KERNELS = ROOT / "configs" / "kernels"
 SYSTEMS = sorted(p.name for p in KERNELS.iterdir() if p.is_dir())
@@ -248,7 +250,6 @@ def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
     token counts the table was not built from: a median within 15%."""
     pytest.importorskip("pyarrow")
     pytest.importorskip("aiconfigurator_core")
-    from pathlib import Path
     root, _ = ck.package_root()
     shipped = json.loads((KERNELS / "h200-sxm" / f"{framework}.json").read_text(encoding="utf-8"))
     paths = [Path(root) / p for p in shipped["provenance"]["files"]["moe_perf.parquet"]]
@@ -308,7 +309,6 @@ def test_packed_mla_attention_matches_measured_deepseek_layers(framework, tp):
     128 heads' decode by a median of 40% and more (up to 8x at small batches)."""
     pytest.importorskip("pyarrow")
     pytest.importorskip("aiconfigurator_core")
-    from pathlib import Path
     root, _ = ck.package_root()
     files = json.loads((KERNELS / "h200-sxm" / f"{framework}.json").read_text(encoding="utf-8"))["provenance"]["files"]
     gkv, gheads, gb, gc, glat = ck._mla_rows(Path(root) / files["generation_mla_perf.parquet"], True)
@@ -318,7 +318,6 @@ def test_packed_mla_attention_matches_measured_deepseek_layers(framework, tp):
     for tables in ("mla", "gqa"):
         p = build("deepseek-v3", "h200-sxm", framework=framework, tensor_parallel_size=tp)[4]
         if tables == "gqa":
-            from simllm.sim.efficiency import efficiency_array
             hw = simllm.load_hardware("h200-sxm")
             p = p._replace(eff=efficiency_array(hw.tables_for(framework), p._replace(eff=np.zeros(0)), "bf16"))
         sel = (gkv == "bf16") & (gheads == heads)
@@ -380,7 +379,6 @@ def test_alltoall_of_attention_dp_ranks_reads_the_measured_lines():
     all-to-all takes the faster kernel family's ``latency + bytes / bandwidth`` (the affine lines
     the curve holds, to its 4 significant digits); with EP inside one TP group (no attention DP)
     it stays on the collectives' curve, as before."""
-    from simcore.cost import op_cost_nb, op_seconds_nb
     lines = json.loads((KERNELS / "h200-sxm" / "trtllm.json").read_text(encoding="utf-8"))["provenance"]["alltoall_lines"]
     p = build("deepseek-v3", "h200-sxm", framework="trtllm", data_parallel_size=8, expert_parallel_size=8)[4]
     q = build("deepseek-v3", "h200-sxm", framework="trtllm", tensor_parallel_size=8, expert_parallel_size=8)[4]

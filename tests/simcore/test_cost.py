@@ -19,6 +19,7 @@ from simcore import (
     experts_hit_nb,
     iteration_costs_nb,
     iteration_time_nb,
+    moe_experts_seconds_nb,
     kv_bytes_per_token_nb,
     new_cost_arrays,
     moe_local_nb,
@@ -787,7 +788,6 @@ def test_expert_load_imbalance_closed_form():
 def test_experts_seconds_are_the_expert_operators_of_the_iteration(tables, name, ep):
     """moe_experts_seconds_nb (what attention data-parallel ranks run together on all their tokens)
     is the per-operator time of the expert GEMMs and their activation, and 0 for a dense model."""
-    from simcore.cost import moe_experts_seconds_nb
     p = build(name, "h200-sxm", tables=tables, tensor_parallel_size=1 if ep > 1 else 8,
               data_parallel_size=ep, expert_parallel_size=ep, dtype="fp8")[4]
     for t in (1.0, 37.0, 4096.0):

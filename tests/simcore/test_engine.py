@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import naive
 import simllm
 from helpers import build
-from simcore import codes, iteration_time_nb
+from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import simulate_nb
 from simcore.layout import make_layout, split_accumulator
 from simcore.params import EngineSettings
@@ -203,8 +203,6 @@ def test_lockstep_step_is_the_slowest_rank_plus_the_experts_over_all_tokens():
     first step ends for both when the slowest rank's own work (attention, dense layers, router,
     all-to-all) and the experts over both ranks' 2,064 tokens are done; independent replicas would
     give the short prompt its own, much shorter step."""
-    from simcore import iteration_time_nb
-    from simcore.cost import moe_experts_seconds_nb
     p = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_size=2, expert_parallel_size=2,
               dtype="fp8")[4]
     e = engine(max_num_batched_tokens=4096, n_replicas=2, lockstep=True)

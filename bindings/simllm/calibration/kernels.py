@@ -592,7 +592,6 @@ def _alltoall_rows(data_dir, framework, version, node_gpus):
     all-to-alls, dispatch + combine per shape and kernel: vLLM's and TensorRT-LLM's ``moe_a2a_perf``
     (BF16 or the backend's default payload), SGLang's DeepEP low-latency and normal tables. None
     when the framework has none."""
-    comm = data_dir / "comm" / framework
     path = table_file(data_dir, "comm", framework, "moe_a2a_perf.parquet", version)
     rows = []
     if path is not None:
@@ -627,7 +626,7 @@ def _alltoall_rows(data_dir, framework, version, node_gpus):
                     rows.append(("deepep_normal", float(r["num_token"][i]), float(r["hidden_size"][i]), float(r["num_topk"][i]),
                                  node_gpus, us * 1e-6))
     rows = [x for x in rows if x[5] > 0 and x[4] > 1]
-    if not rows or not comm.is_dir():
+    if not rows:
         return None, []
     cols = list(zip(*rows))
     return (np.array(cols[0]), *(np.array(c, dtype=np.float64) for c in cols[1:])), used

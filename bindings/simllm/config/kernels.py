@@ -144,6 +144,14 @@ class KernelTables:
         return best
 
 
+def _by_dtype(data, key, dtypes, what, source):
+    """The optional mapping ``data[key]`` of some of ``dtypes`` to ``what`` ({} when absent)."""
+    value = data.get(key, {})
+    if not isinstance(value, dict) or set(value) - set(dtypes):
+        raise ConfigError(f"{key}: a mapping of {', '.join(dtypes)} to {what}, got {str(value)[:100]}", source=source)
+    return value
+
+
 def _array(value, shape, where, source):
     try:
         arr = np.array(value, dtype=np.float64)
@@ -181,14 +189,8 @@ def tables_from_dict(data, source="<dict>"):
     if not isinstance(link, dict):
         raise ConfigError(f"allreduce: a mapping of GPU count to a curve ({{}} for none), got {str(link)[:100]}",
                           source=source)
-    moe = data.get("moe", {})
-    if not isinstance(moe, dict) or set(moe) - set(MOE_DTYPES):
-        raise ConfigError(f"moe: a mapping of {', '.join(MOE_DTYPES)} to a table, got {str(moe)[:100]}",
-                          source=source)
-    shapes = data.get("moe_shapes", {})
-    if not isinstance(shapes, dict) or set(shapes) - set(MOE_DTYPES):
-        raise ConfigError(f"moe_shapes: a mapping of {', '.join(MOE_DTYPES)} to shape lists, got {str(shapes)[:100]}",
-                          source=source)
+    moe = _by_dtype(data, "moe", MOE_DTYPES, "a table", source)
+    shapes = _by_dtype(data, "moe_shapes", MOE_DTYPES, "shape lists", source)
     moe_shapes = []
     for d, items in shapes.items():
         for j, item in enumerate(items if isinstance(items, list) else [None]):
@@ -203,10 +205,7 @@ def tables_from_dict(data, source="<dict>"):
                     raise ConfigError(f"{where}.{key}: a positive number below 2**31, got {str(v)[:100]!r}", source=source)
                 dims.append(float(v))
             moe_shapes.append((d, *dims, _array(item["eff"], MOE_CURVE_SHAPE, f"{where}.eff", source)))
-    mla = data.get("mla", {})
-    if not isinstance(mla, dict) or set(mla) - set(MLA_KV_DTYPES):
-        raise ConfigError(f"mla: a mapping of {', '.join(MLA_KV_DTYPES)} to tables by heads, got {str(mla)[:100]}",
-                          source=source)
+    mla = _by_dtype(data, "mla", MLA_KV_DTYPES, "tables by heads", source)
     mla_tables = []
     for d, by_heads in mla.items():
         for n, pair in (by_heads.items() if isinstance(by_heads, dict) else [(None, None)]):
