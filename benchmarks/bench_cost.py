@@ -5,6 +5,7 @@ import simllm
 from benchmarks.common import configs, decode_batches, time_many_nb
 from simcore.params import NO_EFF_TABLE
 from simllm.sim.pack import pack_cost_params
+from simllm.sim.routing import slowest_rank_factors
 
 
 class CostKernel:
@@ -76,3 +77,18 @@ class Estimate:
 
     def time_estimate(self):
         simllm.estimate(self.m, self.h, self.s, batch_size=32, input_len=1024, output_len=128)
+
+
+class ExpertRouting:
+    """Sampling random expert routings for the busiest GPU's curve (simllm.sim.routing): what
+    packing a random-routing expert-parallel run pays the first time it sees a layout (later
+    packs of the same layout take the cached curve)."""
+
+    params = [["deepseek-v3 dp8 ep8", "deepseek-v3 tp8 ep8", "qwen3-235b dp4 ep16"]]
+    param_names = ["layout"]
+    LAYOUTS = {"deepseek-v3 dp8 ep8": (256, 8, 8, 8), "deepseek-v3 tp8 ep8": (256, 8, 8, 1),
+               "qwen3-235b dp4 ep16": (128, 8, 16, 4)}
+
+    def time_slowest_rank_factors(self, layout):
+        e, k, ep, ranks = self.LAYOUTS[layout]
+        slowest_rank_factors.__wrapped__(e, k, ep, ranks=ranks, hit_weight=295.0)

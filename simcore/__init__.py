@@ -22,6 +22,7 @@ from simcore.cost import (
     op_count_nb,
     op_seconds_nb,
     op_time_nb,
+    routing_factors_nb,
 )
 from simcore.memory import (
     activation_workspace_bytes_nb,
@@ -58,5 +59,6 @@ __all__ = [
     "op_seconds_nb",
     "op_time_nb",
     "resident_weight_bytes_nb",
+    "routing_factors_nb",
     "streamed_weight_bytes_nb",
 ]

@@ -76,8 +76,8 @@ UNIT_LINK = 3  # interconnect (collectives)
 UNIT_PROJ = 4  # tensor cores at the attention projections' weight dtype's rate
 UNIT_A2A = 5  # the experts' all-to-all links: NVLink within a node, the network beyond it
 
-# Shape-aware costs (``CostParams.eff``), fitted from measured kernel latencies. One float64 array;
-# each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at
+# Shape-aware costs (``CostParams.eff``): the expert-routing curve and the tables fitted from measured
+# kernel latencies. One float64 array; each table starts at its ``EFF_*`` offset. The weight GEMMs' block holds seconds per instance at
 # M = 2**i rows, interpolated linearly in M (and proportionally beyond the last point), and so does
 # the collectives' curve over bus bytes (below its first point, the first point's time); the other
 # tables hold the achieved fraction of the roofline ``max(flops / peak, bytes / bandwidth)``,
@@ -89,7 +89,15 @@ EFF_PF_LOG2_MIN = 20  # prefill attention: FLOPs of one layer, 2**20 ...
 EFF_PF_POINTS = 28  # ... 2**47
 EFF_CTX_POINTS = 18  # attention: mean keys per query (context), 2**0 .. 2**17
 EFF_DEC_POINTS = 24  # decode attention: rows x KV heads, 2**0 .. 2**23
-EFF_GEMM_S = 0  # N_OPS rows of EFF_M_POINTS: seconds over M per weight GEMM (the rest unused)
+# Expert routing first: with expert parallelism and random routing, the slowest GPU's token-expert
+# assignments (ROUTE_ASSIGN + i) and hit experts (ROUTE_HIT + i) over the mean GPU's, at 2**i
+# tokens per engine rank, linear in log2 of the tokens and clamped (ones: balanced routing). An
+# array of just these ROUTE_SIZE slots is random routing without kernel tables.
+ROUTE_POINTS = 18  # 2**0 .. 2**17 tokens per rank
+ROUTE_ASSIGN = 0
+ROUTE_HIT = ROUTE_ASSIGN + ROUTE_POINTS
+ROUTE_SIZE = 2 * ROUTE_POINTS
+EFF_GEMM_S = ROUTE_SIZE  # N_OPS rows of EFF_M_POINTS: seconds over M per weight GEMM (the rest unused)
 EFF_LINK = EFF_GEMM_S + N_OPS * EFF_M_POINTS  # seconds of one collective at bus bytes 2**(EFF_LINK_LOG2_MIN + i), this TP
 EFF_PREFILL = EFF_LINK + EFF_LINK_POINTS  # EFF_PF_POINTS x EFF_CTX_POINTS, compute side
 EFF_DECODE = EFF_PREFILL + EFF_PF_POINTS * EFF_CTX_POINTS  # EFF_DEC_POINTS x EFF_CTX_POINTS, memory side

@@ -63,7 +63,11 @@ from simcore.codes import (
     EFF_PF_LOG2_MIN,
     EFF_PF_POINTS,
     EFF_PREFILL,
+    EFF_SIZE,
     N_OPS,
+    ROUTE_ASSIGN,
+    ROUTE_HIT,
+    ROUTE_POINTS,
     OP_ALLREDUCE_ATTN,
     OP_ALLREDUCE_FFN,
     OP_ATTENTION,
@@ -150,10 +154,32 @@ def moe_assignments_nb(p, n_tokens):
 
 
 @jit_inline
+def shaped_nb(p):
+    """Whether ``p.eff`` carries the kernel tables (else every operator runs at the scalar roofline)."""
+    return p.eff.shape[0] == EFF_SIZE
+
+
+@jit_inline
+def routing_factors_nb(p, n_tokens):
+    """The slowest expert-parallel GPU's token-expert assignments and hit experts over the mean when
+    the GPU's engine rank brings ``n_tokens`` (``p.eff``'s routing curve, interpolated over log2 of
+    the tokens); (1, 1) with balanced routing."""
+    if p.eff.shape[0] == 0:
+        return 1.0, 1.0
+    i, f = grid_pos_nb(log2_nb(n_tokens), ROUTE_POINTS)
+    return lerp_nb(p.eff, ROUTE_ASSIGN, i, f), lerp_nb(p.eff, ROUTE_HIT, i, f)
+
+
+@jit_inline
 def moe_local_nb(p, n_tokens):
-    """:func:`moe_assignments_nb` and the expected number of this GPU's experts those tokens hit."""
+    """Token-expert assignments to the slowest GPU's experts and how many of them those tokens
+    hit: :func:`moe_assignments_nb` and the expected hit experts (:func:`experts_hit_nb` over every
+    rank's tokens, this GPU's share), each times its :func:`routing_factors_nb`, the hits at most
+    the GPU's experts. The step waits for that GPU."""
     tm = n_tokens * p.moe_dp
-    return moe_assignments_nb(p, n_tokens), experts_hit_nb(p.n_experts * p.ep, p.experts_per_token, tm) / p.ep
+    f_assign, f_hit = routing_factors_nb(p, n_tokens)
+    hit = experts_hit_nb(p.n_experts * p.ep, p.experts_per_token, tm) / p.ep
+    return moe_assignments_nb(p, n_tokens) * f_assign, min(hit * f_hit, p.n_experts)
 
 
 @jit_inline
@@ -310,7 +336,7 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         nbytes = (hit * pe + ps) * p.w_bytes + act * ab
         return flops, nbytes, UNIT_GEMM
     if op == OP_MOE_ACT:
-        routed = moe_assignments_nb(p, t)
+        routed = moe_local_nb(p, t)[0]
         inner = routed * p.expert_inner + t * p.shared_inner
         up = 2.0 * inner  # gated
         return ACT_FLOPS_PER_ELEM * inner, (up + inner) * ab, UNIT_VECTOR
@@ -539,7 +565,7 @@ def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row
 def op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Time and bound of one instance of ``op`` in a batch: :func:`shaped_time_nb` when the
     parameters carry efficiency tables, else the scalar roofline :func:`op_time_nb`."""
-    if p.eff.shape[0] == 0:
+    if not shaped_nb(p):
         return op_time_nb(p, flops, nbytes, unit)
     return shaped_time_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 
@@ -617,7 +643,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     total_bytes = 0.0
     if n_tokens <= 0.0:
         return total, total_flops, total_bytes
-    if p.eff.shape[0] != 0:
+    if shaped_nb(p):
         return _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     per_gemm = 1.0 / (p.gemm_flops * p.eff_compute)
     per_attn = 1.0 / (p.attn_flops * p.eff_compute)

@@ -1,5 +1,6 @@
 """The kernels' settings, each a NamedTuple: the packed, per-GPU numbers a cost kernel needs
-(:class:`CostParams`: scalars plus one read-only array of shape-aware efficiency tables) and an
+(:class:`CostParams`: scalars plus one read-only array of shape-aware costs: the expert-routing
+curve and the efficiency tables) and an
 engine replica's scheduler settings (:class:`EngineSettings`, scalars only).
 
 simllm builds a :class:`CostParams` from validated model, hardware and serving configs
@@ -91,8 +92,10 @@ class CostParams(NamedTuple):
     #                GPUs, their NVLink and network shares at once (simllm.sim.pack)
     # --- serving framework ---
     iter_overhead_s: float = 0.0  # CPU time per non-empty engine iteration the GPU does not hide
-    # --- shape-aware efficiency (codes.EFF_*): empty = the scalar factors above for every shape ---
-    eff: np.ndarray = NO_EFF_TABLE  # float64, shape (0,) or (codes.EFF_SIZE,)
+    # --- shape-aware costs (codes.EFF_*): empty = balanced expert routing and the scalar factors
+    # above for every shape; (codes.ROUTE_SIZE,) = random routing's curve only; (codes.EFF_SIZE,) =
+    # the routing curve (ones when balanced) and the kernel tables ---
+    eff: np.ndarray = NO_EFF_TABLE  # float64
 
 
 class EngineSettings(NamedTuple):

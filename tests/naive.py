@@ -57,11 +57,12 @@ def window_totals(batch, window):
 
 
 def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                  ep=1, dp=1, attention_dtype=None, imbalance=1.0):
+                  ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None):
     """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance;
     ``ep`` > 1: the MoE layers' experts spread over ``ep`` GPU groups and the ``dp`` data-parallel
     ranks' tokens meet in them (each rank's batch the same as this one), on the most loaded GPU
-    ``imbalance`` times the mean."""
+    ``imbalance`` times the mean, and with ``route`` (a ``simllm.sim.routing`` curve) the slowest
+    GPU's of random routings (:func:`routed`)."""
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
@@ -70,7 +71,27 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
         window = window_totals(batch, model.index_topk)
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
                           kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp, window=window,
-                          attention_dtype=attention_dtype, imbalance=imbalance)
+                          attention_dtype=attention_dtype, imbalance=imbalance, route=route)
+
+
+def routed(model, T, dp=1, ep=1, imbalance=1.0, route=None):
+    """(token-expert assignments, hit experts) of the GPU the MoE layer waits for when each rank
+    brings ``T`` tokens: the mean GPU's (every rank's tokens times ``imbalance`` meet, each picking
+    ``k`` of ``E`` experts uniformly; a ``1 / ep`` share), times the routing curve's factors at
+    ``T`` (``route``: assignments at ``2**i`` tokens in its first half, hits in its second; linear
+    in log2 T, clamped), the hits at most the GPU's experts."""
+    E, k = model.num_experts, model.experts_per_token
+    tm = T * dp * imbalance if ep > 1 else T
+    a = tm * k / ep
+    hit = E * (1 - (1 - k / E) ** tm) / ep
+    if route is not None and len(route):
+        n = len(route) // 2
+        x = min(math.log2(T) if T > 1 else 0.0, n - 1.0)
+        i = min(int(x), n - 2)
+        f = x - i
+        a *= route[i] + f * (route[i + 1] - route[i])
+        hit = min(hit * (route[n + i] + f * (route[n + i + 1] - route[n + i])), E / ep)
+    return a, hit
 
 
 def linear_layer_cost(model, T, emit, tp, ab):
@@ -89,7 +110,7 @@ def linear_layer_cost(model, T, emit, tp, ab):
 
 
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None, imbalance=1.0):
+                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None, imbalance=1.0, route=None):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
     ``pairs`` query-key pairs and ``kv_tokens`` keys read, and ``window`` the windowed layers'
     ``(pairs, kv_tokens)`` (the shaped reference prices GEMMs at ``T = emit = 2**i`` with it).
@@ -180,9 +201,7 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         # tp x dp / ep GPUs) and sees every data-parallel rank's tokens
         ei = model.moe_intermediate_size / (tp * dp // ep if ep > 1 else tp)
         si = model.shared_expert_intermediate_size / tp
-        tm = T * dp * imbalance if ep > 1 else T  # tokens meeting in the layer (its most loaded GPU's share: x imbalance)
-        a = tm * k / ep  # token-expert assignments to this GPU's experts
-        hit = E * (1 - (1 - k / E) ** tm) / ep  # of this GPU's experts, hit
+        a, hit = routed(model, T, dp, ep, imbalance, route)  # to this GPU's experts; of them, hit
         n = model.moe_layers
         ops["moe_router"] = (n, 2 * T * h * E, h * E * ab + T * h * ab + T * E * 4, GEMM)
         ops["moe_experts_up"] = (n, 2 * a * 2 * h * ei + 2 * T * 2 * h * si,
@@ -240,7 +259,7 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb, sparse=None):
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                   framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0):
+                   framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None):
     """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
     framework profile's launch gap joins every operator and its per-iteration CPU overhead the
     total of a non-empty batch."""
@@ -259,7 +278,7 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
-        ep=ep, dp=dp, attention_dtype=attention_dtype, imbalance=imbalance
+        ep=ep, dp=dp, attention_dtype=attention_dtype, imbalance=imbalance, route=route
     ).items():
         if unit in (LINK, A2A):
             bw, lat, a2a = links(hw, tp, dp, ep)
@@ -388,7 +407,8 @@ def pow2_seconds(points, x, log2_min):
 
 
 def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                          kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1, attention_dtype=None):
+                          kv_ratio=1.0, framework="vllm", tables_path=None, ep=1, dp=1, attention_dtype=None,
+                          route=None):
     """Iteration seconds and per-op (flops, bytes, seconds) as :func:`iteration_time`, with the
     operators the kernel tables cover priced from the table JSON file itself (``tables_path``,
     default the file ``hw`` loaded for ``framework``), as simllm.config.kernels documents them:
@@ -452,7 +472,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
     E, k = model.num_experts, model.experts_per_token
     dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp,
-                     attention_dtype=attention_dtype)
+                     attention_dtype=attention_dtype, route=route)
 
     curves = {}  # op -> seconds at M = 2**0 .. 2**17
 
@@ -466,9 +486,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                 if op.startswith("moe_experts") and E > 0:
                     # one grouped kernel over the hit experts: the MoE table at (tokens per hit
                     # expert, hit experts' weight bytes), or without one the GEMM table at N x hit
-                    tm = m * dp if ep > 1 else m  # tokens meeting in the layer
-                    hit = max(E * (1 - (1 - k / E) ** tm) / ep, 1.0)  # of this GPU's experts
-                    m_eff = max(tm * k / ep / hit, 1.0)
+                    a, hit = routed(model, m, dp, ep, route=route)  # to this GPU's experts; of them, hit
+                    hit = max(hit, 1.0)
+                    m_eff = max(a / hit, 1.0)
                     own = _own_moe_curve(data, expert_key, model, tp) if ep == 1 else None  # measured at EP 1
                     if own is not None:  # the model's own expert shape, measured
                         e = _lerp(own, _coordinate(m, 0))

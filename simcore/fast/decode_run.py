@@ -71,6 +71,7 @@ from simcore.cost import (
     op_seconds_nb,
     op_time_nb,
     shaped_attention_at_nb,
+    shaped_nb,
 )
 from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
@@ -160,7 +161,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     # (no constant part), so one log2 per iteration gives them all. With a mix of attention kinds
     # (cost.mixed_attention_nb: windowed layers stop growing at their window, linear layers add a
     # constant) attention is priced in full each iteration instead.
-    shaped = p.eff.shape[0] != 0
+    shaped = shaped_nb(p)
     mixed = mixed_attention_nb(p)
     if shaped and not mixed and not (fa0 == 0.0 and f_slope > 0.0):
         return 0, now  # not decode attention's shape: the explicit path prices it

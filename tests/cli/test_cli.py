@@ -370,7 +370,8 @@ def test_estimate_names_expert_parallelism_imbalance_and_lockstep(capsys):
                              "--expert-load-imbalance", "1.3"], capsys)
     assert rc == 0, err
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("serving"))
-    assert "EP=8 (each expert over 1 GPU; expert-load imbalance 1.3; the DP ranks step in lockstep" in line
+    assert "EP=8 (each expert over 1 GPU; random routing (the busiest GPU at this decode batch: " in line
+    assert "; expert-load imbalance 1.3; the DP ranks step in lockstep" in line
     rc, out, err = run_main(["estimate", "deepseek-v3", "h200-sxm", "-dp", "8", "-ep", "8", "--num-redundant-experts",
                              "32", "--format", "json"], capsys)
     assert rc == 0, err
@@ -379,7 +380,8 @@ def test_estimate_names_expert_parallelism_imbalance_and_lockstep(capsys):
     assert rc == 2 and "--num-redundant-experts" in err and "\n" not in err.strip()
     rc, out, err = run_main(["estimate", "deepseek-v3", "h200-sxm", "-tp", "8", "-ep", "8"], capsys)
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("serving"))
-    assert "EP=8 (each expert over 1 GPU)," in line and "imbalance" not in line and "lockstep" not in line
+    assert "EP=8 (each expert over 1 GPU; random routing (the busiest GPU at this decode batch: 2.5" in line
+    assert "imbalance" not in line and "lockstep" not in line
     assert "moe_all_to_all" in out
 
 

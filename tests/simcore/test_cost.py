@@ -191,11 +191,11 @@ def assert_ops_match(p, ops, total, agg, ref_ops, ref_total):
 def assert_matches_reference(built, batch, tables, tp, **kw):
     """The kernels' per-operator costs of ``batch`` equal the naive reference's (the shaped one
     with ``tables``) for ``built`` = :func:`helpers.build`'s result; ``kw`` goes to the reference
-    (``ep``, ``dp``, ``imbalance``). Returns the kernels' ops."""
+    (``ep``, ``dp``, ``imbalance``), with the kernels' routing curve. Returns the kernels' ops."""
     model, hw, s, r, p = built
     ops, total, agg = costs(p, batch)
     kw = dict(tp=tp, weight_dtype=r.weight_dtype, act_dtype=r.activation_dtype, kv_dtype=r.kv_dtype,
-              attention_dtype=r.attention_dtype, **kw)
+              attention_dtype=r.attention_dtype, route=p.eff[:codes.ROUTE_SIZE], **kw)
     ref_total, ref_ops = (naive.iteration_time_shaped(model, hw, batch, **kw) if tables
                           else naive.iteration_time(model, hw, batch, **kw))
     assert_ops_match(p, ops, total, agg, ref_ops, ref_total)
@@ -564,7 +564,8 @@ def test_wide_ep_closed_form():
     tokens of all ranks meet in each MoE layer, 256 x 8 / 8 = 256 assignments reach each GPU's 32
     experts, of which 32 x (1 - (1 - 8/256)**256) are hit; dispatch and combine move 32 tokens x 8
     x 7168 x 2 bytes x 7/8 each way; each GPU stores 32 of the 256 experts."""
-    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8)
+    model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
+                               expert_routing="balanced")
     assert (p.n_experts, p.ep, p.moe_dp) == (32.0, 8.0, 8.0)
     assigned, hit = moe_local_nb(p, 32.0)
     assert assigned == 256.0
@@ -596,7 +597,7 @@ def test_redundant_experts_cost_their_weights_and_spread_the_routing():
     experts' weights per MoE layer than without them, and tokens spread over the 288 replicas (the
     balance they buy is --expert-load-imbalance's to state)."""
     model, hw, s, r, p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
-                               num_redundant_experts=32)
+                               num_redundant_experts=32, expert_routing="balanced")
     base = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8)[4]
     assert (p.n_experts, base.n_experts) == (36.0, 32.0)
     expert = 3 * 7168 * 2048
@@ -775,7 +776,7 @@ def test_expert_load_imbalance_closed_form():
     """32 decode tokens per rank, 8 ranks, EP 8, the hottest GPU at 1.5x the mean: 32 x 8 x 8 / 8 x
     1.5 = 384 assignments reach its 32 experts (256 at uniform routing)."""
     p = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, expert_parallel_size=8,
-              expert_load_imbalance=1.5)[4]
+              expert_load_imbalance=1.5, expert_routing="balanced")[4]
     assigned, hit = moe_local_nb(p, 32.0)
     assert assigned == 384.0
     assert hit == pytest.approx(32 * (1 - (1 - 8 / 256) ** (256 * 1.5)), rel=1e-12)

@@ -11,7 +11,7 @@ from simllm.calibration.bands import summary_bands
 from simllm.calibration.record import load_record
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
-from simllm.config.serving import BATCHING, FRAMEWORKS, ROUTERS, ServingConfig
+from simllm.config.serving import BATCHING, EXPERT_ROUTINGS, FRAMEWORKS, ROUTERS, ServingConfig
 from simllm.config.workload import (
     ARRIVALS,
     DEFAULT_CLIENT_JITTER_MS,
@@ -110,6 +110,10 @@ def add_engine_args(p):
     p.add_argument("--expert-load-imbalance", type=ratio, default=1.0,
                    help="with expert parallelism: the most loaded GPU's routed tokens over the mean, which "
                         "sets every MoE layer's pace (default 1: uniform routing)")
+    p.add_argument("--expert-routing", choices=EXPERT_ROUTINGS, default="random",
+                   help="with expert parallelism: balanced (every GPU its mean share of the tokens) or random "
+                        "(each token's experts drawn uniformly: the busiest GPU sets the step, well over the mean "
+                        "at small batches); --expert-load-imbalance skews either (default balanced)")
     p.add_argument("--num-redundant-experts", type=nonnegative_int, default=0,
                    help="with expert parallelism: expert replicas (EPLB) spread over the EP GPUs, which hold "
                         "(experts + N) / EP each (default 0)")
@@ -223,8 +227,8 @@ def target(args):
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
-                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "num_redundant_experts",
-                 "framework")
+                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "expert_routing",
+                 "num_redundant_experts", "framework")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 

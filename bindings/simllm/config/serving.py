@@ -8,6 +8,7 @@ from simllm.errors import ConfigError
 CLI = "command line"
 BATCHING = ("continuous", "static", "dynamic")
 ROUTERS = ("round_robin", "least_outstanding")
+EXPERT_ROUTINGS = ("balanced", "random")
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
 
@@ -82,6 +83,11 @@ class ServingConfig:
     # routing): the step waits for that GPU (skewed routing; what EPLB's redundant experts reduce)
     expert_load_imbalance: float = setting(1.0, "--expert-load-imbalance", lambda v: 1.0 <= v <= 1e3,
                                            "a ratio from 1 (uniform routing) to 1000")
+    # With expert parallelism, how tokens spread over the experts' GPUs before that skew: balanced
+    # (each GPU its mean share) or random (each token's experts drawn uniformly: at small batches
+    # the busiest GPU holds well over the mean, simllm.sim.routing)
+    expert_routing: str = setting("random", "--expert-routing", _one_of(EXPERT_ROUTINGS),
+                                  "one of " + ", ".join(EXPERT_ROUTINGS))
     # With expert parallelism, extra expert replicas spread over the EP GPUs (EPLB: vLLM's
     # --eplb-config num_redundant_experts, SGLang's --ep-num-redundant-experts): each GPU holds
     # (experts + N) / EP of them, more weights for a routing the balancer evens out (that balance

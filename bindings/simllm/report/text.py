@@ -33,6 +33,9 @@ def format_estimate(est):
         + (f", EP={r.expert_parallel_size} (each expert over {r.moe_tensor_parallel_size} GPU"
            f"{'s' if r.moe_tensor_parallel_size > 1 else ''}"
            + (f"; {s.num_redundant_experts} redundant experts" if s.num_redundant_experts else "")
+           + (f"; {s.expert_routing} routing"
+              + (" (the busiest GPU at this decode batch: {:.2f}x the mean's assignments, {:.2f}x its experts hit)"
+                 .format(*est.decode_expert_load) if s.expert_routing == "random" else ""))
            + (f"; expert-load imbalance {s.expert_load_imbalance:g}" if s.expert_load_imbalance != 1 else "")
            + ("; the DP ranks step in lockstep, each step here with every rank as loaded as this one"
               if s.data_parallel_size > 1 else "")

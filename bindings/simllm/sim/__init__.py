@@ -1,6 +1,7 @@
 """simllm.sim: simulations, from validated configs to results.
 
-Owns packing configs into the kernels' NamedTuples (:mod:`.pack`), the GPU memory plan
+Owns packing configs into the kernels' NamedTuples (:mod:`.pack`; random expert routing's
+busiest-GPU curve from sampled routings, :mod:`.routing`), the GPU memory plan
 (:mod:`.memory`), :func:`~.simulate.simulate` (one engine run), :func:`~.estimate.estimate`
 (one prefill and one decode step, closed form), :class:`~.results.SimResult` with the summary,
 the one runner for many simulations (:mod:`.runner`: threads, processes, Dask, row statuses,

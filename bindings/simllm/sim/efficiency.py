@@ -58,7 +58,8 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
     ----------
     tables : KernelTables
     p : CostParams
-        Packed without tables (its shapes are what is looked up).
+        Packed without tables (its shapes are what is looked up); its ``eff`` empty or random
+        expert routing's curve (``codes.ROUTE_SIZE`` slots), which the result keeps.
     weight_dtype : str
         The dtype the weight GEMMs run at (``fp8`` / ``fp4`` pick their own GEMM table when the
         tables have one and the GPU's peak for it is what ``p.gemm_flops`` holds).
@@ -84,6 +85,8 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
+    if p.eff.shape[0] == codes.ROUTE_SIZE:  # random expert routing's curve (simllm.sim.routing)
+        eff[:codes.ROUTE_SIZE] = p.eff
     eff[codes.EFF_GEMM_SUM:codes.EFF_GEMM_SUM + codes.EFF_M_POINTS] = 0.0
     rows = kt.log2_grid(0, codes.EFF_M_POINTS)
     weights = tables.gemm_table(weight_dtype)

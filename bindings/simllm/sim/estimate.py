@@ -11,6 +11,7 @@ from simcore import (
     iteration_time_nb,
     new_cost_arrays,
     op_count_nb,
+    routing_factors_nb,
     streamed_weight_bytes_nb,
 )
 from simllm.config import dtypes
@@ -109,6 +110,9 @@ class Estimate:
     batch_tpot_s: float
     max_batch_size: int
     warnings: tuple
+    # with expert parallelism: the GPU the decode step's MoE layers wait for, its token-expert
+    # assignments and hit experts over the mean GPU's (random routing; (1, 1) balanced)
+    decode_expert_load: tuple = (1.0, 1.0)
 
     def to_dict(self):
         m, hw, r, mem = self.model, self.hardware, self.resolved, self.memory
@@ -149,6 +153,9 @@ class Estimate:
                 "expert_parallel_size": r.expert_parallel_size,
                 "moe_tensor_parallel_size": r.moe_tensor_parallel_size,
                 "expert_load_imbalance": self.serving.expert_load_imbalance,
+                "expert_routing": self.serving.expert_routing,
+                "decode_busiest_gpu_over_mean": {"assignments": self.decode_expert_load[0],
+                                                 "hit_experts": self.decode_expert_load[1]},
                 "num_redundant_experts": self.serving.num_redundant_experts,
             },
             "batch_size": self.batch_size,
@@ -275,6 +282,7 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         batch_tpot_s=_tpot(params, model, batch_size, input_len, output_len),
         max_batch_size=int(max_batch),
         warnings=tuple(warnings),
+        decode_expert_load=tuple(float(f) for f in routing_factors_nb(params, float(batch_size))),
     )
 
 

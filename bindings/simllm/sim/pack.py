@@ -5,6 +5,7 @@ from simllm.config import serving as serving_mod
 from simllm.config.framework import load_framework
 from simllm.config.hardware import FRAMEWORK_OVERRIDE_KEYS
 from simllm.sim.efficiency import efficiency_array
+from simllm.sim.routing import slowest_rank_factors
 
 
 def framework_for(hardware, serving, framework=None):
@@ -196,6 +197,13 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         **_links(hardware, tp, serving.data_parallel_size if ep > 1 else 1, ep),
         iter_overhead_s=fw.iteration_overhead_us * 1e-6,
     )
+    if ep > 1 and serving.expert_routing == "random":
+        # the slowest GPU of random routings over the expert slots (redundant replicas included,
+        # each as loaded as the balancer can make it), ranked by its expert GEMMs' roofline
+        params = params._replace(eff=slowest_rank_factors(
+            int(params.n_experts) * ep, model.experts_per_token, ep,
+            ranks=serving.data_parallel_size,
+            hit_weight=params.w_bytes * params.gemm_flops / (2.0 * params.mem_bw)))
     tables = hardware.tables_for(fw.name)
     if tables is None:
         return params
