@@ -4,6 +4,7 @@ import time
 import simllm
 from benchmarks.common import configs, decode_batches, time_many_nb
 from simcore.params import NO_EFF_TABLE
+from simllm.config.speculative import SpeculativeConfig
 from simllm.sim.pack import pack_cost_params
 from simllm.sim.routing import slowest_rank_factors
 
@@ -73,10 +74,15 @@ class KernelTableImport:
 class Estimate:
     def setup(self):
         self.m, self.h, self.s, _ = configs()
+        self.spec = SpeculativeConfig("eagle3", 3, (0.73, 0.521, 0.355))
         simllm.estimate(self.m, self.h, self.s)
 
     def time_estimate(self):
         simllm.estimate(self.m, self.h, self.s, batch_size=32, input_len=1024, output_len=128)
+
+    def time_estimate_speculative(self):
+        """The same with an EAGLE-3 drafter (its one-layer head packed, k = 3 passes priced)."""
+        simllm.estimate(self.m, self.h, self.s, batch_size=32, input_len=1024, output_len=128, speculative=self.spec)
 
 
 class ExpertRouting:

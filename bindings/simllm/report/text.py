@@ -18,6 +18,28 @@ def _step_table(step):
     return table(["operator", "count", "GFLOP", "MB", "time ms", "share", "bound"], rows, "lrrrrrl")
 
 
+def _speculative_lines(est):
+    """The speculative-decoding section of :func:`format_estimate` (none without it)."""
+    sp = est.speculative
+    if sp is None:
+        return []
+    c, k = sp.config, sp.config.num_speculative_tokens
+    rates = ", ".join(f"{a:g}" for a in c.acceptance_rates)
+    plain = est.decode.seconds
+    passes = 0 if c.method == "ngram" else k
+    return [
+        f"Speculative decoding: {c.method}{' (' + c.model + ')' if c.model else ''}, {k} draft token"
+        f"{'s' if k > 1 else ''} a step, per-position acceptance {rates}: {sp.tokens_per_step:.3g} tokens a step. "
+        f"Verification: {est.batch_size} x {1 + k} tokens at context {sp.verify.context_tokens} (per GPU)",
+        _step_table(sp.verify),
+        f"  drafter: {sp.draft_s * 1e3:.4f} ms ({passes} pass{'es' if passes != 1 else ''}); step "
+        f"{sp.step_s * 1e3:.4f} ms / {sp.tokens_per_step:.3g} tokens = {sp.tpot_s * 1e3:.3f} ms per token at batch "
+        f"{est.batch_size}, against {plain * 1e3:.3f} ms a decode step without ({plain / sp.tpot_s:.2f}x); one request "
+        f"{sp.single_step_s / sp.tokens_per_step * 1e3:.3f} ms per token",
+        "",
+    ]
+
+
 def format_estimate(est):
     """The human-readable report of :func:`simllm.estimate`."""
     m, hw, r, mem, s = est.model, est.hardware, est.resolved, est.memory, est.serving
@@ -53,6 +75,7 @@ def format_estimate(est):
         f"Decode step without KV cache: {est.batch_size} x {est.decode.new_tokens} tokens recomputed (per GPU)",
         _step_table(est.decode),
         "",
+        *_speculative_lines(est),
         f"Memory per GPU: {mem.total_bytes / 1e9:.2f} GB x gpu_memory_utilization {s.gpu_memory_utilization:g} = "
         f"{mem.usable_bytes / 1e9:.2f} GB usable",
     ]
@@ -61,7 +84,8 @@ def format_estimate(est):
         + (" (kv_cache.max_cache_size)" if mem.preallocated else "")
     )
     out.append(table(["", "GB", ""], [
-        ["weights", fixed(mem.weight_bytes / 1e9), f"{r.weight_dtype}"],
+        ["weights", fixed(mem.weight_bytes / 1e9), f"{r.weight_dtype}" + (
+            f", the drafter's {est.speculative.draft_weight_bytes / 1e9:.2f} GB included" if est.speculative else "")],
         ["activations", fixed(mem.activation_bytes / 1e9), f"max_num_batched_tokens {r.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}"],
         ["runtime overhead", fixed(mem.runtime_overhead_bytes / 1e9), "CUDA context, graphs, NCCL"],
         ["KV cache pool", fixed(mem.kv_pool_bytes / 1e9), kv_line

@@ -16,9 +16,11 @@ from simcore import (
 )
 from simllm.config import dtypes
 from simllm.config import serving as serving_mod
+from simllm.config import speculative as speculative_mod
 from simllm.config.serving import ServingConfig
 from simllm.errors import ConfigError
 from simllm.sim.memory import plan_memory
+from simllm.sim.speculative import draft_seconds, pack_drafter
 from simllm.sim.pack import pack_cost_params
 
 
@@ -71,13 +73,14 @@ class StepCost:
         }
 
 
-def _step(params, phase, batch, new, context, emit=True):
+def _step(params, phase, batch, new, context, emit=True, logits_per_seq=1):
     q, c = float(new), float(context)
     n_tokens = batch * q
     pairs = batch * (q * c + q * (q + 1.0) / 2.0)
     kv_read = batch * (c + q)
     flops, nbytes, seconds, bound = new_cost_arrays()
-    total = iteration_costs_nb(params, n_tokens, pairs, kv_read, float(batch) if emit else 0.0, flops, nbytes, seconds, bound)
+    rows = float(batch * logits_per_seq) if emit else 0.0
+    total = iteration_costs_nb(params, n_tokens, pairs, kv_read, rows, flops, nbytes, seconds, bound)
     ops = tuple(
         OpCost(codes.OP_NAMES[i], int(op_count_nb(params, i)), float(flops[i]), float(nbytes[i]), float(seconds[i]),
                codes.BOUND_NAMES[bound[i]])
@@ -85,6 +88,44 @@ def _step(params, phase, batch, new, context, emit=True):
         if bound[i] != codes.BOUND_NONE
     )
     return StepCost(phase, int(batch), int(new), int(context), ops, float(total))
+
+
+@dataclass(frozen=True)
+class SpeculativeEstimate:
+    """Speculative decoding at the estimate's decode step (``simllm.sim.speculative``): the
+    target's verification forward over ``1 + k`` tokens a request, the drafter's ``k`` passes, and
+    what the stated acceptance makes of them."""
+
+    config: object  # SpeculativeConfig
+    verify: StepCost  # the target over batch x (1 + k) tokens, logits at each
+    draft_s: float  # the drafter's k passes in that step
+    single_step_s: float  # verification + draft at batch 1
+    draft_weight_bytes: float  # the drafter's own weights on one GPU (in the memory plan)
+
+    @property
+    def step_s(self):
+        return self.verify.seconds + self.draft_s
+
+    @property
+    def tokens_per_step(self):
+        return self.config.tokens_per_step
+
+    @property
+    def tpot_s(self):
+        """Seconds per output token at the estimate's batch: a step over its expected tokens."""
+        return self.step_s / self.tokens_per_step
+
+    def to_dict(self, plain_step_s):
+        return {**self.config.to_dict(),
+                "verify": self.verify.to_dict(),
+                "draft_time_ms": self.draft_s * 1e3,
+                "step_time_ms": self.step_s * 1e3,
+                "tokens_per_step": self.tokens_per_step,
+                "tpot_ms": self.tpot_s * 1e3,
+                "ideal_tpot_ms": self.single_step_s / self.tokens_per_step * 1e3,
+                "decode_step_time_ms": plain_step_s * 1e3,
+                "speedup": plain_step_s / self.tpot_s,
+                "draft_weight_bytes": self.draft_weight_bytes}
 
 
 @dataclass(frozen=True)
@@ -113,6 +154,7 @@ class Estimate:
     # with expert parallelism: the GPU the decode step's MoE layers wait for, its token-expert
     # assignments and hit experts over the mean GPU's (random routing; (1, 1) balanced)
     decode_expert_load: tuple = (1.0, 1.0)
+    speculative: SpeculativeEstimate = None  # with a --speculative-config
 
     def to_dict(self):
         m, hw, r, mem = self.model, self.hardware, self.resolved, self.memory
@@ -180,6 +222,7 @@ class Estimate:
                 "batch_tpot_ms": self.batch_tpot_s * 1e3,
                 "batch_output_throughput_tok_s": self.batch_size / self.batch_tpot_s if self.batch_tpot_s else None,
             },
+            "speculative": self.speculative.to_dict(self.decode.seconds) if self.speculative else None,
             "warnings": list(self.warnings),
         }
 
@@ -198,7 +241,8 @@ def _tpot(params, model, batch, input_len, output_len):
     return total / steps
 
 
-def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, output_len=128):
+def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, output_len=128, speculative=None,
+             framework=None):
     """Cost one prefill step and one decode step of ``model`` on ``hardware``.
 
     Parameters
@@ -212,6 +256,12 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         step (each at the mid-generation context ``input_len + output_len // 2``).
     input_len, output_len : int
         Prompt and output tokens per request.
+    speculative : SpeculativeConfig, optional
+        Speculative decoding (``simllm.config.speculative``): the result's ``speculative`` then
+        prices its step at the decode step's batch and context, and the memory plan holds the
+        drafter's weights and KV.
+    framework : FrameworkProfile or str, optional
+        The framework profile (default ``serving.framework``'s).
 
     Returns
     -------
@@ -232,8 +282,11 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"input_len + output_len <= max_model_len ({resolved.max_model_len}); got {input_len} + {output_len}",
             source=serving_mod.CLI, key="--input-len", value=input_len,
         )
-    params = pack_cost_params(model, hardware, serving, resolved)
-    memory = plan_memory(params, model, hardware, serving, resolved)
+    params = pack_cost_params(model, hardware, serving, resolved, framework)
+    drafter = pack_drafter(model, hardware, serving, speculative, framework) if speculative else None
+    memory = plan_memory(params, model, hardware, serving, resolved,
+                         draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,
+                         draft_kv_bytes_per_token=drafter.kv_bytes_per_token if drafter else 0.0)
     warnings = list(model.warnings) + list(resolved.warnings)
 
     prefill = _step(params, "prefill", batch_size, input_len, 0)
@@ -263,6 +316,16 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"at {hardware.memory_bandwidth_gbps:g} GB/s; the dimensions give {lower_bound * 1e3:.2f} ms, reported here"
         )
     ideal_ttft = _step(params, "prefill", 1, input_len, 0).seconds
+    spec = None
+    if speculative is not None:
+        if not model.kv_cache_enabled:
+            raise ConfigError("a model with a KV cache: speculative decoding verifies drafts against it",
+                              source=speculative_mod.FLAG, value=model.name)
+        k = speculative.num_speculative_tokens
+        verify = _step(params, "verify", batch_size, 1 + k, mid, logits_per_seq=1 + k)
+        single = _step(params, "verify", 1, 1 + k, mid, logits_per_seq=1 + k).seconds + draft_seconds(drafter, k, 1, mid)
+        spec = SpeculativeEstimate(speculative, verify, draft_seconds(drafter, k, batch_size, mid), single,
+                                   drafter.weight_bytes)
     return Estimate(
         model=model,
         hardware=hardware,
@@ -283,6 +346,7 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         max_batch_size=int(max_batch),
         warnings=tuple(warnings),
         decode_expert_load=tuple(float(f) for f in routing_factors_nb(params, float(batch_size))),
+        speculative=spec,
     )
 
 

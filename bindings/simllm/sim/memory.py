@@ -78,7 +78,7 @@ def _gb(x):
     return f"{x / 1e9:.2f} GB"
 
 
-def plan_memory(params, model, hardware, serving, resolved):
+def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_bytes=0.0, draft_kv_bytes_per_token=0.0):
     """Size the KV pool for one GPU.
 
     Parameters
@@ -87,6 +87,10 @@ def plan_memory(params, model, hardware, serving, resolved):
         Packed per-GPU parameters (``pack_cost_params``).
     model, hardware, serving, resolved
         The validated configs and ``serving.resolve``'s result.
+    draft_weight_bytes, draft_kv_bytes_per_token : float
+        A speculative drafter's own weights on this GPU and the KV cache its layers keep per
+        token in the same pool (vLLM keeps an MTP or EAGLE layer's KV beside the target's; see
+        ``simllm.sim.speculative``); 0 without one.
 
     Returns
     -------
@@ -100,7 +104,7 @@ def plan_memory(params, model, hardware, serving, resolved):
     """
     total = hardware.memory_size_bytes
     usable = total * serving.gpu_memory_utilization
-    weights = resident_weight_bytes_nb(params, model.tie_word_embeddings)
+    weights = resident_weight_bytes_nb(params, model.tie_word_embeddings) + draft_weight_bytes
     workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
     bs = serving.block_size
@@ -109,6 +113,7 @@ def plan_memory(params, model, hardware, serving, resolved):
         full, windowed = windowed, 0
     per_layer = kv_bytes_per_token_nb(params) / model.layers  # one layer's, this GPU
     per_token = (kv_bytes_per_token_nb(params) if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
+    per_token += draft_kv_bytes_per_token if model.kv_cache_enabled else 0.0
     block_bytes = per_token * bs
     window_blocks = model.window_blocks(bs) if windowed and model.kv_cache_enabled else 0
     state = model.linear_layers * params.lin_state_bytes if model.kv_cache_enabled else 0.0
