@@ -186,3 +186,20 @@ def test_gqa_what_if_is_skipped_for_latent_attention():
     (gqa,) = dg.what_if(simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm"),
                         simllm.ServingConfig(tensor_parallel_size=8), work, changes=("gqa",))
     assert "latent attention" in gqa.skipped and gqa.ttft_ms is None
+
+
+def test_balanced_routing_what_if_prices_the_busiest_gpu():
+    """DeepSeek-V3 with attention DP 8 x EP 8 and a few clients: random routing leaves the busiest
+    GPU well above the mean; the what-if equals a direct run with --expert-routing balanced (faster
+    TPOT), and is skipped without expert parallelism or when already balanced."""
+    model, gpu = simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm")
+    work = Workload(num_prompts=32, max_concurrency=8, input_len=fixed(256), output_len=fixed(32))
+    ep = simllm.ServingConfig(data_parallel_size=8, expert_parallel_size=8)
+    (line,) = dg.what_if(model, gpu, ep, work, changes=("balanced-experts",))
+    direct = simllm.simulate(model, gpu, replace(ep, expert_routing="balanced"), work).summary
+    assert line.skipped is None and line.change == "--expert-routing balanced"
+    assert line.tpot_ms == direct["mean_tpot_ms"] and line.tpot_change < -0.03
+    (tp,) = dg.what_if(model, gpu, simllm.ServingConfig(tensor_parallel_size=8), work, changes=("balanced-experts",))
+    assert "no expert parallelism" in tp.skipped
+    (done,) = dg.what_if(model, gpu, replace(ep, expert_routing="balanced"), work, changes=("balanced-experts",))
+    assert "already balanced" in done.skipped

@@ -47,7 +47,7 @@ run come from the same re-costing.
 :func:`what_if` re-simulates the configuration with exactly one change at a time (FP8 / INT8 /
 INT4 weights, FP8 KV cache, GQA, twice the tensor parallelism, chunked prefill toggled, twice
 ``max_num_seqs`` or ``max_num_batched_tokens``, ``gpu_memory_utilization`` 0.95, prefix
-caching) and reports TTFT, TPOT and output throughput against the base; a change that does not
+caching, and with expert parallelism balanced expert routing) and reports TTFT, TPOT and output throughput against the base; a change that does not
 apply, or whose configuration is invalid or does not fit (:class:`~simllm.errors.SimulatedOOM`),
 is reported as skipped with the reason.
 """
@@ -503,6 +503,15 @@ def _prefix_on(model, hardware, serving, workload):
     return model, replace(serving, enable_prefix_caching=True), "--enable-prefix-caching"
 
 
+def _balanced_experts(model, hardware, serving, workload):
+    ep = serving_mod.expert_parallel(model, serving)[0] if model.is_moe else 1
+    if ep == 1:
+        return "no expert parallelism: every GPU holds a slice of every expert"
+    if serving.expert_routing == "balanced":
+        return "expert routing is already balanced"
+    return model, replace(serving, expert_routing="balanced"), "--expert-routing balanced"
+
+
 CHANGES = {c.key: c for c in (
     _dtype_change("fp8"),
     _dtype_change("int8"),
@@ -515,6 +524,8 @@ CHANGES = {c.key: c for c in (
     Change("max-num-batched-tokens", "max_num_batched_tokens x2", _tokens_x2),
     Change("gpu-memory-utilization", "gpu_memory_utilization 0.95", _memory_up),
     Change("prefix-caching", "prefix caching", _prefix_on),
+    Change("balanced-experts", "balanced expert routing", _balanced_experts,
+           "every EP GPU its mean share: the most any expert balancer could gain"),
 )}
 DEFAULT_CHANGES = tuple(CHANGES)
 
