@@ -691,6 +691,39 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
         if r.first_sched < 0:
             r.first_sched = now
 
+    def allocate_running(rep, r, new):
+        """Blocks for running ``r`` to compute ``new`` more tokens, preempting from the back while
+        short (``r`` itself may be the last preempted). Returns (``r`` got them, anything preempted)."""
+        preempted = False
+        while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > rep.free:
+            preempted = True
+            if preempt_last(rep) is r:
+                break
+        if r.status != codes.STATUS_RUNNING:
+            return False, preempted
+        extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
+        rep.free -= extra
+        r.blocks += extra
+        return True, preempted
+
+    def admit_waiting(rep, batch, budget, whole):
+        """Admit the waiting head FCFS while a sequence slot, budget and blocks allow: its next chunk
+        within the budget, or with ``whole`` (v0) its whole prompt, which must fit. Returns the
+        budget left."""
+        while rep.waiting and len(rep.running) < e.max_num_seqs and budget > 0:
+            r = rep.waiting[0]
+            need = r.tokens_so_far - r.computed
+            new = min(need, budget)
+            extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
+            if (whole and need > budget) or extra > rep.free:
+                break
+            admit(rep, r)
+            rep.free -= extra
+            r.blocks += extra
+            batch.append((r, new))
+            budget -= new
+        return budget
+
     def schedule_continuous(rep):
         """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
         can never get blocks is rejected)."""
@@ -702,55 +735,25 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             while i < len(rep.running) and budget > 0:
                 r = rep.running[i]
                 new = min(r.tokens_so_far - r.computed, budget)
-                while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > rep.free:
-                    preempted = True
-                    if preempt_last(rep) is r:
-                        break
-                if r.status != codes.STATUS_RUNNING:
+                ok, pre = allocate_running(rep, r, new)
+                preempted = preempted or pre
+                if not ok:
                     break
-                extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-                rep.free -= extra
-                r.blocks += extra
                 batch.append((r, new))
                 budget -= new
                 i += 1
             if not preempted:
-                while rep.waiting and len(rep.running) < e.max_num_seqs and budget > 0:
-                    r = rep.waiting[0]
-                    new = min(r.tokens_so_far - r.computed, budget)
-                    extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-                    if extra > rep.free:
-                        break
-                    admit(rep, r)
-                    rep.free -= extra
-                    r.blocks += extra
-                    batch.append((r, new))
-                    budget -= new
+                admit_waiting(rep, batch, budget, False)
         else:
-            while rep.waiting and len(rep.running) < e.max_num_seqs:
-                r = rep.waiting[0]
-                need = r.tokens_so_far - r.computed
-                extra = _blocks(r.computed + need, r.cached, bs) + r.fixed - r.blocks
-                if need > budget or extra > rep.free:
-                    break
-                admit(rep, r)
-                rep.free -= extra
-                r.blocks += extra
-                batch.append((r, need))
-                budget -= need
+            admit_waiting(rep, batch, budget, True)
             if not batch:
                 i = 0
                 while i < len(rep.running):
                     r = rep.running[i]
-                    while _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks > rep.free:
-                        preempted = True
-                        if preempt_last(rep) is r:
-                            break
-                    if r.status != codes.STATUS_RUNNING:
+                    ok, pre = allocate_running(rep, r, 1)
+                    preempted = preempted or pre
+                    if not ok:
                         break
-                    extra = _blocks(r.computed + 1, r.cached, bs) + r.fixed - r.blocks
-                    rep.free -= extra
-                    r.blocks += extra
                     batch.append((r, 1))
                     i += 1
         if not batch and not preempted and not rep.running:

@@ -20,12 +20,13 @@ non-increasing, what vLLM's ``vllm:spec_decode_num_accepted_tokens_per_pos`` ove
 (``1 + accepted / drafts``), resolved to vLLM's least-variance schedule: full acceptance up to the
 integer part, the fraction next, then none (2.6 at ``k = 3``: ``[1, 0.6, 0]``).
 
-May import: :mod:`simllm.errors`.
+May import: :mod:`simllm.config.serving` (its ``CLI`` source name), :mod:`simllm.errors`.
 """
 import json
 import math
 from dataclasses import dataclass
 
+from simllm.config.serving import CLI
 from simllm.errors import ConfigError
 
 METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
@@ -34,7 +35,6 @@ MTP_ALIASES = ("deepseek_mtp", "mimo_mtp", "ernie_mtp", "qwen3_next_mtp", "longc
 KEYS = ("method", "num_speculative_tokens", "synthetic_acceptance_rates", "synthetic_acceptance_length", "model",
         "draft_tensor_parallel_size", "rejection_sample_method")
 FLAG = "--speculative-config"
-CLI = "command line"
 MAX_SPECULATIVE_TOKENS = 32
 
 

@@ -22,7 +22,7 @@ KV cache (one layer) sits in the target's pool.
 """
 import dataclasses
 
-from simcore import iteration_time_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
+from simcore import codes, iteration_time_nb, kv_bytes_per_token_nb, op_time_nb, resident_weight_bytes_nb
 from simllm.config import serving as serving_mod
 from simllm.config import speculative as speculative_mod
 from simllm.config.model import load_model
@@ -94,9 +94,8 @@ def _proj_seconds(p, proj_params, tokens):
     """The drafter's input projection over ``tokens`` tokens on the scalar roofline."""
     if proj_params <= 0.0 or tokens <= 0.0:
         return 0.0
-    flops = 2.0 * tokens * proj_params
     nbytes = proj_params * p.w_bytes + tokens * 3.0 * p.hidden * p.a_bytes
-    return max(flops / (p.gemm_flops * p.eff_compute), nbytes / (p.mem_bw * p.eff_bw)) + p.launch_s
+    return op_time_nb(p, 2.0 * tokens * proj_params, nbytes, codes.UNIT_GEMM)[0]
 
 
 def draft_seconds(drafter, k, batch, context):
