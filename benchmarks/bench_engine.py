@@ -4,6 +4,8 @@ Each benchmark compiles (a tiny run) in ``setup`` and times only ``simllm.simula
 import time
 
 import simllm
+from simllm.config.disagg import DisaggConfig
+from simllm.sim.disagg import simulate_disagg
 from benchmarks.common import bench_requests, closed_loop_requests, configs
 
 SIZES = [10_000, 100_000, 1_000_000]
@@ -141,7 +143,7 @@ class ColdStart:
 class EngineMoE:
     """100,000 requests of bench-1m's lengths on today's MoE layouts of 8 x H200: DeepSeek-V3
     (MLA, 256 experts, FP8) with tensor parallelism 8 and with the wide-EP layout (attention data
-    parallel 8, expert parallel 8: its ranks step in lockstep, engine._lockstep_step_nb), and
+    parallel 8, expert parallel 8: its ranks step in lockstep, engine.lockstep_step_nb), and
     MiniMax-M2.5 (GQA, 256 experts) at TP 4: the MoE and all-to-all operators and the MoE tables'
     curves in the kernel's hot path."""
 
@@ -192,3 +194,37 @@ class EngineHybridAttention(EngineMoE):
         self.s = simllm.ServingConfig(max_model_len=8192, **kw)
         self.w, self.req = bench_requests(100_000)
         _warm(self.m, self.h, self.s)
+
+
+class EngineDisaggregated:
+    """bench-1m on disaggregated prefill/decode (simcore.disagg): Llama-3.1-8B, one prefill and one
+    decode H100 SXM over NVLink (vLLM: the decode pool recomputes the first token), and two
+    prefill instances for one decode instance (SGLang: the prefill's token is streamed)."""
+
+    params = [[100_000, 1_000_000], ["1p1d vllm", "2p1d sglang"]]
+    param_names = ["requests", "layout"]
+    number = 1
+    repeat = 3
+    timeout = 600
+    LAYOUTS = {"1p1d vllm": dict(first_token="decode"),
+               "2p1d sglang": dict(prefill_instances=2, first_token="prefill")}
+
+    def setup(self, n, layout):
+        self.m, self.h, _, _ = configs()
+        self.s = _serving(True)
+        self.d = DisaggConfig(**self.LAYOUTS[layout])
+        self.sim = simulate_disagg
+        self.w, self.req = bench_requests(n)
+        w, req = bench_requests(100)
+        simulate_disagg(self.m, self.h, self.s, w, self.d, requests=req, keep_requests=False)
+
+    def _run(self):
+        return self.sim(self.m, self.h, self.s, self.w, self.d, requests=self.req, keep_requests=False)
+
+    def time_simulate(self, n, layout):
+        self._run()
+
+    def track_kernel_requests_per_second(self, n, layout):
+        return self._run().summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"

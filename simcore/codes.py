@@ -128,7 +128,8 @@ STATUS_RUNNING = 2
 STATUS_DONE = 3
 STATUS_REJECTED = 4  # prompt + output longer than max_model_len
 STATUS_TIMED_OUT = 5  # not finished within the client timeout
-STATUS_NAMES = ("pending", "waiting", "running", "done", "rejected", "timed_out")
+STATUS_TRANSFER = 6  # disaggregated serving: prefilled, its KV cache on its way to the decode pool
+STATUS_NAMES = ("pending", "waiting", "running", "done", "rejected", "timed_out", "transferring")
 
 # Slots of the engine's stats vector (float64).
 STAT_END_S = 0  # time the last request finished
@@ -236,9 +237,21 @@ N_SCHED_ROWS = 4
 GLOBAL_ENDED = 0  # requests finished, rejected or timed out
 GLOBAL_NEXT_SEND = 1  # closed loop: next request to hand to a free client
 GLOBAL_NEXT_ARRIVAL = 2  # next request to reach the engine (those before it have arrived)
-N_GLOBALS = 3
+GLOBAL_HANDOFFS = 3  # disaggregated serving: prefilled requests listed at N_GLOBALS + 0, 1, ... (the
+#                      prefill pool's EngineSettings.handoff), drained after every prefill step
+N_GLOBALS = 4
 
-# Columns of a lockstep iteration's plan (engine._lockstep_step_nb; float64, one row per replica).
+# Columns of a disaggregated run's per-request transfer state (``xfer``, float64, shape (n, N_XF);
+# simcore.disagg).
+XF_OUTPUT = 0  # output tokens the request generates in all (the prefill pool sees 1)
+XF_BYTES = 1  # KV-cache bytes its prompt sends to the decode pool
+XF_PREFILL_DONE = 2  # out: when the prefill pool produced its first token (-1: never)
+XF_START = 3  # out: when its KV cache started to move (after the link latency; -1: never)
+XF_DONE = 4  # out: when its KV cache reached the decode pool (-1: never)
+XF_LEFT = 5  # scratch: bytes still to move
+N_XF = 6
+
+# Columns of a lockstep iteration's plan (engine.lockstep_step_nb; float64, one row per replica).
 PLAN_SCHED = 0  # requests the replica scheduled (0: it sits the step out)
 PLAN_FLOPS = 1  # its iteration's FLOPs ...
 PLAN_BYTES = 2  # ... and memory bytes

@@ -16,7 +16,7 @@ frees its blocks and requeues it at the front; it later recomputes prompt plus g
 """
 import numpy as np
 
-from simcore._jit import jit, jit_alloc
+from simcore._jit import jit, jit_alloc, jit_inline
 from simcore.codes import (
     CLOCK_COHORT,
     CLOCK_DEADLINE,
@@ -87,6 +87,60 @@ from simcore.scheduler import (
     schedule_continuous_nb,
     schedule_row_nb,
 )
+
+
+@jit_inline
+def route_nb(e, lay, a, ws, acc, routed):
+    """The replica (row of ``ws``/``acc``) a request arriving at ``a`` goes to, the ``routed``-th
+    routed: round robin, or the fewest outstanding (waiting + running) requests at ``a``."""
+    R = ws.shape[0]
+    k = routed % R
+    if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
+        fewest = np.int64(1) << 62
+        clk = lay.off_clock
+        for j in range(R):
+            # Requests that finish at the end of an iteration still running at `a` count.
+            load = ws[j, RUNNING_COUNT] + ws[j, QUEUE_WAITING] + (
+                ws[j, FINISHED_LAST_STEP] if acc[j, clk + CLOCK_NOW] > a else 0)
+            if load < fewest:
+                fewest = load
+                k = j
+    return k
+
+
+@jit_inline
+def wake_nb(lay, a, ws, acc, k, t_ranks):
+    """Replica ``k`` gets a request at ``a``: idle, it wakes up then, or when its lockstep ranks
+    step next (``t_ranks``; -inf: none busy or not lockstep)."""
+    if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
+        wake = max(a, t_ranks)
+        if acc[k, lay.off_clock + CLOCK_NOW] < wake:
+            acc[k, lay.off_clock + CLOCK_NOW] = wake
+
+
+@jit
+def init_replicas_nb(e, lay, ws, acc):
+    """Replicas' workspaces and accumulators (zeroed) at the start of a run: every KV block but the
+    pinned prefix free, no cohort, no deadline, the decode-run coefficients not yet computed."""
+    pool = e.num_blocks - e.prefix_blocks
+    for k in range(ws.shape[0]):
+        acc[k, lay.off_memo:] = np.nan
+        ws[k, FREE_BLOCKS] = pool
+        ws[k, COHORT_NEXT_DONE] = NEVER
+        acc[k, lay.off_clock + CLOCK_DEADLINE] = np.inf
+        acc[k, STAT_MIN_FREE_BLOCKS] = pool
+
+
+@jit_inline
+def earliest_nb(lay, ws, acc):
+    """The busy replica whose next iteration starts first, and that time (-1, inf: none busy)."""
+    best = -1
+    t_best = np.inf
+    for k in range(ws.shape[0]):
+        if (ws[k, RUNNING_COUNT] > 0 or ws[k, QUEUE_WAITING] > 0) and acc[k, lay.off_clock + CLOCK_NOW] < t_best:
+            best = k
+            t_best = acc[k, lay.off_clock + CLOCK_NOW]
+    return best, t_best
 
 
 @jit
@@ -168,7 +222,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
 
 
 @jit
-def _step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
+def step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
@@ -257,7 +311,7 @@ def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
+def lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     """One iteration of every busy replica together, as attention data-parallel ranks with expert
     parallelism run (vLLM's, SGLang's and TensorRT-LLM's wide-EP deployments): each MoE layer's
     dispatch and combine wait for every rank, so the step takes the slowest rank's own work (its
@@ -367,12 +421,7 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     pool = e.num_blocks - e.prefix_blocks
-    for k in range(R):
-        acc[k, lay.off_memo:] = np.nan
-        ws[k, FREE_BLOCKS] = pool
-        ws[k, COHORT_NEXT_DONE] = NEVER
-        acc[k, clk + CLOCK_DEADLINE] = np.inf
-        acc[k, STAT_MIN_FREE_BLOCKS] = pool
+    init_replicas_nb(e, lay, ws, acc)
     ws0, acc0 = ws[0], acc[0]
     lockstep = e.lockstep and R > 1 and continuous
     plan = np.zeros((R if lockstep else 0, N_PLAN))
@@ -381,12 +430,7 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
     while glob[GLOBAL_ENDED] < n:
         nxt = glob[GLOBAL_NEXT_ARRIVAL]
         a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
-        best = -1
-        t_best = np.inf
-        for k in range(R):
-            if (ws[k, RUNNING_COUNT] > 0 or ws[k, QUEUE_WAITING] > 0) and acc[k, clk + CLOCK_NOW] < t_best:
-                best = k
-                t_best = acc[k, clk + CLOCK_NOW]
+        best, t_best = earliest_nb(lay, ws, acc)
         if best < 0 or a <= t_best:
             if a == np.inf:
                 break  # nothing left that can arrive
@@ -400,36 +444,23 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
                 # Longer than the model takes, or than the whole KV pool holds: it could never finish.
                 finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)
                 continue
-            k = routed % R
-            if e.router == ROUTER_LEAST_OUTSTANDING and R > 1:
-                fewest = np.int64(1) << 62
-                for j in range(R):
-                    # Requests that finish at the end of an iteration still running at `a` count.
-                    load = ws[j, RUNNING_COUNT] + ws[j, QUEUE_WAITING] + (
-                        ws[j, FINISHED_LAST_STEP] if acc[j, clk + CLOCK_NOW] > a else 0)
-                    if load < fewest:
-                        fewest = load
-                        k = j
+            k = route_nb(e, lay, a, ws, acc, routed)
             routed += 1
             reqi[r, RI_REPLICA] = k
-            if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
-                # An idle replica wakes up; in lockstep it joins the ranks' next step.
-                wake = max(a, t_best) if lockstep and best >= 0 else a
-                if acc[k, clk + CLOCK_NOW] < wake:
-                    acc[k, clk + CLOCK_NOW] = wake
+            wake_nb(lay, a, ws, acc, k, t_best if lockstep and best >= 0 else -np.inf)
             enqueue_nb(lay, reqi, ws[k], r)
             if e.timeout_s > 0.0:
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
         if lockstep:
-            t = _lockstep_step_nb(p, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
+            t = lockstep_step_nb(p, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
             for k in range(R):  # idle ranks step too (with an empty batch)
                 if acc[k, clk + CLOCK_NOW] < t:
                     acc[k, clk + CLOCK_NOW] = t
         elif R == 1:  # the common case, without a per-step row view
-            acc[0, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
+            acc[0, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
-            acc[best, clk + CLOCK_NOW] = _step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
+            acc[best, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
     end = 0.0
     for r in range(n):
         if reqf[r, RF_FINISH] > end:

@@ -125,6 +125,22 @@ class EngineSettings(NamedTuple):
     router: int = 0  # ROUTER_* code
     warmup: int = 0  # requests 0..warmup-1 are a warm-up: their inter-token latencies are not recorded
     lockstep: bool = False  # replicas are attention data-parallel ranks of one expert-parallel engine: they
-    #                         step together (engine._lockstep_step_nb; continuous batching only)
+    #                         step together (engine.lockstep_step_nb; continuous batching only)
     dp_pad_tokens: int = 0  # lockstep: a step whose largest rank has at most this many tokens (a CUDA
     #                         graph) runs every rank at that many (0: never padded)
+    handoff: bool = False  # a disaggregated prefill pool: a request that emitted its first token is
+    #                        handed to the decode pool (scheduler.finish_nb), not ended
+
+
+class Transfer(NamedTuple):
+    """How a disaggregated run moves KV caches from the prefill pool to the decode pool
+    (``simcore.disagg``): each prefill instance sends over its own link, concurrent transfers on a
+    link sharing its bandwidth equally (processor sharing)."""
+
+    bandwidth: float  # B/s of one prefill instance's link
+    latency_s: float  # before a transfer's first byte moves
+    prefill_group: int  # prefill replicas per instance (its attention data-parallel ranks)
+    decode_group: int  # decode replicas per instance
+    first_token_on_decode: bool  # vLLM: the decode pool recomputes the prompt's last token and
+    #                              samples the first token itself; SGLang / TensorRT-LLM: the prefill's
+    #                              token arrives with the KV cache and the decode pool streams it

@@ -17,8 +17,10 @@ from simcore._jit import jit, jit_inline
 from simcore.codes import (
     FREE_BLOCKS,
     GLOBAL_ENDED,
+    GLOBAL_HANDOFFS,
     GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
+    N_GLOBALS,
     PREEMPTED_COUNT,
     QUEUE_ENTRIES,
     QUEUE_HEAD,
@@ -41,6 +43,7 @@ from simcore.codes import (
     STATUS_DONE,
     STATUS_RUNNING,
     STATUS_TIMED_OUT,
+    STATUS_TRANSFER,
     STATUS_WAITING,
     WIN_COMPLETED,
 )
@@ -124,7 +127,13 @@ def client_next_nb(e, t, reqf, glob):
 @jit_inline
 def finish_nb(e, lay, t, reqi, reqf, glob, acc, r, code):
     """Request ``r`` ends at ``t`` (done, rejected or timed out); its client may send the next.
-    ``glob`` holds the counters all replicas share (``GLOBAL_*``)."""
+    ``glob`` holds the counters all replicas share (``GLOBAL_*``). A disaggregated prefill pool
+    (``e.handoff``) hands a done request over instead: it is listed for the decode pool."""
+    if e.handoff and code == STATUS_DONE:
+        reqi[r, RI_STATUS] = STATUS_TRANSFER
+        glob[N_GLOBALS + glob[GLOBAL_HANDOFFS]] = r
+        glob[GLOBAL_HANDOFFS] += 1
+        return
     reqi[r, RI_STATUS] = code
     reqf[r, RF_FINISH] = t
     glob[GLOBAL_ENDED] += 1

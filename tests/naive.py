@@ -636,6 +636,138 @@ class Replica:
         return bool(self.running or self.waiting)
 
 
+class _Engine:
+    """One engine's scheduling rules over :class:`Replica` queues: ``now`` is the time of the
+    iteration being scheduled; ``end(r, t, status)`` ends a request."""
+
+    def __init__(self, e, end):
+        self.e = e
+        self.bs = e.block_size
+        self.end = end
+        self.now = 0.0
+
+    def preempt_last(self, rep):
+        v = rep.running.pop()
+        rep.free += v.blocks
+        v.blocks = 0
+        v.preemptions += 1
+        v.status = codes.STATUS_WAITING
+        v.computed = v.cached
+        rep.waiting.appendleft(v)
+        return v
+
+    def admit(self, rep, r):
+        rep.waiting.popleft()
+        r.status = codes.STATUS_RUNNING
+        rep.running.append(r)
+        if r.first_sched < 0:
+            r.first_sched = self.now
+
+    def allocate_running(self, rep, r, new):
+        """Blocks for running ``r`` to compute ``new`` more tokens, preempting from the back while
+        short (``r`` itself may be the last preempted). Returns (``r`` got them, anything preempted)."""
+        preempted = False
+        while _blocks(r.computed + new, r.cached, self.bs) + r.fixed - r.blocks > rep.free:
+            preempted = True
+            if self.preempt_last(rep) is r:
+                break
+        if r.status != codes.STATUS_RUNNING:
+            return False, preempted
+        extra = _blocks(r.computed + new, r.cached, self.bs) + r.fixed - r.blocks
+        rep.free -= extra
+        r.blocks += extra
+        return True, preempted
+
+    def admit_waiting(self, rep, batch, budget, whole):
+        """Admit the waiting head FCFS while a sequence slot, budget and blocks allow: its next chunk
+        within the budget, or with ``whole`` (v0) its whole prompt, which must fit. Returns the
+        budget left."""
+        while rep.waiting and len(rep.running) < self.e.max_num_seqs and budget > 0:
+            r = rep.waiting[0]
+            need = r.tokens_so_far - r.computed
+            new = min(need, budget)
+            extra = _blocks(r.computed + new, r.cached, self.bs) + r.fixed - r.blocks
+            if (whole and need > budget) or extra > rep.free:
+                break
+            self.admit(rep, r)
+            rep.free -= extra
+            r.blocks += extra
+            batch.append((r, new))
+            budget -= new
+        return budget
+
+    def schedule_continuous(self, rep):
+        """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
+        can never get blocks is rejected)."""
+        batch = []
+        preempted = False
+        budget = self.e.max_num_batched_tokens
+        if self.e.chunked_prefill:
+            i = 0
+            while i < len(rep.running) and budget > 0:
+                r = rep.running[i]
+                new = min(r.tokens_so_far - r.computed, budget)
+                ok, pre = self.allocate_running(rep, r, new)
+                preempted = preempted or pre
+                if not ok:
+                    break
+                batch.append((r, new))
+                budget -= new
+                i += 1
+            if not preempted:
+                self.admit_waiting(rep, batch, budget, False)
+        else:
+            self.admit_waiting(rep, batch, budget, True)
+            if not batch:
+                i = 0
+                while i < len(rep.running):
+                    r = rep.running[i]
+                    ok, pre = self.allocate_running(rep, r, 1)
+                    preempted = preempted or pre
+                    if not ok:
+                        break
+                    batch.append((r, 1))
+                    i += 1
+        if not batch and not preempted and not rep.running:
+            self.end(rep.waiting.popleft(), self.now, codes.STATUS_REJECTED)
+        return batch
+
+    def aggregates(self, batch, pad_to, static):
+        n_tokens = pairs = kv_read = n_emit = 0.0
+        for r, new in batch:
+            q = float(pad_to or new)
+            n_tokens += q
+            pairs += q * r.computed + q * (q + 1) / 2
+            kv_read += r.computed + q
+            if static or r.computed + new == r.tokens_so_far:
+                n_emit += 1
+        return n_tokens, pairs, kv_read, n_emit
+
+    def advance(self, rep, batch, t_end, static):
+        for r, new in batch:
+            r.computed += new
+            if r.status != codes.STATUS_RUNNING:
+                continue
+            if r.computed == r.tokens_so_far or (static and r.computed > r.tokens_so_far):
+                if r.generated == 0:
+                    r.first_token = t_end
+                else:
+                    r.itls.append(t_end - r.last_emit)
+                r.last_emit = t_end
+                r.generated += 1
+                if r.generated == r.output:
+                    if not static:
+                        rep.free += r.blocks
+                        r.blocks = 0
+                    late = self.e.timeout_s > 0 and t_end - r.arrival > self.e.timeout_s  # the client gave up first
+                    self.end(r, t_end, codes.STATUS_TIMED_OUT if late else codes.STATUS_DONE)
+        if not static:
+            rep.running = [r for r in rep.running if r.status == codes.STATUS_RUNNING]
+        elif all(r.status != codes.STATUS_RUNNING for r in rep.running):
+            rep.running = []
+
+
+
 def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=None):
     """Simulate with the engine's rules; returns the list of :class:`Req` (index order).
     ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent;
@@ -674,125 +806,7 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 r.arrival = a
             next_client += 1
 
-    def preempt_last(rep):
-        v = rep.running.pop()
-        rep.free += v.blocks
-        v.blocks = 0
-        v.preemptions += 1
-        v.status = codes.STATUS_WAITING
-        v.computed = v.cached
-        rep.waiting.appendleft(v)
-        return v
-
-    def admit(rep, r):
-        rep.waiting.popleft()
-        r.status = codes.STATUS_RUNNING
-        rep.running.append(r)
-        if r.first_sched < 0:
-            r.first_sched = now
-
-    def allocate_running(rep, r, new):
-        """Blocks for running ``r`` to compute ``new`` more tokens, preempting from the back while
-        short (``r`` itself may be the last preempted). Returns (``r`` got them, anything preempted)."""
-        preempted = False
-        while _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks > rep.free:
-            preempted = True
-            if preempt_last(rep) is r:
-                break
-        if r.status != codes.STATUS_RUNNING:
-            return False, preempted
-        extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-        rep.free -= extra
-        r.blocks += extra
-        return True, preempted
-
-    def admit_waiting(rep, batch, budget, whole):
-        """Admit the waiting head FCFS while a sequence slot, budget and blocks allow: its next chunk
-        within the budget, or with ``whole`` (v0) its whole prompt, which must fit. Returns the
-        budget left."""
-        while rep.waiting and len(rep.running) < e.max_num_seqs and budget > 0:
-            r = rep.waiting[0]
-            need = r.tokens_so_far - r.computed
-            new = min(need, budget)
-            extra = _blocks(r.computed + new, r.cached, bs) + r.fixed - r.blocks
-            if (whole and need > budget) or extra > rep.free:
-                break
-            admit(rep, r)
-            rep.free -= extra
-            r.blocks += extra
-            batch.append((r, new))
-            budget -= new
-        return budget
-
-    def schedule_continuous(rep):
-        """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
-        can never get blocks is rejected)."""
-        batch = []
-        preempted = False
-        budget = e.max_num_batched_tokens
-        if e.chunked_prefill:
-            i = 0
-            while i < len(rep.running) and budget > 0:
-                r = rep.running[i]
-                new = min(r.tokens_so_far - r.computed, budget)
-                ok, pre = allocate_running(rep, r, new)
-                preempted = preempted or pre
-                if not ok:
-                    break
-                batch.append((r, new))
-                budget -= new
-                i += 1
-            if not preempted:
-                admit_waiting(rep, batch, budget, False)
-        else:
-            admit_waiting(rep, batch, budget, True)
-            if not batch:
-                i = 0
-                while i < len(rep.running):
-                    r = rep.running[i]
-                    ok, pre = allocate_running(rep, r, 1)
-                    preempted = preempted or pre
-                    if not ok:
-                        break
-                    batch.append((r, 1))
-                    i += 1
-        if not batch and not preempted and not rep.running:
-            end(rep.waiting.popleft(), now, codes.STATUS_REJECTED)
-        return batch
-
-    def aggregates(batch, pad_to, static):
-        n_tokens = pairs = kv_read = n_emit = 0.0
-        for r, new in batch:
-            q = float(pad_to or new)
-            n_tokens += q
-            pairs += q * r.computed + q * (q + 1) / 2
-            kv_read += r.computed + q
-            if static or r.computed + new == r.tokens_so_far:
-                n_emit += 1
-        return n_tokens, pairs, kv_read, n_emit
-
-    def advance(rep, batch, t_end, static):
-        for r, new in batch:
-            r.computed += new
-            if r.status != codes.STATUS_RUNNING:
-                continue
-            if r.computed == r.tokens_so_far or (static and r.computed > r.tokens_so_far):
-                if r.generated == 0:
-                    r.first_token = t_end
-                else:
-                    r.itls.append(t_end - r.last_emit)
-                r.last_emit = t_end
-                r.generated += 1
-                if r.generated == r.output:
-                    if not static:
-                        rep.free += r.blocks
-                        r.blocks = 0
-                    late = e.timeout_s > 0 and t_end - r.arrival > e.timeout_s  # the client gave up first
-                    end(r, t_end, codes.STATUS_TIMED_OUT if late else codes.STATUS_DONE)
-        if not static:
-            rep.running = [r for r in rep.running if r.status == codes.STATUS_RUNNING]
-        elif all(r.status != codes.STATUS_RUNNING for r in rep.running):
-            rep.running = []
+    eng = _Engine(e, end)
 
     while done < n:
         while arrived < n and reqs[arrived].arrival <= now:
@@ -829,13 +843,14 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             break
 
         if lockstep:
-            plans = [(rep, schedule_continuous(rep)) if rep.busy else (rep, []) for rep in reps]
+            eng.now = now
+            plans = [(rep, eng.schedule_continuous(rep)) if rep.busy else (rep, []) for rep in reps]
             plans = [(rep, batch) for rep, batch in plans if batch]
             if not plans:
                 continue
             slowest = all_tokens = most_tokens = 0.0
             for rep, batch in plans:
-                agg = aggregates(batch, 0, False)
+                agg = eng.aggregates(batch, 0, False)
                 slowest = max(slowest, iteration_time_nb(p, *agg) - experts_seconds(p, agg[0]))
                 all_tokens += agg[0]
                 most_tokens = max(most_tokens, agg[0])
@@ -843,7 +858,7 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             padded = most_tokens <= e.dp_pad_tokens  # a CUDA-graph step: every rank at the largest's tokens
             t_end = now + slowest + experts_seconds(p, most_tokens if padded else all_tokens / len(reps))
             for rep, batch in plans:
-                advance(rep, batch, t_end, False)
+                eng.advance(rep, batch, t_end, False)
             now = t_end
             continue
 
@@ -851,7 +866,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
         pad_to = 0
         static = e.policy != codes.POLICY_CONTINUOUS
         if not static:
-            batch = schedule_continuous(rep)
+            eng.now = now
+            batch = eng.schedule_continuous(rep)
             if not batch:
                 continue
             used = e.num_blocks - rep.free
@@ -869,7 +885,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                     cap = min(cap, e.batch_max)
                 while rep.waiting and len(batch) < cap:
                     r = rep.waiting[0]
-                    admit(rep, r)
+                    eng.now = now
+                    eng.admit(rep, r)
                     batch.append((r, r.prompt - r.computed))
                 if e.pad_prompts:
                     pad_to = max(new for _, new in batch)
@@ -877,9 +894,107 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 batch = [(r, 1) for r in rep.running]
             used = len(rep.running) * static_blocks
 
-        dt = iteration_time_nb(p, *aggregates(batch, pad_to, static))
+        dt = iteration_time_nb(p, *eng.aggregates(batch, pad_to, static))
         t_end = now + dt
         assert used <= e.num_blocks
-        advance(rep, batch, t_end, static)
+        eng.advance(rep, batch, t_end, static)
         now = t_end
+    return reqs
+
+
+def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes):
+    """Disaggregated prefill/decode with the engine's rules (``simcore.disagg``): one prefill and
+    one decode replica, continuous batching, an open loop without time-outs or prefix caching.
+    Returns the list of :class:`Req` with ``prefill_done``, ``xfer_start`` and ``xfer_done``."""
+    n = len(prompt)
+    reqs = [Req(i, arrival[i], 0.0, int(prompt[i]), 1, 0) for i in range(n)]
+    total_out = [int(o) for o in output]
+    pool_p, pool_d = Replica(ep), Replica(ed)
+    done = 0
+    handed = []
+
+    def end(r, t, status):
+        nonlocal done
+        r.status = status
+        r.finish = t
+        done += 1
+
+    def handoff(r, t, status):
+        assert status == codes.STATUS_DONE
+        r.status = codes.STATUS_TRANSFER
+        handed.append(r)
+
+    eng_p, eng_d = _Engine(ep, handoff), _Engine(ed, end)
+    clock = {"p": 0.0, "d": 0.0}
+    pending = []  # (first byte's time, request)
+    active = []  # [request, bytes left] on the one link
+    last = 0.0
+    arrived = 0
+
+    def wake(rep, key, t):
+        if not rep.busy:
+            clock[key] = max(clock[key], t)
+
+    def step(rep, key, eng, p):
+        eng.now = clock[key]
+        batch = eng.schedule_continuous(rep)
+        assert batch, "the reference covers runs where every scheduled step runs something"
+        t_end = clock[key] + iteration_time_nb(p, *eng.aggregates(batch, 0, False))
+        eng.advance(rep, batch, t_end, False)
+        clock[key] = t_end
+
+    while done < n:
+        a = reqs[arrived].arrival if arrived < n else math.inf
+        tp = clock["p"] if pool_p.busy else math.inf
+        td = clock["d"] if pool_d.busy else math.inf
+        t_start = min(t for t, _ in pending) if pending else math.inf
+        t_link = last + max(min(left for _, left in active), 0.0) * len(active) / x.bandwidth if active else math.inf
+        if a <= min(tp, td, t_start, t_link):
+            r = reqs[arrived]
+            arrived += 1
+            wake(pool_p, "p", a)
+            r.status = codes.STATUS_WAITING
+            pool_p.waiting.append(r)
+            continue
+        if min(t_start, t_link) <= min(tp, td):
+            t = min(t_start, t_link)
+            for item in active:  # processor sharing up to t
+                item[1] -= (t - last) * x.bandwidth / len(active)
+            last = t
+            if t_start <= t_link:
+                i = min(range(len(pending)), key=lambda j: pending[j][0])
+                _, r = pending.pop(i)
+                r.xfer_start = t
+                active.append([r, float(nbytes[r.idx])])
+                continue
+            least = min(left for _, left in active)
+            finished = [r for r, left in active if left <= least + x.bandwidth * 1e-12]
+            active = [item for item in active if item[0] not in finished]
+            for r in finished:
+                r.xfer_done = t
+                r.output = total_out[r.idx]
+                if x.first_token_on_decode:
+                    r.first_token = -1.0
+                    r.generated = 0
+                    computed = r.prompt - 1
+                else:
+                    r.first_token = r.last_emit = t
+                    r.generated = 1
+                    if r.output == 1:
+                        end(r, t, codes.STATUS_DONE)
+                        continue
+                    computed = r.prompt
+                wake(pool_d, "d", t)
+                r.status = codes.STATUS_WAITING
+                r.computed = computed
+                pool_d.waiting.append(r)
+            continue
+        if tp <= td:
+            step(pool_p, "p", eng_p, pp)
+            for r in handed:
+                r.prefill_done = r.first_token
+                pending.append((r.first_token + x.latency_s, r))
+            handed.clear()
+        else:
+            step(pool_d, "d", eng_d, pd)
     return reqs

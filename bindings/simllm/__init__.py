@@ -24,6 +24,7 @@ simllm.config (what users write) -> simllm.sim (one simulation) -> simllm.analys
 simllm.calibration (many simulations) -> simllm.formats, simllm.report (what other tools and people
 read) -> simllm.cli (the ``simllm`` command).
 """
+from simllm.config.disagg import DisaggConfig
 from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.config.model import ModelConfig, load_model, model_from_dict, model_from_hf_config
@@ -35,6 +36,7 @@ from simllm.search.optimize import optimize
 from simllm.search.pareto import pareto
 from simllm.search.spec import load_sweep_spec
 from simllm.search.sweep import SweepResult, sweep
+from simllm.sim.disagg import simulate_disagg
 from simllm.sim.estimate import Estimate, estimate
 from simllm.sim.memory import MemoryPlan, plan_memory
 from simllm.sim.pack import pack_cost_params
@@ -45,6 +47,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "DisaggConfig",
     "Estimate",
     "FrameworkProfile",
     "HardwareConfig",
@@ -64,6 +67,7 @@ __all__ = [
     "optimize",
     "pareto",
     "simulate",
+    "simulate_disagg",
     "sweep",
     "workload_from_dict",
     "hardware_from_dict",

@@ -437,3 +437,29 @@ def test_closed_loop_flags(capsys, tmp_path):
     assert rc == 2 and "--request-rate" in err and err.count("\n") == 1
     rc, _, err = run_main([*base, "--warmup-requests", "40"], capsys)
     assert rc == 2 and "--warmup-requests = 40" in err
+
+
+def test_disaggregated_run_reports_both_pools_and_the_transfers(capsys):
+    summary = run_json(capsys, "--prefill-instances", "2", "--decode-config", '{"max_num_seqs": 64}',
+                       "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_transfer_bandwidth_gbps": 40}')
+    assert summary["num_gpus"] == 3
+    assert summary["prefill_pool"]["instances"] == 2 and summary["decode_pool"]["max_num_seqs"] == 64
+    kv = summary["kv_transfer"]
+    assert kv["link"] == "stated" and kv["bandwidth_gbps"] == 40 and kv["kv_connector"] == "NixlConnector"
+    assert kv["transfers"] == summary["completed"] and kv["mean_transfer_ms"] > 0
+    rc, out, _ = run_main([MODEL, HARDWARE, "--num-prompts", N, "--prefill-instances", "1"], capsys)
+    assert rc == 0 and "Disaggregated prefill / decode" in out and "KV transfer mean" in out
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--prefill-config", '{"tensor_parallel_size": 0}', "--prefill-config tensor_parallel_size"),
+    ("--decode-config", '{"no_such": 1}', "--decode-config no_such"),
+    ("--decode-config", '{"gpu": "no-such-gpu"}', "--decode-config gpu"),
+    ("--decode-config", "[1]", "--decode-config"),
+    ("--kv-transfer-config", '{"kv_transfer_bandwidth_gbps": -1}', "kv_transfer_bandwidth_gbps"),
+    ("--kv-transfer-config", '{"first_token": "both"}', "first_token"),
+    ("--prefill-instances", "0", "--prefill-instances"),
+])
+def test_disaggregated_bad_flags_are_one_line_errors(capsys, flag, value, needle):
+    rc, out, err = run_main([MODEL, HARDWARE, "--num-prompts", N, flag, value], capsys)
+    assert_one_line_error(rc, out, err, needle)

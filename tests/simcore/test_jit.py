@@ -1,5 +1,5 @@
 """simcore's decorator policy (simcore/_jit.py): every kernel cached, GIL released, and compiled
-without reference counting except the two entry points that allocate their workspace."""
+without reference counting except the entry points that allocate their workspace."""
 import importlib
 import pkgutil
 
@@ -11,7 +11,7 @@ import simcore
 
 pytestmark = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the compiled kernels' options are what is checked")
 
-ALLOCATING = {"simcore.engine.simulate_nb", "simcore.engine.simulate_into_nb"}
+ALLOCATING = {"simcore.engine.simulate_nb", "simcore.engine.simulate_into_nb", "simcore.disagg.simulate_disagg_nb"}
 
 
 def _kernels():

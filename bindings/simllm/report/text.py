@@ -235,12 +235,33 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "
                      f"({s['error_rate']:.1%})"))
     out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"))
+    out += _disagg_lines(s, _line)
     if diagnosis:
         out.append(diagnosis)
     out.append("=" * 50)
     if result.warnings:
         out += ["Warnings"] + [f"  - {w}" for w in result.warnings]
     return "\n".join(out)
+
+
+def _disagg_lines(s, line):
+    """A disaggregated run's pools and KV transfers (none for an aggregated run)."""
+    if "kv_transfer" not in s:
+        return []
+    out = [f"{'Disaggregated prefill / decode':-^50}"]
+    for role in ("prefill", "decode"):
+        pool = s[f"{role}_pool"]
+        ep = pool.get("expert_parallel_size", 1)
+        out.append(line(f"{role.capitalize()} pool:", f"{pool['instances']} x {pool['hardware']} (TP={pool['tensor_parallel_size']}, "
+                        f"DP={pool['data_parallel_size']}" + (f", EP={ep}" if ep > 1 else "") + f"), {pool['num_gpus']} GPUs"))
+        out.append(line("  busy / MFU / KV cache peak:", f"{pool['gpu_busy_fraction']:.1%} / {pool['compute_utilization']:.1%} / "
+                        f"{pool['kv_cache_usage_peak']:.1%}, mean batch {pool['mean_batch_size']:.1f}"))
+    kv = s["kv_transfer"]
+    out.append(line("KV transfer link:", f"{kv['link']}, {kv['bandwidth_gbps']:.0f} GB/s a prefill instance, "
+                    f"{kv['latency_us']:.0f} us; first token from the {kv['first_token']} pool"))
+    out.append(line("KV transfer mean / P99 (ms):", f"{kv['mean_transfer_ms']:.2f} / {kv['p99_transfer_ms']:.2f}, "
+                    f"{kv['mean_bytes'] / 1e6:.1f} MB each, link {kv['link_utilization']:.1%} busy"))
+    return out
 
 
 def format_run_line(result):

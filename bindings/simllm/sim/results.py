@@ -13,8 +13,11 @@ from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplac
 
 
 def summary_gpus(summary):
-    """GPUs a run used: ``tensor_parallel_size`` x ``data_parallel_size`` of its summary (1 each
-    when absent). The one place per-GPU figures get their divisor."""
+    """GPUs a run used: its ``num_gpus`` (a disaggregated run's pools together), else
+    ``tensor_parallel_size`` x ``data_parallel_size`` of its summary (1 each when absent). The one
+    place per-GPU figures get their divisor."""
+    if summary.get("num_gpus"):
+        return summary["num_gpus"]
     return (summary.get("tensor_parallel_size") or 1) * (summary.get("data_parallel_size") or 1)
 
 
@@ -35,7 +38,7 @@ def percentile_key(p):
     return f"p{int(p)}" if float(p) == int(p) else f"p{p}"
 
 
-def _stats_ms(values_s, percentiles, name):
+def stats_ms(values_s, percentiles, name):
     out = {}
     if values_s.size:
         ms = values_s  # scaled in place: the caller's array is a temporary
@@ -51,6 +54,31 @@ def _stats_ms(values_s, percentiles, name):
         for p in percentiles:
             out[f"{percentile_key(p)}_{name}_ms"] = 0.0
     return out
+
+
+def engine_figures(stats, params, engine, duration, batch_hist):
+    """What an engine's replicas did over ``duration`` seconds, from their ``stats`` (shape
+    (replicas, N_STATS)) and batch-size histogram: preemptions, utilisation of one GPU's peaks
+    (``params``), busy fraction, KV-cache usage of ``engine.num_blocks``, batch sizes, iterations and
+    tokens computed."""
+    total = stats.sum(axis=0)
+    gpu_s = duration * stats.shape[0]
+    blocks = max(engine.num_blocks, 1)
+    busy = total[codes.STAT_BUSY_S]
+    return {
+        "num_preemptions": int(total[codes.STAT_PREEMPTIONS]),
+        "compute_utilization": total[codes.STAT_FLOPS] / (gpu_s * params.gemm_flops) if gpu_s else 0.0,
+        "bandwidth_utilization": total[codes.STAT_MEM_BYTES] / (gpu_s * params.mem_bw) if gpu_s else 0.0,
+        "gpu_busy_fraction": busy / gpu_s if gpu_s else 0.0,
+        "kv_cache_usage_mean": total[codes.STAT_KV_BLOCK_SECONDS] / (gpu_s * blocks) if gpu_s else 0.0,
+        "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
+        "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
+        "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
+        **{f"{percentile_key(q)}_batch_size": hist_quantile(batch_hist, q) for q in (50, 90, 99)},
+        "iterations": int(total[codes.STAT_ITERATIONS]),
+        "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
+        "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
+    }
 
 
 @lru_cache(maxsize=8)
@@ -100,10 +128,12 @@ class SimResult:
 
     @classmethod
     def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
-              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None):
+              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None,
+              series_replicas=None):
         """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
         ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
-        per-request table.
+        per-request table; ``series_replicas`` (default: the rows of ``stats``) divides the time
+        series' busy and KV-cache columns.
 
         The first ``workload.warmup_requests`` requests sent (rows 0..N-1: rows are in send
         order) are a warm-up: the per-request table marks them (``warmup``) and the summary's
@@ -198,8 +228,8 @@ class SimResult:
                     met = metric(key, slice(None)) * 1e3 <= goodput[key]
                     good &= met | ~multi if key == "tpot" else met
             s["request_goodput"] = float(good.sum()) / duration if duration else 0.0
-        s.update(_stats_ms(metric("ttft"), percentiles, "ttft"))
-        s.update(_stats_ms(metric("tpot", multi), percentiles, "tpot"))
+        s.update(stats_ms(metric("ttft"), percentiles, "ttft"))
+        s.update(stats_ms(metric("tpot", multi), percentiles, "tpot"))
         itl_n = total[codes.STAT_ITL_COUNT]
         itl_mean = total[codes.STAT_ITL_SUM] / itl_n if itl_n else 0.0
         itl_var = max(total[codes.STAT_ITL_SQSUM] / itl_n - itl_mean**2, 0.0) if itl_n else 0.0
@@ -208,29 +238,16 @@ class SimResult:
         s["std_itl_ms"] = math.sqrt(itl_var) * 1e3
         for p, v in zip(percentiles, hist_percentiles(itl_hist, edges, percentiles)):
             s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
-        s.update(_stats_ms(metric("e2el"), percentiles, "e2el"))
-        s.update(_stats_ms(metric("queue"), percentiles, "queue"))
+        s.update(stats_ms(metric("e2el"), percentiles, "e2el"))
+        s.update(stats_ms(metric("queue"), percentiles, "queue"))
         rejected = int((counted == codes.STATUS_REJECTED).sum())
         timed_out = int((counted == codes.STATUS_TIMED_OUT).sum())
-        gpu_s = duration * replicas
         blocks = max(engine.num_blocks, 1)
-        busy = total[codes.STAT_BUSY_S]
         s.update({
             "error_rate": (n - completed) / n if n else 0.0,
             "num_rejected": rejected,
             "num_timed_out": timed_out,
-            "num_preemptions": int(total[codes.STAT_PREEMPTIONS]),
-            "compute_utilization": total[codes.STAT_FLOPS] / (gpu_s * params.gemm_flops) if gpu_s else 0.0,
-            "bandwidth_utilization": total[codes.STAT_MEM_BYTES] / (gpu_s * params.mem_bw) if gpu_s else 0.0,
-            "gpu_busy_fraction": busy / gpu_s if gpu_s else 0.0,
-            "kv_cache_usage_mean": total[codes.STAT_KV_BLOCK_SECONDS] / (gpu_s * blocks) if gpu_s else 0.0,
-            "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
-            "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
-            "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
-            **{f"{percentile_key(q)}_batch_size": hist_quantile(batch_hist, q) for q in (50, 90, 99)},
-            "iterations": int(total[codes.STAT_ITERATIONS]),
-            "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
-            "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
+            **engine_figures(stats, params, engine, duration, batch_hist),
             "num_requests": n,
             **({"warmup_requests": warm} if warm else {}),
             "model": model.name,
@@ -252,6 +269,7 @@ class SimResult:
         })
         w = windows
         ws = engine.window_s
+        replicas = series_replicas or replicas
         used = w[:, codes.WIN_BUSY_S] > 0
         last = int(np.nonzero(used | (w[:, codes.WIN_ARRIVALS] > 0))[0].max()) + 1 if (used.any() or w[:, codes.WIN_ARRIVALS].any()) else 0
         w = w[:last]

@@ -1,9 +1,11 @@
 """``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call for all
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
+import functools
 import logging
 import math
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -77,26 +79,121 @@ def _window_s(workload, requests, est_request_s):
     return max(span / 100.0, 1e-3)
 
 
-def _run_reporting(params, e, lay, reqi, reqf, acc, progress, interval_s=0.1):
-    """Run the kernel on a worker thread and report its count of ended requests."""
-    glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
+def run_reporting(kernel, glob, n, progress, interval_s=0.1):
+    """Run ``kernel()`` on a worker thread and report ``glob[GLOBAL_ENDED]`` of ``n`` requests
+    ended to ``progress(ended, n)`` every ``interval_s`` and at the end."""
     failure = []
 
     def work():
         try:
-            simulate_into_nb(params, e, lay, reqi, reqf, glob, acc)
+            kernel()
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             failure.append(exc)
 
     worker = threading.Thread(target=work, name="simllm-kernel", daemon=True)
     worker.start()
-    n = reqi.shape[0]
     while worker.is_alive():
         worker.join(interval_s)
         progress(int(glob[codes.GLOBAL_ENDED]), n)
     if failure:
         raise failure[0]
     progress(n, n)
+
+
+class Pool(NamedTuple):
+    """One engine's validated, packed setup: its framework profile, resolved settings, one GPU's
+    cost parameters and the memory plan."""
+
+    framework: object
+    resolved: object
+    params: object
+    memory: object
+
+
+def prepare_pool(model, hardware, serving, framework=None):
+    """Validate ``serving`` for ``model`` on ``hardware`` and pack it (:class:`Pool`); raises
+    :class:`SimulatedOOM` when it does not fit."""
+    fw = framework_for(hardware, serving, framework)
+    resolved = serving_mod.resolve(model, hardware, serving)
+    params = pack_cost_params(model, hardware, serving, resolved, fw)
+    memory = plan_memory(params, model, hardware, serving, resolved)
+    return Pool(fw, resolved, params, memory)
+
+
+def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, arrays=True):
+    """The kernel's inputs for ``pool`` serving ``requests``: its :class:`EngineSettings`
+    (``n_replicas`` = ``serving.data_parallel_size``) and the request arrays ``reqi``, ``reqf`` (see
+    ``simcore.engine.simulate_nb``; None without ``arrays``). Raises :class:`ConfigError` for lengths
+    the model cannot take."""
+    fw, resolved, params, memory = pool
+    check_workload(workload, model, resolved.max_model_len)
+    _check_trace_lengths(workload, requests, resolved.max_model_len)
+    n = len(requests)
+    if n == 0:
+        raise ConfigError("at least one request", source=workload.source, key="workload.num_prompts", value=0)
+    bs = serving.block_size
+    prefix_blocks = workload.prefix_len // bs if serving.enable_prefix_caching else 0
+    if prefix_blocks * bs + resolved.max_model_len > memory.kv_capacity_tokens:
+        prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
+
+    est_request_s = estimate_request_s(params, workload, requests)
+    frontend_s = fw.frontend_latency_ms / 1e3
+    e = EngineSettings(
+        policy=_POLICY[serving.batching],
+        chunked_prefill=serving.enable_chunked_prefill,
+        max_num_seqs=serving.max_num_seqs,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        block_size=bs,
+        num_blocks=memory.num_blocks,
+        prefix_blocks=prefix_blocks,
+        max_model_len=resolved.max_model_len,
+        static_slots=max(1, memory.max_concurrent_sequences(resolved.max_model_len)),  # whole blocks per slot
+        pad_prompts=serving.pad_prompts,
+        batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
+        batch_window_s=serving.batch_window_ms / 1e3,
+        # The engine sees a request frontend_s after its client sends it; a client's timeout
+        # counts from the send.
+        timeout_s=max(workload.timeout_s - frontend_s, 1e-9) if workload.timeout_s else 0.0,
+        n_clients=0,
+        fast_forward=fast_forward,
+        itl_min_exp=ITL_MIN_EXP,
+        itl_sub_bits=ITL_SUB_BITS,
+        window_s=_window_s(workload, requests, est_request_s),
+    )
+    replicas = serving.data_parallel_size
+    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
+                   frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
+                   # attention data-parallel ranks of one expert-parallel engine step together
+                   lockstep=replicas > 1 and params.ep > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
+    if not arrays:
+        return e, None, None
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
+    reqi[:, codes.RI_INPUT] = requests.input_len
+    reqi[:, codes.RI_OUTPUT] = requests.output_len
+    if memory.window_blocks or memory.state_blocks:
+        reqi[:, codes.RI_FIXED_BLOCKS] = memory.fixed_blocks(requests.input_len.astype(np.int64) + requests.output_len)
+    if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
+        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
+        reqi[:, codes.RI_CACHED] = np.where(requests.prefix_hit, usable, 0)
+        del usable
+    reqf = np.full((n, codes.N_RF), -1.0)
+    if e.n_clients:
+        # Closed loop: the first clients send at once (or at their open-loop times), each after
+        # its client delay; the others' requests are sent as earlier ones end (the kernel's
+        # scheduler.client_next_nb), the k-th to reach the engine in row k.
+        k = e.n_clients
+        reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
+        reqf[:, codes.RF_ARRIVAL] = np.inf
+        delays = client_delays(workload, n)
+        if delays is None:
+            reqf[:k, codes.RF_ARRIVAL] = requests.arrival_s[:k] + frontend_s
+        else:
+            reqf[:k, codes.RF_ARRIVAL] = np.sort(requests.arrival_s[:k] + delays[:k]) + frontend_s
+            reqf[k:, codes.RF_CLIENT_DELAY] = delays[k:]
+            del delays
+    else:
+        np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
+    return e, reqi, reqf
 
 
 def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
@@ -141,77 +238,15 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     """
     serving = serving or ServingConfig()
     workload = workload or Workload()
-    fw = framework_for(hardware, serving, framework)
-    resolved = serving_mod.resolve(model, hardware, serving)
-    params = pack_cost_params(model, hardware, serving, resolved, fw)
-    memory = plan_memory(params, model, hardware, serving, resolved)
-    check_workload(workload, model, resolved.max_model_len)
+    pool = prepare_pool(model, hardware, serving, framework)
     if requests is None:
         requests = generate(workload)
-    _check_trace_lengths(workload, requests, resolved.max_model_len)
+    params, resolved, memory = pool.params, pool.resolved, pool.memory
+    e, reqi, reqf = engine_inputs(model, pool, serving, workload, requests, fast_forward)
     n = len(requests)
-    if n == 0:
-        raise ConfigError("at least one request", source=workload.source, key="workload.num_prompts", value=0)
     bs = serving.block_size
-    prefix_blocks = workload.prefix_len // bs if serving.enable_prefix_caching else 0
-    if prefix_blocks * bs + resolved.max_model_len > memory.kv_capacity_tokens:
-        prefix_blocks = max(0, (memory.kv_capacity_tokens - resolved.max_model_len) // bs)
-
-    est_request_s = estimate_request_s(params, workload, requests)
-    frontend_s = fw.frontend_latency_ms / 1e3
-    e = EngineSettings(
-        policy=_POLICY[serving.batching],
-        chunked_prefill=serving.enable_chunked_prefill,
-        max_num_seqs=serving.max_num_seqs,
-        max_num_batched_tokens=resolved.max_num_batched_tokens,
-        block_size=bs,
-        num_blocks=memory.num_blocks,
-        prefix_blocks=prefix_blocks,
-        max_model_len=resolved.max_model_len,
-        static_slots=max(1, memory.max_concurrent_sequences(resolved.max_model_len)),  # whole blocks per slot
-        pad_prompts=serving.pad_prompts,
-        batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
-        batch_window_s=serving.batch_window_ms / 1e3,
-        # The engine sees a request frontend_s after its client sends it; a client's timeout
-        # counts from the send.
-        timeout_s=max(workload.timeout_s - frontend_s, 1e-9) if workload.timeout_s else 0.0,
-        n_clients=0,
-        fast_forward=fast_forward,
-        itl_min_exp=ITL_MIN_EXP,
-        itl_sub_bits=ITL_SUB_BITS,
-        window_s=_window_s(workload, requests, est_request_s),
-    )
-    replicas = serving.data_parallel_size
-    e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
-                   frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
-                   # attention data-parallel ranks of one expert-parallel engine step together
-                   lockstep=replicas > 1 and params.ep > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
-    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
-    reqi[:, codes.RI_INPUT] = requests.input_len
-    reqi[:, codes.RI_OUTPUT] = requests.output_len
-    if memory.window_blocks or memory.state_blocks:
-        reqi[:, codes.RI_FIXED_BLOCKS] = memory.fixed_blocks(requests.input_len.astype(np.int64) + requests.output_len)
-    if prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks
-        usable = np.minimum(prefix_blocks * bs, ((requests.input_len - 1) // bs) * bs)
-        reqi[:, codes.RI_CACHED] = np.where(requests.prefix_hit, usable, 0)
-        del usable
-    reqf = np.full((n, codes.N_RF), -1.0)
-    if e.n_clients:
-        # Closed loop: the first clients send at once (or at their open-loop times), each after
-        # its client delay; the others' requests are sent as earlier ones end (the kernel's
-        # scheduler.client_next_nb), the k-th to reach the engine in row k.
-        k = e.n_clients
-        reqf[:, codes.RF_FINISH] = requests.arrival_s  # ready times, until each request ends
-        reqf[:, codes.RF_ARRIVAL] = np.inf
-        delays = client_delays(workload, n)
-        if delays is None:
-            reqf[:k, codes.RF_ARRIVAL] = requests.arrival_s[:k] + frontend_s
-        else:
-            reqf[:k, codes.RF_ARRIVAL] = np.sort(requests.arrival_s[:k] + delays[:k]) + frontend_s
-            reqf[k:, codes.RF_CLIENT_DELAY] = delays[k:]
-            del delays
-    else:
-        np.add(requests.arrival_s, frontend_s, out=reqf[:, codes.RF_ARRIVAL])
+    replicas = e.n_replicas
+    frontend_s = e.frontend_s
     lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS)
     acc = np.zeros((replicas, lay.acc_len))
     start = time.perf_counter()
@@ -219,7 +254,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     if progress is None:
         simulate_nb(params, e, lay, reqi, reqf, acc)
     else:
-        _run_reporting(params, e, lay, reqi, reqf, acc, progress)
+        glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
+        run_reporting(functools.partial(simulate_into_nb, params, e, lay, reqi, reqf, glob, acc), glob, n, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send
