@@ -30,10 +30,7 @@ from simcore.codes import (
     GLOBAL_NEXT_SEND,
     N_GLOBALS,
     N_PLAN,
-    PREEMPTED_COUNT,
-    QUEUE_WAITING,
     RF_ARRIVAL,
-    RF_FINISH,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_CACHED,
@@ -44,10 +41,7 @@ from simcore.codes import (
     RI_INPUT,
     RI_OUTPUT,
     RI_REPLICA,
-    RUNNING_COUNT,
     STATUS_REJECTED,
-    STAT_END_S,
-    STAT_PREEMPTIONS,
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
     XF_BYTES,
@@ -57,9 +51,18 @@ from simcore.codes import (
     XF_PREFILL_DONE,
     XF_START,
 )
-from simcore.engine import earliest_nb, init_replicas_nb, lockstep_step_nb, route_nb, step_nb, wake_nb
+from simcore.engine import (
+    close_replicas_nb,
+    earliest_nb,
+    init_replicas_nb,
+    last_finish_nb,
+    lockstep_step_nb,
+    route_nb,
+    step_nb,
+    wake_nb,
+)
 from simcore.metrics import win_add_nb, window_of_nb
-from simcore.scheduler import blocks_for_nb, end_status_nb, enqueue_nb, finish_nb
+from simcore.scheduler import end_status_nb, enqueue_nb, finish_nb, never_fits_nb
 
 
 @jit_inline
@@ -114,25 +117,21 @@ def _link_advance_nb(x, xfer, members, count, last, k, t):
 
 
 @jit_inline
+def _link_least_nb(xfer, members, count, k):
+    """The fewest bytes any transfer on link ``k`` has left (inf: none on it)."""
+    least = np.inf
+    for j in range(count[k]):
+        least = min(least, xfer[members[k, j], XF_LEFT])
+    return least
+
+
+@jit_inline
 def _link_next_nb(x, xfer, members, count, last, k):
     """When link ``k``'s next transfer ends at the current share (inf: none on it)."""
     m = count[k]
     if m == 0:
         return np.inf
-    least = np.inf
-    for j in range(m):
-        least = min(least, xfer[members[k, j], XF_LEFT])
-    return last[k] + max(least, 0.0) * m / x.bandwidth
-
-
-@jit_inline
-def _ranks_busy_from_nb(lay, ws, acc, g0, g1):
-    """The earliest next iteration among the busy replicas ``g0 .. g1 - 1`` (-inf: none busy)."""
-    t = np.inf
-    for k in range(g0, g1):
-        if ws[k, RUNNING_COUNT] > 0 or ws[k, QUEUE_WAITING] > 0:
-            t = min(t, acc[k, lay.off_clock + CLOCK_NOW])
-    return t if t < np.inf else -np.inf
+    return last[k] + max(_link_least_nb(xfer, members, count, k), 0.0) * m / x.bandwidth
 
 
 @jit
@@ -158,7 +157,9 @@ def _join_pool_nb(e, lay, t, reqi, reqf, ws, acc, r, routed, group):
     t_ranks = -np.inf
     if e.lockstep and group > 1:
         g0 = (k // group) * group
-        t_ranks = _ranks_busy_from_nb(lay, ws, acc, g0, g0 + group)
+        busy, t_busy = earliest_nb(lay, ws[g0:g0 + group], acc[g0:g0 + group])
+        if busy >= 0:
+            t_ranks = t_busy
     wake_nb(lay, t, ws, acc, k, t_ranks)
     enqueue_nb(lay, reqi, ws[k], r)
     if e.timeout_s > 0.0:
@@ -206,9 +207,6 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
     ws_d = np.zeros((Rd, lay.ws_len), dtype=np.int64)
     init_replicas_nb(ep, lay, ws_p, acc_p)
     init_replicas_nb(ed, lay, ws_d, acc_d)
-    pool_p = ep.num_blocks - ep.prefix_blocks
-    pool_d = ed.num_blocks - ed.prefix_blocks
-    max_len = min(ep.max_model_len, ed.max_model_len)
     plan = np.zeros((max(gp, gd), N_PLAN))
     n_links = Rp // gp
     members = np.zeros((n_links, max(n, 1)), dtype=np.int64)
@@ -252,8 +250,9 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
             out = reqi[r, RI_OUTPUT]
             cached = reqi[r, RI_CACHED]
             fixed = reqi[r, RI_FIXED_BLOCKS]
-            if (inp + out > max_len or blocks_for_nb(inp, cached, fixed, ep.block_size) > pool_p
-                    or blocks_for_nb(inp + out - 1, cached, fixed, ed.block_size) > pool_d):
+            # The prefill pool sees the prompt and one token (vLLM's proxy: max_tokens 1), the
+            # decode pool the whole request.
+            if never_fits_nb(ep, inp + 1, cached, fixed) or never_fits_nb(ed, inp + out, cached, fixed):
                 finish_nb(ed, lay, a, reqi, reqf, glob, acc_d[0], r, STATUS_REJECTED)
                 continue
             xfer[r, XF_OUTPUT] = out
@@ -275,10 +274,7 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
                 continue
             # Transfers end on link lk: the least left, and any within a picosecond of it.
             _link_advance_nb(x, xfer, members, count, last, lk, t_link)
-            least = np.inf
-            for j in range(count[lk]):
-                least = min(least, xfer[members[lk, j], XF_LEFT])
-            tol = least + x.bandwidth * 1e-12
+            tol = _link_least_nb(xfer, members, count, lk) + x.bandwidth * 1e-12
             m = 0
             for j in range(count[lk]):
                 r = members[lk, j]
@@ -320,14 +316,7 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
             glob[GLOBAL_HANDOFFS] = 0
         else:
             _step_pool_nb(pd, ed, lay, td, t_event, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
-    end = 0.0
-    for r in range(n):
-        if reqf[r, RF_FINISH] > end:
-            end = reqf[r, RF_FINISH]
-    for k in range(Rp):
-        acc_p[k, STAT_PREEMPTIONS] = ws_p[k, PREEMPTED_COUNT]
-        acc_p[k, STAT_END_S] = end
-    for k in range(Rd):
-        acc_d[k, STAT_PREEMPTIONS] = ws_d[k, PREEMPTED_COUNT]
-        acc_d[k, STAT_END_S] = end
+    end = last_finish_nb(reqf)
+    close_replicas_nb(ws_p, acc_p, end)
+    close_replicas_nb(ws_d, acc_d, end)
     return end

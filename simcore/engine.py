@@ -75,10 +75,10 @@ from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
-    blocks_for_nb,
     enqueue_nb,
     finish_nb,
     form_static_batch_nb,
+    never_fits_nb,
     peek_nb,
     pop_front_nb,
     release_blocks_nb,
@@ -129,6 +129,24 @@ def init_replicas_nb(e, lay, ws, acc):
         ws[k, COHORT_NEXT_DONE] = NEVER
         acc[k, lay.off_clock + CLOCK_DEADLINE] = np.inf
         acc[k, STAT_MIN_FREE_BLOCKS] = pool
+
+
+@jit
+def last_finish_nb(reqf):
+    """When the last request ended (0 if none did)."""
+    end = 0.0
+    for r in range(reqf.shape[0]):
+        if reqf[r, RF_FINISH] > end:
+            end = reqf[r, RF_FINISH]
+    return end
+
+
+@jit
+def close_replicas_nb(ws, acc, end):
+    """At the end of a run ending at ``end``: each replica's preemptions and end into its stats."""
+    for k in range(ws.shape[0]):
+        acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED_COUNT]
+        acc[k, STAT_END_S] = end
 
 
 @jit_inline
@@ -420,7 +438,6 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
     clk = lay.off_clock
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
-    pool = e.num_blocks - e.prefix_blocks
     init_replicas_nb(e, lay, ws, acc)
     ws0, acc0 = ws[0], acc[0]
     lockstep = e.lockstep and R > 1 and continuous
@@ -437,11 +454,7 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
             r = nxt
             glob[GLOBAL_NEXT_ARRIVAL] = nxt + 1
             win_add_nb(lay, acc0, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
-            tokens = reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT]
-            if tokens > e.max_model_len or (
-                continuous and blocks_for_nb(tokens - 1, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], e.block_size) > pool
-            ):
-                # Longer than the model takes, or than the whole KV pool holds: it could never finish.
+            if never_fits_nb(e, reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT], reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]):
                 finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)
                 continue
             k = route_nb(e, lay, a, ws, acc, routed)
@@ -461,11 +474,6 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
             acc[0, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
             acc[best, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
-    end = 0.0
-    for r in range(n):
-        if reqf[r, RF_FINISH] > end:
-            end = reqf[r, RF_FINISH]
-    for k in range(R):
-        acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED_COUNT]
-        acc[k, STAT_END_S] = end
+    end = last_finish_nb(reqf)
+    close_replicas_nb(ws, acc, end)
     return end

@@ -21,6 +21,7 @@ from simcore.codes import (
     GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
     N_GLOBALS,
+    POLICY_CONTINUOUS,
     PREEMPTED_COUNT,
     QUEUE_ENTRIES,
     QUEUE_HEAD,
@@ -86,6 +87,16 @@ def blocks_for_nb(tokens, cached, fixed, block_size):
     ``fixed`` blocks (``RI_FIXED_BLOCKS``: what its windowed layers and recurrent states hold,
     reserved at its first block, see ``simllm.sim.memory``)."""
     return (tokens + block_size - 1) // block_size - cached // block_size + fixed
+
+
+@jit_inline
+def never_fits_nb(e, tokens, cached, fixed):
+    """The arrival rule: a request that will hold ``tokens`` tokens (prompt + output) can never
+    finish when it is longer than the model takes or, under continuous batching, than the whole
+    KV pool holds (its last token's KV is never written)."""
+    return tokens > e.max_model_len or (
+        e.policy == POLICY_CONTINUOUS
+        and blocks_for_nb(tokens - 1, cached, fixed, e.block_size) > e.num_blocks - e.prefix_blocks)
 
 
 @jit_inline
