@@ -189,6 +189,9 @@ RF_FINISH = 3  # finish, rejection or time-out time; before that, in a closed lo
 #               time the request may be sent (0, or its open-loop time under a rate limit)
 RF_LAST_EMIT = 4  # time of the last token emitted
 N_RF = 5
+# RF_FIRST_TOKEN of a request whose first token, sampled elsewhere (a disaggregated prefill),
+# streams when an engine admits it: admission sets RF_FIRST_TOKEN and RF_LAST_EMIT to its time.
+FIRST_TOKEN_ON_ADMISSION = -2.0
 # Closed loop: before a request is sent, RF_LAST_EMIT's column holds its client's delay, the
 # time between the client's previous request ending and this send (seconds; <= 0: none). It is
 # read once, when the request is sent, and set back to -1.

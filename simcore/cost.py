@@ -131,7 +131,7 @@ def op_count_nb(p, op):
     if op == OP_MOE_ROUTER or op == OP_MOE_UP or op == OP_MOE_ACT or op == OP_MOE_DOWN:
         return p.n_moe_layers
     if op == OP_MOE_ALLTOALL:
-        return p.n_moe_layers if p.ep > 1.0 else 0
+        return p.n_moe_layers if p.ep > 1.0 or p.moe_dp > 1.0 else 0
     return p.n_layers
 
 
@@ -348,7 +348,12 @@ def op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         # Expert parallelism's dispatch and combine: the GPU's share of its rank's tokens (the
         # rank's tp GPUs split them) goes to the experts' GPUs and comes back, each assignment's
         # hidden state once each way, (ep - 1) / ep of them to another GPU.
-        sent = t / p.tp * p.experts_per_token * h * ab * (p.ep - 1.0) / p.ep
+        # Without expert parallelism (the experts tensor-parallel over the moe_dp ranks) it is an
+        # all-gather of the other ranks' tokens and a reduce-scatter of their outputs.
+        if p.ep > 1.0:
+            sent = t / p.tp * p.experts_per_token * h * ab * (p.ep - 1.0) / p.ep
+        else:
+            sent = t * h * ab * (p.moe_dp - 1.0)
         return 0.0, 2.0 * sent, UNIT_A2A
     if op == OP_SAMPLING:
         logits = n_emit * p.vocab

@@ -11,8 +11,11 @@ arrives the request joins a decode replica's waiting queue with its prompt compu
 then waits for KV blocks for the prompt and its next token as for any request. With
 ``Transfer.first_token_on_decode`` (vLLM's NIXL connector) the decode pool recomputes the prompt's
 last token and samples the first output token itself; otherwise (SGLang, TensorRT-LLM) the
-prefill's token arrives with the cache and is streamed then: the first token's time is the
-transfer's end.
+prefill's token arrives with the cache and the decode instance streams it when it admits the
+request (``codes.FIRST_TOKEN_ON_ADMISSION``): the first token's time is the start of the decode
+step that admits it, the transfer's end when a decode slot and blocks are free, later when the
+request waits for them (every framework streams a request's tokens from its decode instance:
+SGLang's decode server, TensorRT-LLM's generation server, Dynamo's decode worker).
 
 The prefill pool releases a request's blocks when it hands it over (the real servers keep them
 until the decode side has read them); the decode pool allocates its blocks when the cache has
@@ -24,6 +27,7 @@ from simcore._jit import jit, jit_alloc, jit_inline
 from simcore.codes import (
     CLOCK_DEADLINE,
     CLOCK_NOW,
+    FIRST_TOKEN_ON_ADMISSION,
     GLOBAL_ENDED,
     GLOBAL_HANDOFFS,
     GLOBAL_NEXT_ARRIVAL,
@@ -290,12 +294,13 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
                     reqi[r, RI_GENERATED] = 0
                     computed = max(reqi[r, RI_INPUT] - 1, reqi[r, RI_CACHED])
                 else:
-                    reqf[r, RF_FIRST_TOKEN] = t_link
-                    reqf[r, RF_LAST_EMIT] = t_link
-                    if reqi[r, RI_OUTPUT] == 1:
+                    if reqi[r, RI_OUTPUT] == 1:  # nothing left to decode: streamed as it arrives
+                        reqf[r, RF_FIRST_TOKEN] = t_link
+                        reqf[r, RF_LAST_EMIT] = t_link
                         finish_nb(ed, lay, t_link, reqi, reqf, glob, acc_d[0], r,
                                   end_status_nb(ed, t_link, reqf[r, RF_ARRIVAL]))
                         continue
+                    reqf[r, RF_FIRST_TOKEN] = FIRST_TOKEN_ON_ADMISSION
                     computed = reqi[r, RI_INPUT]
                 _join_pool_nb(ed, lay, t_link, reqi, reqf, ws_d, acc_d, r, routed_d, gd)
                 routed_d += 1

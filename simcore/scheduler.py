@@ -15,6 +15,7 @@ admitted now (:func:`admission_nb`), and how a request that emitted its last tok
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
+    FIRST_TOKEN_ON_ADMISSION,
     FREE_BLOCKS,
     GLOBAL_ENDED,
     GLOBAL_HANDOFFS,
@@ -30,6 +31,8 @@ from simcore.codes import (
     RF_CLIENT_DELAY,
     RF_FINISH,
     RF_FIRST_SCHED,
+    RF_FIRST_TOKEN,
+    RF_LAST_EMIT,
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
@@ -181,6 +184,9 @@ def admit_nb(lay, now, reqi, reqf, ws, r):
     ws[RUNNING_COUNT] += 1
     if reqf[r, RF_FIRST_SCHED] < 0.0:
         reqf[r, RF_FIRST_SCHED] = now
+    if reqf[r, RF_FIRST_TOKEN] == FIRST_TOKEN_ON_ADMISSION:
+        reqf[r, RF_FIRST_TOKEN] = now
+        reqf[r, RF_LAST_EMIT] = now
 
 
 @jit_inline

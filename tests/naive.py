@@ -23,7 +23,7 @@ from simllm.sim.pack import framework_for
 GEMM, PROJ, ATTN, VECTOR, LINK, A2A = "gemm", "proj", "attn", "vector", "link", "a2a"
 
 
-def links(hw, tp, dp, ep):
+def links(hw, tp, dp, ep, moe_over_ranks=False):
     """(collective bandwidth B/s, its latency s, the expert all-to-all's bandwidth B/s) per GPU: a
     tensor-parallel group over more than ``gpus_per_node`` GPUs runs its ring at the network's
     pace; the all-to-all over ``tp x dp`` GPUs sends 1/(n - 1) of its bytes to each other GPU, the
@@ -33,7 +33,7 @@ def links(hw, tp, dp, ep):
     bw, lat = (net, hw.network_latency_us) if tp > g else (nvl, hw.interconnect_latency_us)
     n = tp * dp
     a2a = bw
-    if ep > 1 and n > g:
+    if (ep > 1 or moe_over_ranks) and n > g:
         a2a = 1.0 / max((g - 1) / (n - 1) / nvl, (n - g) / (n - 1) / net)
     return bw, lat * 1e-6, a2a
 
@@ -57,12 +57,14 @@ def window_totals(batch, window):
 
 
 def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                  ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None):
+                  ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None, moe_over_ranks=False):
     """Per-operator (count, flops, bytes, unit) for one iteration, per GPU, per layer instance;
     ``ep`` > 1: the MoE layers' experts spread over ``ep`` GPU groups and the ``dp`` data-parallel
     ranks' tokens meet in them (each rank's batch the same as this one), on the most loaded GPU
     ``imbalance`` times the mean, and with ``route`` (a ``simllm.sim.routing`` curve) the slowest
-    GPU's of random routings (:func:`routed`)."""
+    GPU's of random routings (:func:`routed`); ``moe_over_ranks`` (``ep`` 1): every expert
+    tensor-parallel over all ``tp x dp`` GPUs, which each see every rank's tokens, gathered and
+    scattered back."""
     T = sum(q for q, _, _ in batch)
     emit = sum(1 for _, _, e in batch if e)
     pairs, kv_tokens = window_totals(batch, 0)
@@ -71,17 +73,18 @@ def iteration_ops(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, 
         window = window_totals(batch, model.index_topk)
     return ops_for_totals(model, T, emit, pairs, kv_tokens, tp=tp, weight_dtype=weight_dtype, act_dtype=act_dtype,
                           kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp, window=window,
-                          attention_dtype=attention_dtype, imbalance=imbalance, route=route)
+                          attention_dtype=attention_dtype, imbalance=imbalance, route=route,
+                          moe_over_ranks=moe_over_ranks)
 
 
-def routed(model, T, dp=1, ep=1, imbalance=1.0, route=None):
+def routed(model, T, dp=1, ep=1, imbalance=1.0, route=None, moe_over_ranks=False):
     """(token-expert assignments, hit experts) of the GPU the MoE layer waits for when each rank
     brings ``T`` tokens: the mean GPU's (every rank's tokens times ``imbalance`` meet, each picking
     ``k`` of ``E`` experts uniformly; a ``1 / ep`` share), times the routing curve's factors at
     ``T`` (``route``: assignments at ``2**i`` tokens in its first half, hits in its second; linear
     in log2 T, clamped), the hits at most the GPU's experts."""
     E, k = model.num_experts, model.experts_per_token
-    tm = T * dp * imbalance if ep > 1 else T
+    tm = T * dp * imbalance if ep > 1 else (T * dp if moe_over_ranks else T)
     a = tm * k / ep
     hit = E * (1 - (1 - k / E) ** tm) / ep
     if route is not None and len(route):
@@ -110,7 +113,8 @@ def linear_layer_cost(model, T, emit, tp, ab):
 
 
 def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None,
-                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None, imbalance=1.0, route=None):
+                   kv_ratio=1.0, ep=1, dp=1, window=None, attention_dtype=None, imbalance=1.0, route=None,
+                   moe_over_ranks=False):
     """:func:`iteration_ops` given the batch's totals: ``T`` new tokens, ``emit`` emitting rows,
     ``pairs`` query-key pairs and ``kv_tokens`` keys read, and ``window`` the windowed layers'
     ``(pairs, kv_tokens)`` (the shaped reference prices GEMMs at ``T = emit = 2**i`` with it).
@@ -199,9 +203,9 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
         E, k = model.num_experts, model.experts_per_token
         # expert parallelism: each GPU holds E / ep whole-width experts (split over the remaining
         # tp x dp / ep GPUs) and sees every data-parallel rank's tokens
-        ei = model.moe_intermediate_size / (tp * dp // ep if ep > 1 else tp)
+        ei = model.moe_intermediate_size / (tp * dp // ep if ep > 1 else (tp * dp if moe_over_ranks else tp))
         si = model.shared_expert_intermediate_size / tp
-        a, hit = routed(model, T, dp, ep, imbalance, route)  # to this GPU's experts; of them, hit
+        a, hit = routed(model, T, dp, ep, imbalance, route, moe_over_ranks)  # to this GPU's experts; of them, hit
         n = model.moe_layers
         ops["moe_router"] = (n, 2 * T * h * E, h * E * ab + T * h * ab + T * E * 4, GEMM)
         ops["moe_experts_up"] = (n, 2 * a * 2 * h * ei + 2 * T * 2 * h * si,
@@ -211,6 +215,8 @@ def ops_for_totals(model, T, emit, pairs, kv_tokens, *, tp=1, weight_dtype=None,
                                    (hit * ei * h + si * h) * wb + (a * (ei + h) + T * (si + h)) * ab, GEMM)
         if ep > 1:  # dispatch and combine: this GPU's 1/tp of its rank's tokens, (ep-1)/ep of them away
             ops["moe_all_to_all"] = (n, 0.0, 2 * (T / tp) * k * h * ab * (ep - 1) / ep, A2A)
+        elif moe_over_ranks:  # all-gather the other ranks' tokens, reduce-scatter their outputs
+            ops["moe_all_to_all"] = (n, 0.0, 2 * T * h * ab * (dp - 1), A2A)
     ops["final_norm"] = (1,) + norm()
     if emit:
         V = model.vocab_size
@@ -259,7 +265,8 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb, sparse=None):
 
 
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
-                   framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None):
+                   framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None,
+                   moe_over_ranks=False):
     """Iteration seconds and per-op seconds from :func:`reference_ops` on the roofline; the
     framework profile's launch gap joins every operator and its per-iteration CPU overhead the
     total of a non-empty batch."""
@@ -278,10 +285,11 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
     per_op = {}
     for name, (count, flops, nbytes, unit) in iteration_ops(
         model, hw, batch, tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio,
-        ep=ep, dp=dp, attention_dtype=attention_dtype, imbalance=imbalance, route=route
+        ep=ep, dp=dp, attention_dtype=attention_dtype, imbalance=imbalance, route=route,
+        moe_over_ranks=moe_over_ranks
     ).items():
         if unit in (LINK, A2A):
-            bw, lat, a2a = links(hw, tp, dp, ep)
+            bw, lat, a2a = links(hw, tp, dp, ep, moe_over_ranks)
             t = lat + nbytes / ((bw if unit == LINK else a2a) * hw.interconnect_utilization)
         else:
             t = max(flops / (peaks[unit] * hw.compute_utilization),
@@ -662,6 +670,8 @@ class _Engine:
         rep.running.append(r)
         if r.first_sched < 0:
             r.first_sched = self.now
+        if r.first_token == codes.FIRST_TOKEN_ON_ADMISSION:
+            r.first_token = r.last_emit = self.now
 
     def allocate_running(self, rep, r, new):
         """Blocks for running ``r`` to compute ``new`` more tokens, preempting from the back while
@@ -977,12 +987,13 @@ def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes):
                     r.first_token = -1.0
                     r.generated = 0
                     computed = r.prompt - 1
-                else:
-                    r.first_token = r.last_emit = t
+                else:  # the decode instance streams the prefill's token when it admits the request
                     r.generated = 1
                     if r.output == 1:
+                        r.first_token = r.last_emit = t
                         end(r, t, codes.STATUS_DONE)
                         continue
+                    r.first_token = codes.FIRST_TOKEN_ON_ADMISSION
                     computed = r.prompt
                 wake(pool_d, "d", t)
                 r.status = codes.STATUS_WAITING

@@ -1,6 +1,7 @@
 """Disaggregated prefill/decode against closed forms: one request's TTFT is its prefill plus the
-link's latency and bytes over bandwidth, its decode steps the decode pool's roofline; equal
-transfers sharing a link take twice as long; separate links do not share."""
+link's latency and bytes over bandwidth, its decode steps the decode pool's roofline; a request
+waiting for a decode slot streams its first token when admitted; equal transfers sharing a link
+take twice as long; separate links do not share."""
 import numpy as np
 import pytest
 
@@ -67,6 +68,23 @@ def test_vllm_first_token_comes_from_a_decode_step_over_the_last_prompt_token():
     steps = sum(_dt(p, 1, inp + i + 1, inp + i + 1, 1) for i in range(out - 1))
     assert req["finish_s"][0] == pytest.approx(req["first_token_s"][0] + steps, rel=1e-12)
     assert res.summary["total_output_tokens"] == out
+
+
+def test_prefill_token_streams_when_a_decode_slot_admits_the_request():
+    """SGLang / TensorRT-LLM stream the prefill's token from the decode instance: with one decode
+    slot, the second of two requests whose caches arrive together waits for the first to finish;
+    its first token is the start of the decode step that admits it (the first's finish), and its
+    TPOT counts from there, not from the cache's arrival."""
+    inp, out = 1000, 6
+    m, h, s, res = _run(n=2, inp=inp, out=out, decode=(("max_num_seqs", 1),))
+    req = res.requests
+    a, b = np.argsort(req["first_token_s"])
+    assert req["kv_transfer_done_s"][a] == req["kv_transfer_done_s"][b] == req["first_token_s"][a]
+    assert req["first_token_s"][b] == req["finish_s"][a] > req["kv_transfer_done_s"][b]
+    p = prepare_pool(m, h, s).params
+    steps = sum(_dt(p, 1, inp + i + 1, inp + i + 1, 1) for i in range(out - 1))
+    np.testing.assert_allclose(req["finish_s"] - req["first_token_s"], steps, rtol=1e-12)
+    np.testing.assert_allclose(req["tpot_s"], steps / (out - 1), rtol=1e-12)
 
 
 def test_two_equal_transfers_on_one_link_take_twice_as_long():

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 import naive
 import simllm
 from helpers import ROOT, build
+from simllm.config.workload import generate
+from simllm.sim import simulate as simulate_mod
 from simllm.sim.memory import plan_memory
 from simcore import (
     batch_aggregates_nb,
@@ -24,6 +26,7 @@ from simcore import (
     new_cost_arrays,
     moe_local_nb,
     op_cost_nb,
+    op_count_nb,
     resident_weight_bytes_nb,
     streamed_weight_bytes_nb,
 )
@@ -625,6 +628,50 @@ def test_enable_expert_parallel_spreads_experts_over_every_gpu():
     r = build("deepseek-v3", "h200-sxm", tables=False, tensor_parallel_size=2, data_parallel_size=4,
               enable_expert_parallel=True)[3]
     assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (8, 1)
+
+
+def test_moe_tensor_parallel_over_the_ranks_closed_form_and_reference():
+    """SGLang's --enable-dp-attention without expert parallelism (TensorRT-LLM's
+    moe_tensor_parallel_size = tp x dp): DeepSeek-V3 on 8 GPUs, attention data parallel 8, every
+    expert split 8 ways. Each GPU holds all 256 experts at 2048 / 8 width, sees the 8 ranks' 32
+    tokens each (256 tokens x 8 = 2,048 assignments over its experts), and gathers the 7 other
+    ranks' tokens and scatters their outputs back: 2 x 32 x 7 x 7168 x 2 bytes per MoE layer. The
+    ranks then step in lockstep, as with expert parallelism."""
+    built = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, moe_tensor_parallel_size=8)
+    model, hw, s, r, p = built
+    assert (r.expert_parallel_size, r.moe_tensor_parallel_size) == (1, 8)
+    assert (p.ep, p.moe_dp, p.n_experts, p.expert_inner) == (1.0, 8.0, 256.0, 2048 / 8)
+    assigned, hit = moe_local_nb(p, 32.0)
+    assert assigned == 32 * 8 * 8
+    assert hit == pytest.approx(256 * (1 - (1 - 8 / 256) ** 256), rel=1e-12)
+    _, nbytes, unit = op_cost_nb(p, codes.OP_MOE_ALLTOALL, 32.0, 32.0, 32.0, 32.0)
+    assert unit == codes.UNIT_A2A and nbytes == 2 * 32 * 7 * 7168 * 2
+    ops = assert_matches_reference(built, [(1, 2000, True)] * 30 + [(900, 0, True)], False, 1, dp=8,
+                                   moe_over_ranks=True)
+    assert "moe_all_to_all" in ops
+    # the default (0) and the tensor-parallel size keep the experts within each replica
+    for moe_tp in (0, 1):
+        q = build("deepseek-v3", "h200-sxm", tables=False, data_parallel_size=8, moe_tensor_parallel_size=moe_tp)[4]
+        assert (q.moe_dp, q.expert_inner, op_count_nb(q, codes.OP_MOE_ALLTOALL)) == (1.0, 2048.0, 0)
+    w = simllm.Workload(num_prompts=4)
+    e, _, _ = simulate_mod.engine_inputs(model, simulate_mod.prepare_pool(model, hw, s), s, w, generate(w),
+                                         arrays=False)
+    assert e.lockstep
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": "deepseek-v3", "data_parallel_size": 8, "moe_tensor_parallel_size": 4},
+     "0 or 1 (the tensor-parallel size) or 8 (tensor x data parallel"),
+    ({"model": "deepseek-v3", "tensor_parallel_size": 2, "moe_tensor_parallel_size": 4}, "0 or 2 (the tensor-parallel size)"),
+    ({"model": "deepseek-v3", "data_parallel_size": 8, "expert_parallel_size": 4, "moe_tensor_parallel_size": 4},
+     "2 (tensor x data parallel / EP 4) or 0"),
+    ({"model": "llama-3.1-8b", "data_parallel_size": 2, "moe_tensor_parallel_size": 2}, "no experts to split"),
+])
+def test_moe_tensor_parallel_settings_are_checked(kwargs, message):
+    name = kwargs.pop("model")
+    with pytest.raises(simllm.ConfigError) as err:
+        build(name, "h200-sxm", tables=False, **kwargs)
+    assert message in str(err.value) and "--moe-tensor-parallel-size" in str(err.value)
 
 
 # --------------------------------------------------------------------------- windowed attention

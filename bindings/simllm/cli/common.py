@@ -105,6 +105,10 @@ def add_engine_args(p):
     p.add_argument("--expert-parallel-size", "-ep", type=positive_int, default=1,
                    help="MoE layers' experts spread over this many GPU groups; tensor x data parallel GPUs = EP x the "
                         "experts' own TP (default 1: experts sharded by TP)")
+    p.add_argument("--moe-tensor-parallel-size", type=nonnegative_int, default=0,
+                   help="each expert's tensor-parallel split (TensorRT-LLM's name); tensor x data parallel without "
+                        "expert parallelism makes the MoE layers tensor-parallel over every attention data-parallel "
+                        "rank, which then step together (SGLang's --enable-dp-attention; default 0: GPUs / EP)")
     p.add_argument("--enable-expert-parallel", action="store_true",
                    help="vLLM's flag: expert parallelism over every GPU (EP = tensor x data parallel)")
     p.add_argument("--expert-load-imbalance", type=ratio, default=1.0,
@@ -227,8 +231,8 @@ def target(args):
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
-                 "expert_parallel_size", "enable_expert_parallel", "expert_load_imbalance", "expert_routing",
-                 "num_redundant_experts", "framework")
+                 "expert_parallel_size", "moe_tensor_parallel_size", "enable_expert_parallel", "expert_load_imbalance",
+                 "expert_routing", "num_redundant_experts", "framework")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 

@@ -77,6 +77,12 @@ class ServingConfig:
     # data parallelism it couples the replicas (attention data parallelism): every rank's tokens
     # meet in each MoE layer. The GPUs, tensor x data parallel, are expert x MoE-tensor parallel.
     expert_parallel_size: int = setting(1, "--expert-parallel-size", _count(1), "a positive integer")
+    # Each expert's tensor-parallel split (TensorRT-LLM's moe_tensor_parallel_size); 0 = the
+    # GPUs over EP when expert parallelism is on, else the tensor-parallel size. With attention
+    # data parallelism and no expert parallelism, tensor x data parallel makes the MoE layers
+    # tensor-parallel over every rank (SGLang's --enable-dp-attention without --ep-size): every
+    # rank's tokens are gathered into each MoE layer, and the ranks step together.
+    moe_tensor_parallel_size: int = setting(0, "--moe-tensor-parallel-size", _count(0), "an integer >= 0")
     # vLLM's --enable-expert-parallel: expert parallelism over every GPU (tensor x data parallel)
     enable_expert_parallel: bool = setting(False, "--enable-expert-parallel")
     # With expert parallelism, the most loaded GPU's routed tokens over the mean (1 = uniform
@@ -232,13 +238,15 @@ def resolve(model, hardware, serving):
 def expert_parallel(model, serving):
     """``(ep, moe_tp)``: the MoE layers' expert-parallel degree and each expert's tensor-parallel
     split, ``ep x moe_tp = tensor x data parallel`` GPUs when expert parallelism is on (vLLM's
-    ``--enable-expert-parallel`` spreads experts over all of them), else ``(1, tp)``.
+    ``--enable-expert-parallel`` spreads experts over all of them), else ``(1, tp)``, or
+    ``(1, tp x dp)`` with ``--moe-tensor-parallel-size`` tp x dp.
 
     Raises
     ------
     ConfigError
         For expert parallelism on a dense model, an EP size that does not divide the experts or
-        the GPUs, or a conflicting ``--expert-parallel-size`` and ``--enable-expert-parallel``.
+        the GPUs, a conflicting ``--expert-parallel-size`` and ``--enable-expert-parallel``, or a
+        ``--moe-tensor-parallel-size`` other than these.
     """
     tp, dp = serving.tensor_parallel_size, serving.data_parallel_size
     gpus = tp * dp
@@ -249,11 +257,21 @@ def expert_parallel(model, serving):
                               source=CLI, key="--expert-parallel-size", value=ep)
         ep = gpus
     extra = serving.num_redundant_experts
+    moe_tp = serving.moe_tensor_parallel_size
     if ep == 1:
         if extra:
             raise ConfigError("0 without expert parallelism (-ep / --enable-expert-parallel): redundant experts are "
                               "replicas spread over the EP GPUs", source=CLI, key="--num-redundant-experts", value=extra)
-        return 1, tp
+        if moe_tp in (0, tp):
+            return 1, tp
+        if not model.is_moe:
+            raise ConfigError(f"0: {model.name} has no experts to split", source=CLI,
+                              key="--moe-tensor-parallel-size", value=moe_tp)
+        if moe_tp != gpus:
+            over_ranks = f" or {gpus} (tensor x data parallel: the MoE layers over every rank)" if dp > 1 else ""
+            raise ConfigError(f"0 or {tp} (the tensor-parallel size){over_ranks}", source=CLI,
+                              key="--moe-tensor-parallel-size", value=moe_tp)
+        return 1, gpus
     if not model.is_moe:
         raise ConfigError(f"1: {model.name} has no experts to spread", source=CLI, key="--expert-parallel-size", value=ep)
     if (model.num_experts + extra) % ep:
@@ -265,4 +283,24 @@ def expert_parallel(model, serving):
     if gpus % ep:
         raise ConfigError(f"a divisor of the {gpus} GPUs (tensor x data parallel)", source=CLI,
                           key="--expert-parallel-size", value=ep)
+    if moe_tp not in (0, gpus // ep):
+        raise ConfigError(f"{gpus // ep} (tensor x data parallel / EP {ep}) or 0", source=CLI,
+                          key="--moe-tensor-parallel-size", value=moe_tp)
     return ep, gpus // ep
+
+
+def moe_parallel_keys(serving, resolved):
+    """The summary keys of the MoE layers' parallelism where it is not the tensor-parallel one:
+    ``expert_parallel_size`` (> 1), or ``moe_tensor_parallel_size`` (over the ranks)."""
+    if resolved.expert_parallel_size > 1:
+        return {"expert_parallel_size": resolved.expert_parallel_size}
+    if moe_spans_ranks(serving, resolved):
+        return {"moe_tensor_parallel_size": resolved.moe_tensor_parallel_size}
+    return {}
+
+
+def moe_spans_ranks(serving, resolved):
+    """Whether the MoE layers gather every attention data-parallel rank's tokens (expert
+    parallelism, or the experts tensor-parallel over more GPUs than a rank's): the ranks then
+    step together."""
+    return resolved.expert_parallel_size > 1 or resolved.moe_tensor_parallel_size > serving.tensor_parallel_size

@@ -62,6 +62,8 @@ def format_estimate(est):
            + ("; the DP ranks step in lockstep, each step here with every rank as loaded as this one"
               if s.data_parallel_size > 1 else "")
            + ")" if r.expert_parallel_size > 1 else "")
+        + (f", MoE TP={r.moe_tensor_parallel_size} (the experts over every DP rank, which step in lockstep)"
+           if r.expert_parallel_size == 1 and r.moe_tensor_parallel_size > s.tensor_parallel_size else "")
         + f", weights {r.weight_dtype}"
         + (f" (attention {r.attention_dtype})" if r.attention_dtype and r.attention_dtype != r.weight_dtype else "")
         + f", activations {r.activation_dtype}, "
@@ -221,9 +223,8 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     if calibration:
         out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
-    ep = s.get("expert_parallel_size", 1)
     out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
-                     f"DP={s['data_parallel_size']}" + (f", EP={ep}" if ep > 1 else "") + ")"))
+                     f"DP={s['data_parallel_size']}" + _moe_parallel(s) + ")"))
     out.append(_line("Mean queueing time (ms):", f"{s['mean_queue_ms']:.2f}"))
     out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
     out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))
@@ -244,6 +245,13 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     return "\n".join(out)
 
 
+def _moe_parallel(s):
+    """", EP=8" or ", MoE TP=8" of a summary (or pool) whose MoE layers are not just tensor-parallel."""
+    if "expert_parallel_size" in s:
+        return f", EP={s['expert_parallel_size']}"
+    return f", MoE TP={s['moe_tensor_parallel_size']}" if "moe_tensor_parallel_size" in s else ""
+
+
 def _disagg_lines(s, line):
     """A disaggregated run's pools and KV transfers (none for an aggregated run)."""
     if "kv_transfer" not in s:
@@ -251,9 +259,8 @@ def _disagg_lines(s, line):
     out = [f"{'Disaggregated prefill / decode':-^50}"]
     for role in ("prefill", "decode"):
         pool = s[f"{role}_pool"]
-        ep = pool.get("expert_parallel_size", 1)
         out.append(line(f"{role.capitalize()} pool:", f"{pool['instances']} x {pool['hardware']} (TP={pool['tensor_parallel_size']}, "
-                        f"DP={pool['data_parallel_size']}" + (f", EP={ep}" if ep > 1 else "") + f"), {pool['num_gpus']} GPUs"))
+                        f"DP={pool['data_parallel_size']}" + _moe_parallel(pool) + f"), {pool['num_gpus']} GPUs"))
         out.append(line("  busy / MFU / KV cache peak:", f"{pool['gpu_busy_fraction']:.1%} / {pool['compute_utilization']:.1%} / "
                         f"{pool['kv_cache_usage_peak']:.1%}, mean batch {pool['mean_batch_size']:.1f}"))
     kv = s["kv_transfer"]
@@ -298,9 +305,10 @@ def format_calibration(fit, framework, path, framework_path=None):
     ])
 
 
-def format_validation(points, summary, by=None):
+def format_validation(points, summary, groups=None):
     """The ``simllm validate`` table: each measured point against its prediction, then the error
-    statistics per metric (and per group of ``by``, {name: summary}, when it has several)."""
+    statistics per metric, and per group of each grouping in ``groups`` ({what: {name: summary}},
+    e.g. by backend, by mode) that has several."""
     def pct(x):
         return "" if x is None or math.isnan(x) else f"{x * 100:+.1f}%"
 
@@ -321,10 +329,12 @@ def format_validation(points, summary, by=None):
     out = [table(["point", "model", "hardware", "tp", "isl", "osl", "load", "TTFT ms", "predicted", "error",
                   "TPOT ms", "predicted", "error"], rows, "llllrrrrrrrrr")]
     out += ["", error_table(summary)]
-    if by and len(by) > 1:
+    for what, by in (groups or {}).items():
+        if len(by) < 2:
+            continue
         rows = [[name, *(f"{g[k]['median_abs_pct_error']:.1f}% ({g[k]['points']})" if k in g else "" for k in ("ttft", "tpot"))]
                 for name, g in by.items()]
-        out += ["", "By backend (median |error|, points):", table(["backend", "TTFT", "TPOT"], rows, "lrr")]
+        out += ["", f"By {what} (median |error|, points):", table([what, "TTFT", "TPOT"], rows, "lrr")]
     below = max((v.get("below_bound", 0) for v in summary.values()), default=0)
     if below:
         out += ["", f"{below} point(s) left out of the statistics: a metric was measured faster than simllm "

@@ -15,7 +15,7 @@ from simcore.layout import make_layout, split_accumulator
 from simcore.params import Transfer
 from simllm.config.disagg import POOL_FLAGS, DisaggConfig
 from simllm.config.hardware import load_hardware
-from simllm.config.serving import CLI, ServingConfig
+from simllm.config.serving import CLI, ServingConfig, moe_parallel_keys
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.results import SimResult, engine_figures, stats_ms
@@ -163,8 +163,7 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         f.update({"instances": inst, "num_gpus": gpus, "hardware": hw[role].gpu,
                   "tensor_parallel_size": sv[role].tensor_parallel_size,
                   "data_parallel_size": sv[role].data_parallel_size,
-                  **({"expert_parallel_size": pools[role].resolved.expert_parallel_size}
-                     if pools[role].resolved.expert_parallel_size > 1 else {}),
+                  **moe_parallel_keys(sv[role], pools[role].resolved),
                   "max_num_seqs": sv[role].max_num_seqs,
                   "max_num_batched_tokens": pools[role].resolved.max_num_batched_tokens,
                   "kv_cache_capacity_tokens": pools[role].memory.kv_capacity_tokens})

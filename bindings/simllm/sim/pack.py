@@ -78,10 +78,10 @@ def _linear_geometry(model, tp, attention, act_bytes):
     )
 
 
-def _links(hardware, tp, dp, ep):
+def _links(hardware, tp, dp, spans_ranks):
     """The collectives' links per GPU: the node's interconnect, or the scale-out network when the
-    tensor-parallel group spans nodes (a ring over them runs at the NIC's pace); the expert
-    all-to-all over ``tp x dp`` GPUs sends ``1 / (n - 1)`` of its bytes to each other GPU, the
+    tensor-parallel group spans nodes (a ring over them runs at the NIC's pace); the MoE layers'
+    all-to-all over ``tp x dp`` GPUs (``spans_ranks``: they gather the ranks' tokens) sends ``1 / (n - 1)`` of its bytes to each other GPU, the
     node's ``G - 1`` over the interconnect and the ``n - G`` beyond over the network at once, so its
     bandwidth is ``(n - 1) / max((G - 1) / interconnect, (n - G) / network)``."""
     g = hardware.gpus_per_node
@@ -91,7 +91,7 @@ def _links(hardware, tp, dp, ep):
     link_bw = net if spans else nvl
     n = tp * dp
     a2a = link_bw
-    if ep > 1 and n > g:
+    if spans_ranks and n > g:
         a2a = (n - 1) / max((g - 1) / nvl, (n - g) / net)
     return dict(link_bw=link_bw, a2a_bw=a2a,
                 link_latency_s=(hardware.network_latency_us if spans else hardware.interconnect_latency_us) * 1e-6)
@@ -139,6 +139,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
     up_mult = 2.0 if model.ffn == "gated" else 1.0
     inter = model.intermediate_size / tp
     ep = r.expert_parallel_size
+    coupled = serving_mod.moe_spans_ranks(serving, r)
     e_inter = model.moe_intermediate_size / r.moe_tensor_parallel_size
     s_inter = model.shared_expert_intermediate_size / tp
     mlp_bias = 1.0 if model.mlp_bias else 0.0
@@ -175,7 +176,9 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         experts_per_token=float(model.experts_per_token),
         ep=float(ep),
         # the most loaded GPU's share: every rank's tokens meet there, skewed by the imbalance
-        moe_dp=float(serving.data_parallel_size * serving.expert_load_imbalance if ep > 1 else 1),
+        # (expert parallelism's; with the experts tensor-parallel over the ranks every GPU gets all)
+        moe_dp=float(serving.data_parallel_size * (serving.expert_load_imbalance if ep > 1 else 1.0)
+                     if coupled else 1),
         expert_inner=e_inter,
         shared_inner=s_inter,
         vocab=float(model.vocab_size),
@@ -194,7 +197,7 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         eff_bw=hardware.bandwidth_utilization,
         launch_s=fw.launch_overhead_us * 1e-6,
         eff_link=hardware.interconnect_utilization,
-        **_links(hardware, tp, serving.data_parallel_size if ep > 1 else 1, ep),
+        **_links(hardware, tp, serving.data_parallel_size if coupled else 1, coupled),
         iter_overhead_s=fw.iteration_overhead_us * 1e-6,
     )
     if ep > 1 and serving.expert_routing == "random":

@@ -7,6 +7,7 @@ from functools import lru_cache
 import numpy as np
 
 from simcore import codes
+from simllm.config.serving import moe_parallel_keys
 from simllm.errors import ConfigError
 from simllm.fileio import write_table
 from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplace
@@ -254,7 +255,7 @@ class SimResult:
             "hardware": hardware.gpu,
             "tensor_parallel_size": serving.tensor_parallel_size,
             "data_parallel_size": replicas,
-            **({"expert_parallel_size": resolved.expert_parallel_size} if resolved.expert_parallel_size > 1 else {}),
+            **moe_parallel_keys(serving, resolved),
             "dtype": resolved.weight_dtype,
             "kv_cache_dtype": resolved.kv_dtype,
             "max_num_seqs": serving.max_num_seqs,

@@ -163,8 +163,8 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
     replicas = serving.data_parallel_size
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
                    frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
-                   # attention data-parallel ranks of one expert-parallel engine step together
-                   lockstep=replicas > 1 and params.ep > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
+                   # attention data-parallel ranks whose tokens meet in the MoE layers step together
+                   lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
     if not arrays:
         return e, None, None
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
