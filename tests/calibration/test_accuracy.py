@@ -177,3 +177,23 @@ def test_windowed_and_linear_attention_rows_out_of_sample():
     assert by[("Hopper", "vllm")]["tpot"]["median_abs_pct_error"] <= 20.0
     s, by = out["qwen3.5-397b-a17b"]
     assert s["tpot"]["points"] >= 250 and s["tpot"]["median_abs_pct_error"] <= 25.0
+
+
+def test_disaggregated_rows_out_of_sample():
+    """The disaggregated rows that record their pools (prefill and decode worker counts, each
+    worker's TP / attention DP / EP, the prefill batch): DeepSeek-V3/R1, Kimi-K2.5, Qwen3-32B,
+    Qwen3-235B-A22B over TensorRT-LLM, SGLang and vLLM (Dynamo), simulated as two pools in one
+    event loop with the KV caches moving between them. Nothing is fitted to them. TPOT is the
+    decode pool's and comes within a median ~15%; TTFT is under-predicted (median ~-43%): many
+    rows' measured TTFTs are several times what their prefill and transfer take even at a few
+    clients (README, Accuracy, says so). The bounds hold today's figures so that a change that
+    makes them worse fails."""
+    rows = [m for m in load_measurements([SHARED]) if m.mode == "disagg"]
+    resolved = accuracy.resolve(rows)
+    usable = [p for p in resolved if not p.reason]
+    assert len(usable) >= 270  # the rows with worker counts; the other 1,328 do not record their pools
+    assert all("worker counts" in p.reason for p in resolved if p.reason)
+    points = [p for p in accuracy.predict_points(accuracy.with_bounds(usable)) if p.predicted]
+    s, by = family_summary("disaggregated rows", points)
+    assert s["tpot"]["points"] >= 240
+    assert s["tpot"]["median_abs_pct_error"] <= 17.0 and s["ttft"]["median_abs_pct_error"] <= 47.0

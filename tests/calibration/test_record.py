@@ -1,6 +1,7 @@
 """The accuracy record (simllm.calibration.record): what ``simllm validate --write-accuracy``
 writes, reading it back, bad records, and that the shipped configs/accuracy.json is what the
 current presets give on the shared silicon_sample.csv (skipped when the shared data is absent)."""
+import dataclasses
 import json
 import math
 
@@ -47,9 +48,11 @@ def test_point_row_and_round_trip(tmp_path):
 
     src = tmp_path / "m.csv"
     src.write_text("a,b\n1,2\n", encoding="utf-8")
-    rec = R.build_record([closed, fast, open_loop, skipped], [src], {"filters": ["x"]}, date="2025-01-02")
+    disagg = dataclasses.replace(closed, measurement=measurement(mode="disagg"))  # bands are for one engine
+    rec = R.build_record([closed, fast, open_loop, skipped, disagg], [src], {"filters": ["x"]}, date="2025-01-02")
     prov = rec["provenance"]
-    assert prov["date"] == "2025-01-02" and prov["rows_read"] == 4 and prov["points"] == 3
+    assert prov["date"] == "2025-01-02" and prov["rows_read"] == 5 and prov["points"] == 3
+    assert prov["disaggregated_left_out"] == 1
     assert prov["skipped"] == 1 and prov["below_bound"] == 1 and prov["settings"] == {"filters": ["x"]}
     assert prov["sources"][0]["file"] == "m.csv" and len(prov["sources"][0]["sha256"]) == 64
     path = R.write_record(tmp_path / "acc.json", rec)

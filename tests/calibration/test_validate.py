@@ -11,6 +11,7 @@ import simllm
 import simllm.cli
 from helpers import SHARED_DATA
 from simllm.calibration import validate as accuracy
+from simllm.formats.common import WorkerPool
 from simllm.formats.measurements import load_measurements
 
 SHARED = SHARED_DATA / "silicon_sample.csv"
@@ -21,13 +22,14 @@ HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,prec
           "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms")
 
 
-def row(model, system, precision, mode, isl, osl, conc, tp, ttft, tpot, ep=""):
+def row(model, system, precision, mode, isl, osl, conc, tp, ttft, tpot, ep="", backend="vllm", **columns):
     n = HEADER.count(",") + 1
     cells = [""] * n
     names = HEADER.split(",")
-    values = {"id": "x", "backend": "vllm", "model_path": model, "system": system, "precision": precision,
+    values = {"id": "x", "backend": backend, "model_path": model, "system": system, "precision": precision,
               "mode": mode, "isl": isl, "osl": osl, "batch_size": conc, "tp_size": tp, "pp_size": 1 if tp else "",
-              "attention_dp_size": 1 if tp else "", "moe_ep_size": ep, "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot}
+              "attention_dp_size": 1 if tp else "", "moe_ep_size": ep, "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot,
+              **columns}
     for k, v in values.items():
         cells[names.index(k)] = str(v)
     return ",".join(cells)
@@ -62,7 +64,8 @@ def test_validate_predicts_what_simulate_does_and_skips_what_it_cannot(silicon):
     assert [p.model for p in done] == ["llama-3.1-8b", "llama-3.1-8b"]
     assert all(p.hardware == "h100-sxm" for p in done)
     reasons = [p.reason for p in points if not p.predicted]
-    assert any(r.startswith("mode disagg") for r in reasons)  # Kimi-K2.5 runs on kimi-k2, but disaggregated
+    # Kimi-K2.5 runs on kimi-k2, but its disaggregated row does not say how many workers it had
+    assert any(r.startswith("disaggregated row without its worker counts") for r in reasons)
     assert any("precision 'fp6'" in r for r in reasons)
     # The prediction is the simulation of the same closed loop: a CSV row's client drew lengths
     # uniformly from 80-100% of the stated ones (InferenceMAX's), 10 requests per client; the
@@ -161,6 +164,81 @@ def test_moe_rows_read_their_expert_parallelism(tmp_path):
     assert (dense.model, dense.hardware, dense.reason) == ("llama-3.1-8b", "b200", "")
     (p,) = accuracy.predict_points([ep8], num_prompts=16)
     assert p.predicted and p.predicted["tpot"] > 0
+
+
+def _pools(prefill_workers=2, decode_workers=1, decode_batch=16):
+    """The prefill_* / decode_* columns of a disaggregated row: prefill workers of attention DP 4 with
+    EP 4, a decode worker of attention DP 8 with every expert tensor-parallel over its 8 GPUs."""
+    return dict(prefill_batch_size=1, prefill_num_workers=prefill_workers, prefill_tp_size=1, prefill_pp_size=1,
+                prefill_attention_dp_size=4, prefill_moe_tp_size=1, prefill_moe_ep_size=4,
+                decode_batch_size=decode_batch, decode_num_workers=decode_workers, decode_tp_size=1, decode_pp_size=1,
+                decode_attention_dp_size=8, decode_moe_tp_size=8, decode_moe_ep_size=1)
+
+
+def test_disaggregated_rows_read_their_pools(tmp_path):
+    """A disaggregated row's prefill_* / decode_* columns are its pools; its clients are the
+    silicon_concurrency its source states, else the decode pool's slots (batch x workers x
+    attention DP); a row without worker counts is skipped, saying why. Its DisaggConfig: the
+    workers as instances, each pool's parallelism and the prefill batch as overrides, the first
+    token where the backend samples it."""
+    path = tmp_path / "disagg.csv"
+    src = "db-dump; config_id=1; silicon_concurrency=96; image=x"
+    blank = dict(_pools(), prefill_num_workers="", decode_num_workers="", decode_batch_size="")
+    path.write_text("\n".join([
+        HEADER,
+        row("deepseek-ai/DeepSeek-R1", "gb200", "fp4", "disagg", 1024, 1024, "", "", 300.0, 20.0, backend="trtllm",
+            silicon_data_source=src, **_pools()),
+        row("deepseek-ai/DeepSeek-R1", "gb200", "fp4", "disagg", 1024, 1024, "", "", 300.0, 20.0, backend="vllm",
+            **_pools()),
+        row("deepseek-ai/DeepSeek-R1", "gb200", "fp4", "disagg", 1024, 1024, "", "", 300.0, 20.0, **blank),
+    ]) + "\n", encoding="utf-8")
+    stated, slots, unrecorded = load_measurements([path])
+    assert stated.prefill == WorkerPool(workers=2, tp=1, dp=4, ep=4, moe_tp=1, pp=1, batch_size=1)
+    assert stated.decode == WorkerPool(workers=1, tp=1, dp=8, ep=1, moe_tp=8, pp=1, batch_size=16)
+    assert (stated.concurrency, slots.concurrency) == (96, 16 * 1 * 8)
+    assert unrecorded.decode.workers == 0 and unrecorded.concurrency == 0
+    a, b, c = accuracy.resolve([stated, slots, unrecorded])
+    assert (a.reason, b.reason) == ("", "") and "worker counts" in c.reason
+    model = simllm.load_model("deepseek-v3")
+    d = accuracy.disagg_config(stated, model)
+    assert (d.prefill_instances, d.decode_instances, d.first_token) == (2, 1, "prefill")
+    route = {"router": "least_outstanding"}  # a load-aware router (Dynamo's, TensorRT-LLM's disaggregated server's)
+    assert dict(d.prefill) == {"tensor_parallel_size": 1, "data_parallel_size": 4, "expert_parallel_size": 4,
+                               "moe_tensor_parallel_size": 0, "max_num_seqs": 1, **route}
+    assert dict(d.decode) == {"tensor_parallel_size": 1, "data_parallel_size": 8, "expert_parallel_size": 1,
+                              "moe_tensor_parallel_size": 8, "max_num_seqs": 16, **route}
+    assert accuracy.disagg_config(slots, model).first_token == "decode"  # vLLM's proxy
+
+
+def test_disaggregated_row_predicts_what_simulate_disagg_does(tmp_path):
+    """A disaggregated row's prediction is simllm.simulate_disagg of its pools over the same
+    closed loop, plus its client's overhead on TTFT; a vLLM row's first token comes from the
+    decode pool (one more step than SGLang's, whose prefill's token is streamed)."""
+    path = tmp_path / "disagg.csv"
+    pools = dict(prefill_batch_size=1, prefill_num_workers=2, prefill_tp_size=2, prefill_attention_dp_size=1,
+                 decode_batch_size=4, decode_num_workers=1, decode_tp_size=2, decode_attention_dp_size=1)
+    path.write_text("\n".join([HEADER] + [
+        row("Qwen/Qwen3-32B", "h100_sxm", "", "disagg", 512, 64, "", "", 300.0, 20.0, backend=backend, **pools)
+        for backend in ("vllm", "sglang")]) + "\n", encoding="utf-8")
+    points = accuracy.predict_points(accuracy.resolve(load_measurements([path])), num_prompts=16)
+    model, hw = simllm.load_model("qwen3-32b"), simllm.load_hardware("h100-sxm")
+    for p, first in zip(points, ("decode", "prefill")):
+        m = p.measurement
+        assert p.predicted, p.reason
+        shape = accuracy.BenchmarkShape()
+        w = simllm.Workload(num_prompts=16, max_concurrency=4, input_len=shape.lengths(512, m),
+                            output_len=shape.lengths(64, m))
+        overrides = {"data_parallel_size": 1, "expert_parallel_size": 1, "moe_tensor_parallel_size": 0,
+                     "tensor_parallel_size": 2, "router": "least_outstanding"}
+        disagg = simllm.DisaggConfig(prefill_instances=2, decode_instances=1, first_token=first,
+                                     prefill=tuple(sorted(dict(overrides, max_num_seqs=1).items())),
+                                     decode=tuple(sorted(dict(overrides, max_num_seqs=4).items())))
+        serving = simllm.ServingConfig(max_model_len=576, framework=m.backend,
+                                       enable_chunked_prefill=m.backend != "sglang")
+        s = simllm.simulate_disagg(model, hw, serving, w, disagg, keep_requests=False).summary
+        assert p.predicted["ttft"] == pytest.approx(s["mean_ttft_ms"] + m.client_overhead_ms, rel=1e-12)
+        assert p.predicted["tpot"] == pytest.approx(s["mean_tpot_ms"], rel=1e-12)
+        assert s["prefill_pool"]["instances"] == 2 and s["num_gpus"] == 6
 
 
 @pytest.mark.parametrize("name, preset", [

@@ -121,7 +121,8 @@ def build_record(points, sources, settings=None, date=None):
     Parameters
     ----------
     points : sequence of Point
-        :func:`simllm.calibration.validate.validate`'s (or the CLI's) points.
+        :func:`simllm.calibration.validate.validate`'s (or the CLI's) points; those of
+        disaggregated measurements are left out (bands are for one engine's runs).
     sources : sequence of str or Path
         The measured files read (named by file name, with their SHA-256 and size).
     settings : dict, optional
@@ -129,7 +130,8 @@ def build_record(points, sources, settings=None, date=None):
     date : str, optional
         ISO date of the record (default: today, UTC).
     """
-    rows = [point_row(p) for p in points if p.predicted is not None]
+    # One engine's points: a band is given to an aggregated run, from aggregated cases.
+    rows = [point_row(p) for p in points if p.predicted is not None and p.measurement.mode == "agg"]
     files = [{"file": Path(s).name, "sha256": _sha256(s), "bytes": Path(s).stat().st_size} for s in sources
              if Path(s).is_file()]
     provenance = {
@@ -141,6 +143,7 @@ def build_record(points, sources, settings=None, date=None):
         "rows_read": len(points),
         "points": len(rows),
         "skipped": sum(1 for p in points if p.predicted is None),
+        "disaggregated_left_out": sum(1 for p in points if p.predicted is not None and p.measurement.mode != "agg"),
         "below_bound": sum(1 for r in rows if r["below_bound"]),
         "regenerate": "simllm validate ../shared/data/silicon_sample.csv --write-accuracy configs/accuracy.json",
     }

@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from simllm.config import presets
+from simllm.config.disagg import DisaggConfig
 from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import FRAMEWORKS, ServingConfig
 from simllm.config.workload import LengthDist, Workload, fixed
 from simllm.errors import ConfigError
+from simllm.sim.disagg import simulate_disagg
 from simllm.sim.runner import run_many
 from simllm.sim.simulate import simulate
 from simllm.sim.stats import abs_error_stats
@@ -205,8 +207,9 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate, **lengths)
     if num_prompts:
         workload = replace(workload, num_prompts=num_prompts)
+    disagg = m.mode == "disagg"
     serving = ServingConfig(
-        tensor_parallel_size=m.tp,
+        tensor_parallel_size=1 if disagg else m.tp,
         dtype=_dtype(m, model),
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
         max_num_seqs=max(256, m.concurrency),
@@ -214,14 +217,19 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         kv_cache_dtype=_kv_cache_dtype(m),
         # attention data parallelism: replicas; with expert parallelism (a MoE model's rows only: a
         # dense model's may fill the column in) their tokens meet in every MoE layer
-        data_parallel_size=m.dp,
-        expert_parallel_size=m.ep if model.is_moe else 1,
+        data_parallel_size=1 if disagg else m.dp,
+        expert_parallel_size=m.ep if model.is_moe and not disagg else 1,
+        moe_tensor_parallel_size=0 if disagg else moe_tensor_parallel(m, model),
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
         # which is vLLM's v0 schedule, not v1's chunked prefill.
         enable_chunked_prefill=m.backend != "sglang",
     )
-    s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,),
-                 framework=framework).summary
+    if disagg:
+        s = simulate_disagg(model, hardware, serving, workload, disagg_config(m, model), keep_requests=False,
+                            percentiles=(50,), framework=framework).summary
+    else:
+        s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,),
+                     framework=framework).summary
     out = {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
     client = getattr(m, "client_overhead_ms", 0.0)
     if client:
@@ -230,14 +238,53 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
     return out
 
 
+def moe_tensor_parallel(m, model):
+    """The ``moe_tensor_parallel_size`` of measurement (or pool) ``m``: its ``moe_tp`` where its
+    experts are tensor-parallel over all its attention data-parallel ranks' GPUs without expert
+    parallelism (``moe_tp`` = tp x dp, dp > 1), else 0 (the usual split; a ``moe_tp`` that
+    matches no layout of the row's GPUs is left to it)."""
+    coupled = model.is_moe and m.ep == 1 and m.dp > 1 and m.moe_tp == m.tp * m.dp
+    return m.moe_tp if coupled else 0
+
+
+def disagg_config(m, model):
+    """The :class:`~simllm.config.disagg.DisaggConfig` of disaggregated measurement ``m``: its
+    pools' instances and parallelism (each worker ``tp`` x ``dp`` GPUs, experts over ``ep``), each
+    pool's batch (its ``batch_size`` requests per attention-DP rank at once, as aiconfigurator's
+    ``prefill_batch_size`` and ``decode_batch_size`` configure the workers: a request whose cache
+    has arrived waits for a decode slot), requests routed to the instance or rank with the fewest
+    in flight (the load-aware routers of Dynamo and TensorRT-LLM's disaggregated server), the link
+    between the pools the default (NVLink within one NVLink domain, else the GPUs' NICs), and the
+    first token where the backend samples it (vLLM's proxy: on decode; SGLang, TensorRT-LLM: on
+    prefill, streamed when the decode worker admits the request)."""
+    def overrides(pool, batch):
+        out = {"tensor_parallel_size": pool.tp, "data_parallel_size": pool.dp,
+               "expert_parallel_size": pool.ep if model.is_moe else 1,
+               "moe_tensor_parallel_size": moe_tensor_parallel(pool, model), "router": "least_outstanding"}
+        if batch:
+            out["max_num_seqs"] = batch
+        return tuple(sorted(out.items()))
+
+    return DisaggConfig(prefill_instances=m.prefill.workers, decode_instances=m.decode.workers,
+                        prefill=overrides(m.prefill, m.prefill.batch_size), decode=overrides(m.decode, m.decode.batch_size),
+                        first_token="decode" if framework_of(m) == "vllm" else "prefill")
+
+
 def skip_reason(m, model, hardware):
     """Why measurement ``m`` cannot be simulated ("" when it can)."""
     if not model:
         return f"no model preset for {m.model!r} (use --model-map)"
     if not hardware:
         return f"no hardware preset for {m.hardware!r} (use --hardware-map or --hardware)"
-    if m.mode != "agg":
-        return f"mode {m.mode} (disaggregated serving is not simulated)"
+    if m.mode == "disagg":
+        if not (m.prefill and m.decode and m.prefill.workers and m.decode.workers):
+            return "disaggregated row without its worker counts (prefill_num_workers, decode_num_workers)"
+        if not m.concurrency:
+            return "disaggregated row without its concurrency"
+        if m.prefill.pp != 1 or m.decode.pp != 1:
+            return "pipeline parallelism"
+    elif m.mode != "agg":
+        return f"mode {m.mode!r} (agg or disagg)"
     if m.pp != 1:
         return "pipeline parallelism"
     if m.precision not in _PRECISION:

@@ -43,6 +43,7 @@ def cmd(args, out):
                                      framework_for=framework_for)
     summary = accuracy.error_summary(points)
     by = accuracy.error_summary_by(points, lambda p: p.measurement.backend or "unknown")
+    by_mode = accuracy.error_summary_by(points, lambda p: p.measurement.mode)
     if args.plot:
         plot_validation(points, args.plot)
     if args.write_accuracy:
@@ -56,9 +57,10 @@ def cmd(args, out):
                  **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
                  **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS},
                  **{f"peak_bound_{k}_ms": (p.bound or {}).get(k) for k in accuracy.METRICS}} for p in points]
-        out.write(report.to_json({"points": rows, "summary": summary, "by_backend": by}) + "\n")
+        out.write(report.to_json({"points": rows, "summary": summary, "by_backend": by,
+                                    "by_mode": by_mode}) + "\n")
     else:
-        out.write(report.format_validation(points, summary, by) + "\n")
+        out.write(report.format_validation(points, summary, {"backend": by, "mode": by_mode}) + "\n")
     return 0
 
 

@@ -3,7 +3,13 @@
 
 One row per measured point: model, system, backend, precision, mode, isl/osl, concurrency
 ``batch_size``, TP/PP/DP, mean TTFT and TPOT. Disaggregated rows describe their workers in
-``prefill_*``/``decode_*`` columns instead, so their TP and batch size may be absent.
+``prefill_*``/``decode_*`` columns instead (read into the measurement's ``prefill`` and
+``decode`` :class:`~simllm.formats.common.WorkerPool`), leaving TP and ``batch_size`` blank:
+their concurrency is the ``silicon_concurrency=`` their ``silicon_data_source`` states, else
+the decode pool's slots (``decode_batch_size`` x ``decode_num_workers`` x
+``decode_attention_dp_size``, which equals it on every row that states both). Most
+disaggregated rows leave the worker counts and batch sizes blank: their pool sizes are not
+recorded (0 in the pool).
 The CSV does not say which client measured it nor what that client adds to each request's
 TTFT. What its rows' harness adds beyond the engine is therefore a property of this data, fitted
 once per backend with ``simllm calibrate --fit client_overhead_ms`` on the dense aggregated H100
@@ -13,9 +19,10 @@ before comparing, and never enters a GPU or framework profile (``simllm run`` do
 """
 import csv
 import math
+import re
 
 from simllm.errors import ConfigError
-from simllm.formats.common import Measurement, field_number
+from simllm.formats.common import Measurement, WorkerPool, field_number
 
 #: Per backend, ms each silicon_sample.csv row's benchmark client adds to TTFT and E2E latency
 #: beyond the engine (see the module docstring): simllm.calibration.fit.fit_client_overhead on the
@@ -30,6 +37,30 @@ SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl"
                    "silicon_ttft_ms", "silicon_tpot_ms")
 
 
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def _pool(row, role, path, line):
+    """The ``role`` (prefill or decode) pool of a disaggregated row; a blank count is 0 (not
+    recorded), a blank or 0 parallel size 1 (off)."""
+    def count(key, default):
+        return field_number(row, f"{role}_{key}", path, line, integer=True, default=default)
+
+    return WorkerPool(workers=count("num_workers", 0), tp=max(1, count("tp_size", 1)),
+                      dp=max(1, count("attention_dp_size", 1)), ep=max(1, count("moe_ep_size", 1)),
+                      moe_tp=max(1, count("moe_tp_size", 1)),
+                      pp=max(1, count("pp_size", 1)), batch_size=count("batch_size", 0))
+
+
+def _disagg_concurrency(row, decode):
+    """A disaggregated row's clients: its source's ``silicon_concurrency=``, else its decode
+    pool's slots, else 0 (unknown)."""
+    found = _CONCURRENCY.search(row.get("silicon_data_source") or "")
+    if found:
+        return int(found.group(1))
+    return decode.batch_size * decode.workers * decode.dp
+
+
 def read_silicon_csv(path):
     """Rows of an aiconfigurator-style ``silicon_sample.csv``."""
     out = []
@@ -42,7 +73,12 @@ def read_silicon_csv(path):
         for row in reader:
             line = reader.line_num
             # Disaggregated rows describe their workers in prefill_*/decode_* columns instead.
-            opt = 0 if row.get("mode") != "agg" else None
+            disagg = row.get("mode") != "agg"
+            opt = 0 if disagg else None
+            pools = {role: _pool(row, role, path, line) for role in ("prefill", "decode")} if disagg else {}
+            concurrency = field_number(row, "batch_size", path, line, integer=True, default=opt)
+            if disagg and not concurrency:
+                concurrency = _disagg_concurrency(row, pools["decode"])
             out.append(Measurement(
                 source=str(path), line=line, model=row["model_path"], hardware=row["system"], backend=row["backend"],
                 precision=row["precision"], mode=row["mode"],
@@ -52,12 +88,14 @@ def read_silicon_csv(path):
                 dp=max(1, field_number(row, "attention_dp_size", path, line, integer=True, default=1)),
                 input_len=field_number(row, "isl", path, line, integer=True),
                 output_len=field_number(row, "osl", path, line, integer=True),
-                concurrency=field_number(row, "batch_size", path, line, integer=True, default=opt),
+                concurrency=concurrency,
                 request_rate=math.inf, num_prompts=0,
                 ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
                 tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
                 client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
                 ep=max(1, field_number(row, "moe_ep_size", path, line, integer=True, default=1)),
+                moe_tp=max(1, field_number(row, "moe_tp_size", path, line, integer=True, default=1)),
+                **pools,
             ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))

@@ -24,6 +24,22 @@ SIMULATED = "simllm"
 # ----------------------------------------------------------------------------- the measured row
 
 @dataclass(frozen=True)
+class WorkerPool:
+    """One pool of a disaggregated measurement: ``workers`` engine instances (0 = not recorded),
+    each ``tp`` x ``dp`` x ``pp`` GPUs (attention tensor x attention data x pipeline parallel)
+    with the MoE layers' experts over ``ep`` of them and each expert over ``moe_tp``;
+    ``batch_size`` its largest batch per attention-DP rank (0 = not recorded)."""
+
+    workers: int
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    moe_tp: int = 1
+    pp: int = 1
+    batch_size: int = 0
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One measured serving point. Times in ms (``nan`` when not measured); ``concurrency`` is a
     closed loop's clients (0 for an open loop at ``request_rate``).
@@ -58,6 +74,11 @@ class Measurement:
     output_throughput: float = NAN
     client_overhead_ms: float = 0.0
     ep: int = 1  # expert-parallel degree of the MoE layers (1 = experts sharded by TP only)
+    moe_tp: int = 1  # each expert's tensor-parallel split (tp x dp: the MoE layers over every rank)
+    # A disaggregated measurement's pools (mode "disagg"; None for one engine): its ``tp``, ``dp``
+    # and ``ep`` above do not apply.
+    prefill: WorkerPool = None
+    decode: WorkerPool = None
 
     @property
     def where(self):
