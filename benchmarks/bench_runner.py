@@ -48,3 +48,45 @@ class RunnerExecutors:
         return len(self.tasks) / (time.perf_counter() - start)
 
     track_configs_per_second.unit = "configs/s"
+
+
+class RunnerDisaggregatedGrid:
+    """``simllm optimize --over-disagg``'s path: 8 disaggregated configurations (1-2 prefill x
+    1-2 decode instances x decode max_num_seqs 128/256) of 10,000 requests each through
+    ``run_simulations`` on 2 threads, beside the same count aggregated."""
+
+    params = [["agg", "disagg"]]
+    param_names = ["mode"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, mode):
+        warm_up()
+        m, h, _, _ = configs()
+        w, req = bench_requests(RUNNER_REQUESTS)
+        self.base = Base(model=m, hardware=h, workload=w, requests=req, percentiles=(50, 90, 99))
+        if mode == "agg":
+            self.tasks = [Task(serving=simllm.ServingConfig(tensor_parallel_size=tp, data_parallel_size=dp,
+                                                            max_num_seqs=n))
+                          for tp in (1, 2) for dp in (1, 2) for n in (128, 256)]
+        else:
+            self.tasks = [Task(serving=simllm.ServingConfig(),
+                               disagg=simllm.DisaggConfig(prefill_instances=p, decode_instances=d,
+                                                          decode=(("max_num_seqs", n),)))
+                          for p in (1, 2) for d in (1, 2) for n in (128, 256)]
+        run_simulations(self.base, self.tasks[:1], "threads", workers=1)  # compile the disaggregated kernel
+
+    def _run(self):
+        out = run_simulations(self.base, self.tasks, "threads", workers=2)
+        assert all(o.ok for o in out)
+
+    def time_run_simulations(self, mode):
+        self._run()
+
+    def track_configs_per_second(self, mode):
+        start = time.perf_counter()
+        self._run()
+        return len(self.tasks) / (time.perf_counter() - start)
+
+    track_configs_per_second.unit = "configs/s"

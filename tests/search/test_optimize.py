@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simllm
-from simllm.config.workload import Workload
+from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.search import optimize as sla
 from simllm.search import pareto as fr
@@ -393,3 +393,110 @@ def test_optimize_and_frontier_cli(tmp_path, capsys):
     assert simllm.cli.main(["frontier", str(rows), "--format", "json"]) == 0
     front = json.loads(capsys.readouterr().out)
     assert front
+
+
+# --------------------------------------------------------------------------- aggregated or disaggregated
+PD_MODEL, PD_HW = "llama-3.1-70b", "h200-sxm"
+
+
+def pd_workload():
+    return Workload(num_prompts=256, max_concurrency=64, input_len=fixed(4000), output_len=fixed(300))
+
+
+@pytest.fixture(scope="module")
+def pd_search():
+    """Llama-3.1-70B on H200s, 4k-token prompts, a tight TPOT SLO: aggregated TP 4/8 x DP 1/2
+    against 1-2 prefill instances of TP 4/8 and one decode instance of TP 4/8, within 16 GPUs."""
+    return sla.optimize(PD_MODEL, PD_HW, simllm.ServingConfig(), pd_workload(), "ttft_p99<=10000,tpot_p99<=20",
+                        over={"tp": [4, 8], "replicas": [1, 2]},
+                        over_disagg={"prefill_instances": [1, 2], "prefill_tp": [4, 8], "decode_tp": [4, 8]},
+                        max_gpus=16)
+
+
+@pytest.mark.slow
+def test_disaggregated_grid_is_simulated_as_simulate_disagg_does(pd_search):
+    res = pd_search
+    assert res.modes == ("agg", "disagg") and len(res.candidates) == 4 + 8
+    for c in res.candidates:
+        if c.disagg is None:
+            continue
+        d = c.disagg
+        p_tp, d_tp = c.params["prefill_tp"], c.params["decode_tp"]
+        assert (d.prefill_instances, dict(d.prefill), dict(d.decode)) == (
+            c.params["prefill_instances"], {"tensor_parallel_size": p_tp}, {"tensor_parallel_size": d_tp})
+        assert c.gpus == c.params["prefill_instances"] * p_tp + d_tp
+        if c.gpus > 16:  # over the budget: rejected, never simulated
+            assert c.status == "budget" and c.summary is None and "over the budget of 16" in c.reason
+            continue
+        direct_pd = simllm.simulate_disagg(simllm.load_model(PD_MODEL), simllm.load_hardware(PD_HW), c.serving,
+                                           pd_workload(), d, keep_requests=False, percentiles=res.percentiles,
+                                           goodput=res.goodput).summary
+        for key in ("request_goodput", "p99_ttft_ms", "p99_tpot_ms", "output_throughput", "num_gpus"):
+            assert c.summary[key] == pytest.approx(direct_pd[key], rel=1e-12)
+        assert c.goodput_per_gpu == pytest.approx(direct_pd["request_goodput"] / c.gpus)
+    assert sum(c.status == "budget" for c in res.candidates) == 2  # 2 x TP 8 prefill + decode
+
+
+@pytest.mark.slow
+def test_aggregated_or_disaggregated_answer_and_frontiers(pd_search, tmp_path):
+    """The answer is the best feasible of both grids; best_by_mode gives each grid's; the verdict
+    names the winner; each grid has its own frontier, drawn on one figure."""
+    res = pd_search
+    best = res.best_by_mode()
+    feasible = [c for c in res.candidates if c.feasible]
+    assert res.answer is max(feasible, key=lambda c: (c.goodput_per_gpu, -c.gpus))
+    for mode in ("agg", "disagg"):
+        mine = [c for c in feasible if c.mode == mode]
+        assert best[mode] is (max(mine, key=lambda c: c.goodput_per_gpu) if mine else None)
+    # Decode apart from 4k-token prefills meets the 20 ms TPOT that no aggregated layout here does.
+    assert best["agg"] is None and best["disagg"] is res.answer
+    text = sla.format_optimize(res)
+    assert "aggregated or disaggregated: no aggregated configuration meets the SLOs" in text
+    assert f"--prefill-instances {res.answer.disagg.prefill_instances}" in text
+    data = sla.optimize_to_dict(res)
+    assert data["best_by_mode"]["agg"] is None and data["best_by_mode"]["disagg"]["mode"] == "disagg"
+    assert data["answer"]["disagg"]["prefill_instances"] == res.answer.disagg.prefill_instances
+    rows = res.rows()
+    for mode in ("agg", "disagg"):
+        idx = res.frontier("speed", mode)
+        assert idx and all(rows[i]["mode"] == mode for i in idx)
+    pytest.importorskip("matplotlib")
+    from simllm.report.plots import plot_frontier
+
+    check_png(plot_frontier(rows, {sla.MODES[m]: res.frontier("speed", m) for m in res.modes}, tmp_path,
+                            chosen=res.answer.index))
+
+
+def test_disaggregated_grid_inputs_are_checked():
+    assert sla.parse_over_disagg(["prefill_instances=1,2", "decode_tp=4,8", "decode_max_num_seqs=64"]) == {
+        "prefill_instances": [1, 2], "decode_tp": [4, 8], "decode_max_num_seqs": [64]}
+    for items, piece in ((["pre_tp=1"], "prefill_instances, decode_instances"), (["decode_tp=two"], "integers"),
+                         (["decode_tp=1", "decode_tp=2"], "given twice")):
+        with pytest.raises(simllm.ConfigError) as err:
+            sla.parse_over_disagg(items)
+        assert piece in str(err.value) and "--over-disagg" in str(err.value)
+    with pytest.raises(simllm.ConfigError) as err:
+        sla.optimize(MODEL, "h100-sxm", workload=small_workload(), over_disagg={"decode_tp": [0]})
+    assert "--over-disagg" in str(err.value)
+    with pytest.raises(simllm.ConfigError) as err:
+        sla.optimize(MODEL, "h100-sxm", workload=small_workload(), max_gpus=-1)
+    assert "--max-gpus" in str(err.value)
+    assert sla.grid_size({"tp": [1, 2]}, ["h100-sxm"], {"prefill_instances": [1, 2], "decode_tp": [1, 2]}) == 6
+
+
+@pytest.mark.slow
+def test_optimize_cli_aggregated_or_disaggregated(capsys):
+    import simllm.cli
+
+    args = ["optimize", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "tpot_p99<=50",
+            "--over", "tp=1,2", "--over-disagg", "prefill_instances=1,2", "--max-gpus", "2",
+            "--num-prompts", "100", "--max-concurrency", "16", "-q", "--no-error-band"]
+    assert simllm.cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "aggregated or disaggregated:" in text and "1 over the GPU budget" in text
+    assert simllm.cli.main(args + ["--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {c["mode"] for c in data["candidates"]} == {"agg", "disagg"} and "mode_verdict" in data
+    assert simllm.cli.main(args + ["--over-disagg", "decode_bogus=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--over-disagg" in err

@@ -9,6 +9,7 @@ from dataclasses import replace
 from simllm.calibration import validate as accuracy
 from simllm.calibration.bands import summary_bands
 from simllm.calibration.record import load_record
+from simllm.config.disagg import DisaggConfig, parse_pool_config, parse_transfer_config
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import BATCHING, EXPERT_ROUTINGS, FRAMEWORKS, ROUTERS, ServingConfig
@@ -345,3 +346,34 @@ def band_json(bands, reasons):
     coverage = next(iter(bands.values())).coverage if bands else None
     return {"error_band": {key: [b.lo, b.hi] for key, b in bands.items()}, "error_band_coverage": coverage,
             "calibration_warnings": list(reasons)}
+
+
+def add_disagg_args(p, title="disaggregated prefill/decode (any of these makes the run disaggregated)"):
+    """The disaggregated prefill/decode flags of ``run`` (and ``optimize``'s base for its
+    disaggregated grid)."""
+    pd = p.add_argument_group(title)
+    pd.add_argument("--prefill-instances", type=positive_int, metavar="N",
+                    help="prefill engine instances (each -tp x -dp GPUs unless --prefill-config says otherwise)")
+    pd.add_argument("--decode-instances", type=positive_int, metavar="N", help="decode engine instances (default 1)")
+    pd.add_argument("--prefill-config", metavar="JSON",
+                    help="the prefill pool's engine arguments over the flags above, e.g. "
+                         "'{\"tensor_parallel_size\": 4, \"gpu\": \"b200\"}'")
+    pd.add_argument("--decode-config", metavar="JSON", help="the decode pool's, as --prefill-config")
+    pd.add_argument("--kv-transfer-config", metavar="JSON",
+                    help="the KV cache's link: '{\"kv_transfer_bandwidth_gbps\": 50, \"kv_transfer_latency_us\": 10, "
+                         "\"first_token\": \"prefill\"}' (vLLM's kv_connector / kv_role keys accepted); default: "
+                         "NVLink within one node, else the GPUs' network NICs; the first token from the decode pool "
+                         "for vLLM, from the prefill pool for SGLang and TensorRT-LLM")
+
+
+def disagg_config(args):
+    """The :class:`DisaggConfig` of :func:`add_disagg_args`' flags (None when none is given)."""
+    given = (args.prefill_instances, args.decode_instances, args.prefill_config, args.decode_config,
+             args.kv_transfer_config)
+    if all(v is None for v in given):
+        return None
+    prefill, prefill_gpu = parse_pool_config(args.prefill_config, "prefill")
+    decode, decode_gpu = parse_pool_config(args.decode_config, "decode")
+    return DisaggConfig(prefill_instances=args.prefill_instances or 1, decode_instances=args.decode_instances or 1,
+                        prefill=prefill, decode=decode, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu,
+                        **parse_transfer_config(args.kv_transfer_config))

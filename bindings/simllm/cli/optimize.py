@@ -24,12 +24,21 @@ def add_parser(sub):
                       help="the grid (cartesian product): tp=1,2,4 replicas=1,2 max_num_seqs=64,128,256 "
                            "max_num_batched_tokens=... dtype=bf16,fp8 hardware=h100-sxm,h200-sxm, or any engine "
                            "setting by its ServingConfig name")
+    srch.add_argument("--over-disagg", nargs="+", metavar="NAME=V1,V2",
+                      help="also search disaggregated prefill/decode configurations (the product of these): "
+                           "prefill_instances=1,2 decode_instances=1,2 prefill_tp=2,4 decode_tp=4,8, or any pool "
+                           "setting as prefill_NAME / decode_NAME; the answer says whether aggregated or "
+                           "disaggregated wins")
+    srch.add_argument("--max-gpus", type=common.nonnegative_int, default=0, metavar="N",
+                      help="GPU budget: configurations over it are rejected unsimulated (default 0: none)")
     srch.add_argument("--objective", choices=("goodput_per_gpu", "cost_per_token"), default="goodput_per_gpu",
                       help="highest request goodput per GPU (default) or lowest USD per million output tokens")
     srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",
                       help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
                            "e.g. h100-sxm=2.5")
     srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
+    common.add_disagg_args(opt, "the disaggregated grid's base (with --over-disagg; alone: one disaggregated "
+                                "configuration beside the aggregated grid)")
     common.add_executor_args(opt, chunks=True)
     oout = opt.add_argument_group("output")
     oout.add_argument("--format", choices=("table", "json"), default="table")
@@ -45,18 +54,23 @@ def cmd(args, out):
     serving = common.run_serving(args)
     slos = sla.parse_slo(args.slo)
     over = sla.parse_over(args.over)
+    over_disagg = sla.parse_over_disagg(args.over_disagg)
+    disagg = common.disagg_config(args)
     prices = sla.parse_prices(args.price)
     if args.plot:
         require_matplotlib()  # fail before simulating when matplotlib is missing
     run_on = common.executor(args)
     record = common.band_record(args)
-    with Progress(sla.grid_size(over, args.hardware), "simllm optimize", enabled=not args.quiet) as bar:
+    total = sla.grid_size(over, args.hardware, over_disagg, disagg is not None)
+    with Progress(total, "simllm optimize", enabled=not args.quiet) as bar:
         result = sla.optimize(args.model, args.hardware, serving, workload, slos, over=over,
                               objective=args.objective, top=args.top, prices=prices, progress=bar,
                               executor=run_on["executor"], max_workers=run_on["workers"],
-                              scheduler=run_on["scheduler"], chunk_size=args.chunk_size)
+                              scheduler=run_on["scheduler"], chunk_size=args.chunk_size,
+                              over_disagg=over_disagg, disagg=disagg, max_gpus=args.max_gpus)
     shown = result.ranked[:result.top]  # the answer first
-    bands = [common.bands_of(c.summary, c.serving.framework, record) for c in shown]
+    # The error bands come from aggregated measurements: none for a disaggregated configuration.
+    bands = [common.bands_of(c.summary, c.serving.framework, None if c.disagg else record) for c in shown]
     data = sla.optimize_to_dict(result)
     if record is not None:
         for entry, (b, reasons) in zip(data["top"], bands):
@@ -68,8 +82,11 @@ def cmd(args, out):
         write_output(args.output, as_json)
     if args.plot:
         rows, chosen = result.rows(), result.answer.index if result.answer else None
-        plot_frontier(rows, result.frontier("speed"), args.plot, chosen=chosen)
-        plot_frontier(rows, result.frontier("ttft"), args.plot, chosen=chosen, x="p99_ttft_ms")
+        for kind, x in (("speed", "output_throughput_per_user"), ("ttft", "p99_ttft_ms")):
+            # with both grids, each its own frontier on one figure
+            idx = (result.frontier(kind) if len(result.modes) < 2 else
+                   {sla.MODES[m]: result.frontier(kind, m) for m in result.modes})
+            plot_frontier(rows, idx, args.plot, chosen=chosen, x=x)
     if args.format == "json":
         out.write(as_json)
     else:

@@ -4,7 +4,6 @@ import sys
 
 from simllm.analysis.diagnose import diagnose, format_run_section
 from simllm.cli import common
-from simllm.config.disagg import DisaggConfig, parse_pool_config, parse_transfer_config
 from simllm.errors import ConfigError
 from simllm.formats import exports
 from simllm.report import text as report
@@ -19,19 +18,7 @@ def add_parser(sub):
     run = sub.add_parser("run", help="simulate serving a workload: TTFT, TPOT, ITL, latency, throughput, utilisation")
     common.add_target(run)
     common.add_run_args(run)
-    pd = run.add_argument_group("disaggregated prefill/decode (any of these makes the run disaggregated)")
-    pd.add_argument("--prefill-instances", type=common.positive_int, metavar="N",
-                    help="prefill engine instances (each -tp x -dp GPUs unless --prefill-config says otherwise)")
-    pd.add_argument("--decode-instances", type=common.positive_int, metavar="N", help="decode engine instances (default 1)")
-    pd.add_argument("--prefill-config", metavar="JSON",
-                    help="the prefill pool's engine arguments over the flags above, e.g. "
-                         "'{\"tensor_parallel_size\": 4, \"gpu\": \"b200\"}'")
-    pd.add_argument("--decode-config", metavar="JSON", help="the decode pool's, as --prefill-config")
-    pd.add_argument("--kv-transfer-config", metavar="JSON",
-                    help="the KV cache's link: '{\"kv_transfer_bandwidth_gbps\": 50, \"kv_transfer_latency_us\": 10, "
-                         "\"first_token\": \"prefill\"}' (vLLM's kv_connector / kv_role keys accepted); default: "
-                         "NVLink within one node, else the GPUs' network NICs; the first token from the decode pool "
-                         "for vLLM, from the prefill pool for SGLang and TensorRT-LLM")
+    common.add_disagg_args(run)
     out = run.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json"), default="table")
     out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
@@ -51,19 +38,6 @@ def add_parser(sub):
     common.add_band_args(out)
 
 
-def disagg_config(args):
-    """The run's :class:`DisaggConfig` from its flags (None: an aggregated run)."""
-    given = (args.prefill_instances, args.decode_instances, args.prefill_config, args.decode_config,
-             args.kv_transfer_config)
-    if all(v is None for v in given):
-        return None
-    prefill, prefill_gpu = parse_pool_config(args.prefill_config, "prefill")
-    decode, decode_gpu = parse_pool_config(args.decode_config, "decode")
-    return DisaggConfig(prefill_instances=args.prefill_instances or 1, decode_instances=args.decode_instances or 1,
-                        prefill=prefill, decode=decode, prefill_gpu=prefill_gpu, decode_gpu=decode_gpu,
-                        **parse_transfer_config(args.kv_transfer_config))
-
-
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     model, hardware = common.target(args)
@@ -78,7 +52,7 @@ def cmd(args, out):
     keep_requests = bool(args.save_detailed or args.plot or args.export_format in ("guidellm", "requests"))
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= common.PROGRESS_MIN_REQUESTS and not args.quiet
-    disagg = disagg_config(args)
+    disagg = common.disagg_config(args)
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
         kwargs = dict(fast_forward=not args.no_fast_forward, percentiles=percentiles,
                       goodput=parse_goodput(args.goodput), keep_requests=keep_requests,

@@ -505,9 +505,11 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
         CSV read by :func:`simllm.search.pareto.read_rows`); derived columns such as
         ``output_throughput_per_user`` (1000 / mean TPOT ms) and ``output_throughput_per_gpu``
         are computed when absent (:func:`simllm.search.pareto.column`).
-    frontier_idx : sequence of int or None
+    frontier_idx : sequence of int, dict or None
         Indices of the frontier rows (:func:`simllm.search.pareto.pareto`); None computes the
-        frontier of ``y`` vs ``x`` (each maximised unless lower is better, e.g. ``*_ms``).
+        frontier of ``y`` vs ``x`` (each maximised unless lower is better, e.g. ``*_ms``). A dict
+        ``{name: indices}`` draws several frontiers, each its own line (``optimize``'s
+        aggregated and disaggregated grids).
     directory : str or Path
         Created when missing.
     chosen : int, optional
@@ -533,8 +535,15 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     xs, ys = fr.column(rows, x), fr.column(rows, y)
     if frontier_idx is None:
         frontier_idx = fr.frontier_rows(rows, x, y)
-    idx = np.asarray(frontier_idx, dtype=np.int64).reshape(-1)
-    idx = idx[np.isfinite(xs[idx]) & np.isfinite(ys[idx])] if idx.size else idx
+    lines = frontier_idx if isinstance(frontier_idx, dict) else {"Pareto frontier": frontier_idx}
+
+    def ordered(members):
+        i = np.asarray(members, dtype=np.int64).reshape(-1)
+        i = i[np.isfinite(xs[i]) & np.isfinite(ys[i])] if i.size else i
+        return i[np.lexsort((i, xs[i]))] if i.size else i
+
+    lines = {name: ordered(members) for name, members in lines.items()}
+    idx = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *lines.values()]))
     idx = idx[np.lexsort((idx, xs[idx]))] if idx.size else idx
     finite = np.isfinite(xs) & np.isfinite(ys)
     has_slo = fr.has_column(rows, "meets_slo")
@@ -542,7 +551,8 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
     ok = finite & (meets > 0)
     bad = finite & ~(meets > 0)
     n = int(finite.sum())
-    fig, ax = _figure(title or f"Pareto frontier: {len(idx)} of {n} configuration{'s' if n != 1 else ''}",
+    fig, ax = _figure(title or f"Pareto frontier{'s' if len(lines) > 1 else ''}: {len(idx)} of {n} "
+                      f"configuration{'s' if n != 1 else ''}",
                       fr.axis_label(x), fr.axis_label(y), size=(7.5, 5.6))
     if ok.any():
         ax.scatter(xs[ok], ys[ok], s=30, color="C0", edgecolors="black", linewidths=0.4, alpha=0.8, zorder=3,
@@ -563,9 +573,11 @@ def plot_frontier(rows, frontier_idx, directory, chosen=None, x="output_throughp
         extra = f" (+{len(members) - 1} identical)" if len(members) > 1 else ""
         return names[members[0]] + extra
 
+    for colour, (name, members) in enumerate(lines.items(), 1):
+        if members.size:
+            ax.plot(xs[members], ys[members], color=f"C{colour}", linewidth=1.6, marker="o", markersize=5, zorder=4,
+                    label=f"{name} ({members.size})")
     if idx.size:
-        ax.plot(xs[idx], ys[idx], color="C1", linewidth=1.6, marker="o", markersize=5, zorder=4,
-                label=f"Pareto frontier ({idx.size})")
         if len(same) <= FRONTIER_LABELS:
             for point, members in same.items():
                 if point != chosen_at:

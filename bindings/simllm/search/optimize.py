@@ -44,14 +44,27 @@ The answer is the feasible configuration with the best objective:
 Ties go to fewer GPUs, then higher output tokens/s per GPU, then the order of the grid. Output
 tokens/s per GPU is reported alongside either objective. GPUs per configuration =
 ``tensor_parallel_size x data_parallel_size``.
+
+**Aggregated or disaggregated.** ``over_disagg`` adds a second grid of disaggregated
+prefill/decode configurations (:func:`simllm.simulate_disagg`), on the same hardware, workload
+and SLOs: ``prefill_instances``, ``decode_instances`` and any pool engine setting as
+``prefill_NAME`` / ``decode_NAME`` (``prefill_tp``, ``decode_tp``, ``decode_dp``,
+``decode_max_num_seqs``, ...), over the base :class:`~simllm.config.disagg.DisaggConfig`
+``disagg`` (its link, first-token mode, pool GPUs). Their GPUs are both pools'. The answer is
+the best of both grids; :meth:`OptimizeResult.best_by_mode` gives each grid's best, and the report
+says which wins and by how much; :meth:`OptimizeResult.frontier` takes a ``mode`` for each grid's
+own frontier (``simllm optimize --plot`` draws both on one figure). ``max_gpus`` is the GPU
+budget: configurations over it are rejected (``budget``) without being simulated.
 """
 import dataclasses
 import difflib
 import itertools
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
@@ -83,7 +96,11 @@ OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", 
                 "ep": "expert_parallel_size"}
 OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
 STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fit in memory (OOM)",
-            "invalid": "invalid configuration"}
+            "invalid": "invalid configuration", "budget": "over the GPU budget"}
+#: ``over_disagg``'s instance counts (the rest are ``prefill_NAME`` / ``decode_NAME``, NAME an
+#: ``over`` alias or a ServingConfig field).
+POOL_COUNTS = ("prefill_instances", "decode_instances")
+MODES = {"agg": "aggregated", "disagg": "disaggregated"}
 _SERVING_FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
 #: Serving fields -> ``simllm run`` flags (for the re-run command line).
 RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size",
@@ -130,10 +147,19 @@ class Candidate:
     cost_per_million_tokens: float = None
     price_per_hour: float = None
     hardware_config: object = field(default=None, repr=False)
+    disagg: DisaggConfig = None
+
+    @property
+    def mode(self):
+        """``agg`` (one engine per replica) or ``disagg`` (prefill and decode pools)."""
+        return "agg" if self.disagg is None else "disagg"
 
     @property
     def label(self):
-        return " ".join(f"{k}={v}" for k, v in self.params.items()) or self.hardware
+        text = " ".join(f"{k}={v}" for k, v in self.params.items())
+        if self.disagg is not None:
+            return "P/D " + (text or f"{self.disagg.prefill_instances}P{self.disagg.decode_instances}D")
+        return text or self.hardware
 
     @property
     def simulated(self):
@@ -160,13 +186,20 @@ class Candidate:
                 flags.append(flag if v else "--no-" + flag[2:])
             else:
                 flags.append(f"{flag} {v}")
+        if self.disagg is not None:
+            d = self.disagg.to_dict()
+            flags += [f"--prefill-instances {d['prefill_instances']}", f"--decode-instances {d['decode_instances']}"]
+            for role in ("prefill", "decode"):
+                if d[f"{role}_config"]:
+                    flags.append(f"--{role}-config '{json.dumps(d[f'{role}_config'], sort_keys=True)}'")
         return " ".join(flags)
 
     def row(self):
         """A flat dict: the swept values, ``config``, ``hardware``, ``gpus``, ``status``,
         ``meets_slo``, ``error`` (the reason when it could not run) and the metrics."""
         s = self.summary or {}
-        out = {"config": self.label, "hardware": self.hardware, **{k: _plain(v) for k, v in self.params.items()},
+        out = {"config": self.label, "hardware": self.hardware, "mode": self.mode,
+               **{k: _plain(v) for k, v in self.params.items()},
                "gpus": self.gpus, "status": self.status, "meets_slo": self.feasible,
                "error": self.reason if not self.simulated else ""}
         for key in ROW_METRICS:
@@ -271,10 +304,25 @@ class OptimizeResult:
         :func:`simllm.search.pareto.pareto` and :func:`simllm.report.plots.plot_frontier`."""
         return [c.row() for c in self.candidates]
 
-    def frontier(self, kind="speed"):
+    @property
+    def modes(self):
+        """The modes searched, in :data:`MODES` order (``("agg",)`` without ``over_disagg``)."""
+        present = {c.mode for c in self.candidates}
+        return tuple(m for m in MODES if m in present)
+
+    def best_by_mode(self):
+        """``{mode: the best feasible Candidate of that grid, or None}`` for each mode searched."""
+        return {m: next((c for c in self.ranked if c.mode == m), None) for m in self.modes}
+
+    def frontier(self, kind="speed", mode=None):
         """Indices (into :meth:`rows`) of the simulated configurations on frontier ``kind``
-        (:func:`simllm.search.pareto.frontier`)."""
-        return frontier(self.rows(), kind)
+        (:func:`simllm.search.pareto.frontier`); with ``mode`` (``agg`` or ``disagg``), of that
+        grid's configurations only."""
+        rows = self.rows()
+        if mode is None:
+            return frontier(rows, kind)
+        keep = [i for i, c in enumerate(self.candidates) if c.mode == mode]
+        return [keep[j] for j in frontier([rows[i] for i in keep], kind)] if keep else []
 
 
 def _label_of(h):
@@ -339,7 +387,8 @@ def _rank_key(objective):
 
 def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=None, over=None,
              objective="goodput_per_gpu", executor=None, top=5, *, prices=None, goodput=None,
-             percentiles=(50, 90, 99), max_workers=None, progress=None, scheduler=None, chunk_size=None):
+             percentiles=(50, 90, 99), max_workers=None, progress=None, scheduler=None, chunk_size=None,
+             over_disagg=None, disagg=None, max_gpus=0):
     """Search the grid ``over`` for the configuration that meets ``slo`` best.
 
     Parameters
@@ -385,6 +434,16 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         A dask scheduler's address (``executor="dask"``; default a local cluster).
     chunk_size : int, optional
         Configurations per task (default: about 50 ms of simulation).
+    over_disagg : dict, optional
+        A grid of disaggregated configurations searched beside ``over``'s:
+        ``{"prefill_instances": [1, 2], "decode_instances": [1], "prefill_tp": [4, 8],
+        "decode_tp": [8]}`` (``prefill_NAME`` / ``decode_NAME``: a pool's ``over`` alias or
+        ServingConfig field), on every hardware of the search.
+    disagg : DisaggConfig, optional
+        The base of ``over_disagg``'s configurations (its link, first-token mode, pool GPUs and
+        overrides); given without ``over_disagg``, it is the one disaggregated configuration.
+    max_gpus : int
+        The GPU budget (0: none): configurations over it are rejected unsimulated (``budget``).
 
     Returns
     -------
@@ -401,6 +460,8 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         raise ConfigError("one of " + ", ".join(OBJECTIVES), source=CLI, key="--objective", value=objective)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError("a positive integer", source=CLI, key="--top", value=top)
+    if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 0:
+        raise ConfigError("a GPU count >= 0 (0: no budget)", source=CLI, key="--max-gpus", value=max_gpus)
     slos = tuple(parse_slo(slo))
     if goodput is None:
         goodput = goodput_from_slos(slos)
@@ -445,6 +506,14 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
                                  gpus=serving.tensor_parallel_size * serving.data_parallel_size,
                                  price_per_hour=price_of.get(label), hardware_config=hw))
 
+    if over_disagg or disagg is not None:
+        configs += _disagg_candidates(over_disagg or {}, disagg or DisaggConfig(), base_serving, hardware_used,
+                                      price_of, prices, objective, len(configs))
+    for c in configs:
+        if max_gpus and c.gpus > max_gpus:
+            c.status, c.reason = "budget", f"{c.gpus} GPUs, over the budget of {max_gpus}"
+    todo = [c for c in configs if c.status != "budget"]
+
     requests = generate(workload)  # one draw, shared (read-only) by every simulation
     base = Base(model=model, workload=workload, requests=requests, percentiles=pcts, goodput=goodput)
     checked = []
@@ -456,10 +525,11 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
                 _check_keys(first, slos)  # a misspelt --slo fails on the first summary, not the last
                 checked.append(True)
 
-    runs = run_simulations(base, [Task(hardware=c.hardware_config, serving=c.serving) for c in configs], executor,
-                           workers=max_workers, scheduler=scheduler, chunk_size=chunk_size, progress=progress,
-                           on_chunk=check_first)
-    outcomes = [(c, o.value, o.status, o.error) for c, o in zip(configs, runs)]
+    runs = run_simulations(base, [Task(hardware=c.hardware_config, serving=c.serving, disagg=c.disagg) for c in todo],
+                           executor, workers=max_workers, scheduler=scheduler, chunk_size=chunk_size,
+                           progress=progress, on_chunk=check_first)
+    done = {c.index: (o.value, o.status, o.error) for c, o in zip(todo, runs)}
+    outcomes = [(c, *done.get(c.index, (None, c.status, c.reason))) for c in configs]
 
     for c, summary, status, reason in outcomes:
         c.status, c.reason = status, reason
@@ -478,20 +548,93 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
             c.reason = ", ".join(broken)
     candidates = tuple(c for c, *_ in outcomes)
     ranked = tuple(sorted((c for c in candidates if c.feasible), key=_rank_key(objective)))
+    searched = {name: [v[0] if isinstance(v, tuple) else v for v in values] for name, _, values in axes}
+    searched.update({name: list(values) for name, values in (over_disagg or {}).items()})
     return OptimizeResult(
-        objective=objective, slos=slos, goodput=goodput,
-        over={name: [v[0] if isinstance(v, tuple) else v for v in values] for name, _, values in axes},
+        objective=objective, slos=slos, goodput=goodput, over=searched,
         candidates=candidates, ranked=ranked, answer=ranked[0] if ranked else None, top=top,
         model=model_label, workload=workload.describe(), percentiles=pcts,
     )
 
 
-def grid_size(over, hardware=()):
+def _disagg_field(name):
+    """``over_disagg`` name -> ``prefill_instances`` / ``decode_instances`` or ``(role, field)``;
+    None when it names neither."""
+    if name in POOL_COUNTS:
+        return name
+    role, _, rest = name.partition("_")
+    fld = OVER_ALIASES.get(rest, rest)
+    return (role, fld) if role in ("prefill", "decode") and fld in _SERVING_FIELDS else None
+
+
+_DISAGG_NAMES = ("prefill_instances, decode_instances, or prefill_NAME / decode_NAME with NAME tp, dp, ep or a "
+                 "ServingConfig field (prefill_tp, decode_max_num_seqs, ...)")
+
+
+def _disagg_candidates(over_disagg, base, base_serving, hardware_used, price_of, prices, objective, start):
+    """The disaggregated grid's candidates (indices from ``start``), on every hardware searched."""
+    axes = []
+    for name, values in over_disagg.items():
+        fld = _disagg_field(name)
+        if fld is None:
+            raise ConfigError(_DISAGG_NAMES, source=CLI, key="--over-disagg", value=name)
+        values = [values] if isinstance(values, (str, int, float)) else list(values)
+        if not values:
+            raise ConfigError(f"at least one value for {name}", source=CLI, key="--over-disagg", value=name)
+        axes.append((name, fld, values))
+    out = []
+    for label, hw in hardware_used:
+        for combo in itertools.product(*[a[2] for a in axes]):
+            params = {"hardware": label} if len(hardware_used) > 1 else {}
+            counts = {k: getattr(base, k) for k in POOL_COUNTS}
+            pools = {role: dict(getattr(base, role)) for role in ("prefill", "decode")}
+            for (name, fld, _), value in zip(axes, combo):
+                params[name] = value
+                if isinstance(fld, tuple):
+                    pools[fld[0]][fld[1]] = value
+                else:
+                    counts[fld] = value
+            try:
+                d = replace(base, **counts, **{role: tuple(sorted(v.items())) for role, v in pools.items()})
+                servings = {role: d.pool_serving(base_serving, role) for role in pools}
+            except ConfigError as exc:  # a bad swept value is the user's input, not a misfit
+                raise ConfigError(f"valid values for {', '.join(a[0] for a in axes)}: {exc}", source=CLI,
+                                  key="--over-disagg") from None
+            gpus = {role: getattr(d, f"{role}_instances") * sv.tensor_parallel_size * sv.data_parallel_size
+                    for role, sv in servings.items()}
+            price = _pools_price(d, label, hw, gpus, prices, price_of, objective)
+            out.append(Candidate(index=start + len(out), params=params, hardware=label, serving=base_serving,
+                                 gpus=sum(gpus.values()), price_per_hour=price, hardware_config=hw, disagg=d))
+    return out
+
+
+def _pools_price(d, label, hw, gpus, prices, price_of, objective):
+    """USD per GPU-hour of a disaggregated configuration: its pools' prices, GPU-weighted (a
+    pool's own ``gpu`` priced by its name)."""
+    total = 0.0
+    for role, n in gpus.items():
+        name = getattr(d, f"{role}_gpu")
+        price = _price(name, load_hardware(name), prices) if name else price_of.get(label)
+        if price is None:
+            if objective == "cost_per_token":
+                raise ConfigError(f"a price_per_hour for the {role} pool's hardware {name or label!r}", source=CLI,
+                                  key="--price")
+            return None
+        total += price * n
+    return total / sum(gpus.values())
+
+
+def grid_size(over, hardware=(), over_disagg=None, disagg=False):
     """How many configurations :func:`optimize` simulates for ``over`` (and the hardware list,
-    an axis when ``over`` has none and it holds several)."""
+    an axis when ``over`` has none and it holds several), with ``over_disagg``'s grid (or the
+    one ``disagg`` configuration) on every hardware."""
     n = math.prod(len(v) if isinstance(v, (list, tuple)) else 1 for v in (over or {}).values())
     hw = hardware if isinstance(hardware, (list, tuple)) else [hardware]
-    return n * (len(hw) if "hardware" not in (over or {}) and len(hw) > 1 else 1)
+    n_hw = len((over or {}).get("hardware", ())) or len(hw)
+    n = n * (len(hw) if "hardware" not in (over or {}) and len(hw) > 1 else 1)
+    if over_disagg or disagg:
+        n += n_hw * math.prod(len(v) if isinstance(v, (list, tuple)) else 1 for v in (over_disagg or {}).values())
+    return n
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -538,6 +681,35 @@ def _why(result):
     return "; ".join(text)
 
 
+def _layout(c):
+    """``TP=2 x DP=1 = 2 GPUs``, or a disaggregated candidate's pools."""
+    plural = "s" if c.gpus != 1 else ""
+    if c.disagg is None:
+        return f"TP={c.serving.tensor_parallel_size} x DP={c.serving.data_parallel_size} = {c.gpus} GPU{plural}"
+    parts = []
+    for role in ("prefill", "decode"):
+        sv = c.disagg.pool_serving(c.serving, role)
+        parts.append(f"{getattr(c.disagg, f'{role}_instances')} {role} x TP={sv.tensor_parallel_size} x "
+                     f"DP={sv.data_parallel_size}")
+    return " + ".join(parts) + f" = {c.gpus} GPU{plural}"
+
+
+def _mode_verdict(result):
+    """Which of the aggregated and disaggregated grids wins on the objective, and by how much."""
+    best = result.best_by_mode()
+    unit = "req/s per GPU" if result.objective == "goodput_per_gpu" else "$/M tok"
+    missing = [MODES[m] for m, c in best.items() if c is None]
+    if missing:
+        return f"no {' or '.join(missing)} configuration meets the SLOs"
+    a, d = best["agg"], best["disagg"]
+    va, vd = a.objective_value(result.objective), d.objective_value(result.objective)
+    win, lose, vw, vl = (d, a, vd, va) if result.ranked.index(d) < result.ranked.index(a) else (a, d, va, vd)
+    rel = (vw / vl - 1.0) * 100 if result.objective == "goodput_per_gpu" and vl else (1.0 - vw / vl) * 100 if vl else math.inf
+    better = "more" if result.objective == "goodput_per_gpu" else "cheaper"
+    return (f"{MODES[win.mode]} wins: {win.label} {format_number(vw, 3)} {unit} against the best "
+            f"{MODES[lose.mode]} {lose.label} {format_number(vl, 3)} ({rel:.1f}% {better})")
+
+
 def format_optimize(result, max_rejected=20, after_top=""):
     """The search as text: the answer with its metrics, why, and how to re-run it; the top
     feasible configurations (followed by ``after_top``, a section of text such as their error
@@ -552,16 +724,18 @@ def format_optimize(result, max_rejected=20, after_top=""):
               if result.goodput else ""),
            f"{n} configuration{'s' if n != 1 else ''}: {len(result.ranked)} meet the SLOs, "
            f"{by_status.get('slo', 0)} fail them, {by_status.get('oom', 0)} do not fit (OOM), "
-           f"{by_status.get('invalid', 0)} invalid", ""]
+           f"{by_status.get('invalid', 0)} invalid"
+           + (f", {by_status['budget']} over the GPU budget" if by_status.get("budget") else ""), ""]
     a = result.answer
     if a is None:
         out.append("no configuration meets the SLOs (the rejected are below)")
     else:
         m1, m2 = _metric_line(a, result.objective)
-        out += [f"answer: {a.label} ({a.hardware}, TP={a.serving.tensor_parallel_size} x "
-                f"DP={a.serving.data_parallel_size} = {a.gpus} GPU{'s' if a.gpus != 1 else ''})",
-                f"  {m1}", f"  {m2}", f"  why: {_why(result)}",
-                f"  re-run: simllm run --model {result.model} {a.run_flags()} (plus this search's workload flags)"]
+        out += [f"answer: {a.label} ({a.hardware}, {_layout(a)})",
+                f"  {m1}", f"  {m2}", f"  why: {_why(result)}"]
+        if len(result.modes) > 1:
+            out.append(f"  aggregated or disaggregated: {_mode_verdict(result)}")
+        out.append(f"  re-run: simllm run --model {result.model} {a.run_flags()} (plus this search's workload flags)")
     shown = result.ranked[:result.top]
     if shown:
         cost = result.objective == "cost_per_token" or any(c.cost_per_million_tokens is not None for c in shown)
@@ -592,12 +766,14 @@ def format_optimize(result, max_rejected=20, after_top=""):
 def _candidate_dict(c, full=False):
 
     d = {"index": c.index, "label": c.label, "params": {k: _plain(v) for k, v in c.params.items()},
-         "hardware": c.hardware, "gpus": c.gpus, "status": c.status, "reason": c.reason,
+         "hardware": c.hardware, "mode": c.mode, "gpus": c.gpus, "status": c.status, "reason": c.reason,
          "violations": list(c.violations), "goodput_per_gpu": c.goodput_per_gpu,
          "output_throughput_per_gpu": c.output_throughput_per_gpu,
          "output_throughput_per_user": per_user_speed(c.summary) if c.summary else None,
          "cost_per_million_tokens": c.cost_per_million_tokens, "price_per_hour": c.price_per_hour,
          "serving": dataclasses.asdict(c.serving)}
+    if c.disagg is not None:
+        d["disagg"] = c.disagg.to_dict()
     if c.summary is not None:
         d["summary"] = dict(c.summary) if full else {k: c.summary.get(k) for k in ROW_METRICS}
     return jsonable(d)
@@ -620,6 +796,8 @@ def optimize_to_dict(result):
         "answer": _candidate_dict(result.answer, full=True) if result.answer else None,
         "why": _why(result) if result.answer else "no configuration meets the SLOs",
         "top": [_candidate_dict(c) for c in result.ranked[:result.top]],
+        **({"best_by_mode": {m: _candidate_dict(c) if c else None for m, c in result.best_by_mode().items()},
+            "mode_verdict": _mode_verdict(result)} if len(result.modes) > 1 else {}),
         "rejected_counts": {"by_status": by_status, "by_slo": by_slo},
         "candidates": [_candidate_dict(c) for c in result.candidates],
     })
@@ -627,10 +805,10 @@ def optimize_to_dict(result):
 
 # ----------------------------------------------------------------------------- CLI parsing
 
-def _over_value(fld, text, item):
+def _over_value(fld, text, item, flag="--over"):
     if fld == "hardware":
         return text
-    typ = _SERVING_FIELDS[fld].type
+    typ = int if fld in POOL_COUNTS else _SERVING_FIELDS[fld].type
     try:
         if typ is bool or typ == "bool":
             if text.lower() not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
@@ -645,7 +823,7 @@ def _over_value(fld, text, item):
             return float(text)
     except ValueError:
         kind = {bool: "true or false", int: "integers", float: "numbers"}.get(typ, "values")
-        raise ConfigError(f"NAME=V1,V2,... with {kind} for {fld}", source=CLI, key="--over", value=item) from None
+        raise ConfigError(f"NAME=V1,V2,... with {kind} for {fld}", source=CLI, key=flag, value=item) from None
     return text
 
 
@@ -672,6 +850,29 @@ def parse_over(items):
         if name in out:
             raise ConfigError(f"each name once ({name} is given twice)", source=CLI, key="--over", value=item)
         out[name] = [_over_value(fld, t, item) for t in texts]
+    return out
+
+
+def parse_over_disagg(items):
+    """``["prefill_instances=1,2", "decode_tp=4,8"]`` -> the ``over_disagg`` dict of
+    :func:`optimize`, values typed by their field.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--over-disagg`` and the bad item.
+    """
+    out = {}
+    for item in items or ():
+        name, eq, values = item.partition("=")
+        name = name.strip()
+        texts = [v.strip() for v in values.split(",")]
+        fld = _disagg_field(name)
+        if not eq or not name or not all(texts) or fld is None:
+            raise ConfigError(_DISAGG_NAMES + " =V1,V2,...", source=CLI, key="--over-disagg", value=item)
+        if name in out:
+            raise ConfigError(f"each name once ({name} is given twice)", source=CLI, key="--over-disagg", value=item)
+        out[name] = [_over_value(fld[1] if isinstance(fld, tuple) else fld, t, item, "--over-disagg") for t in texts]
     return out
 
 

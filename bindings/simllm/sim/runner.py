@@ -35,6 +35,7 @@ from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload
 from simllm.errors import ConfigError, SimulatedOOM, optional_import
+from simllm.sim.disagg import simulate_disagg
 from simllm.sim.simulate import simulate
 
 log = logging.getLogger("simllm")
@@ -380,21 +381,26 @@ class Base:
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """One simulation of :func:`run_simulations`: the configs that differ from the base."""
+    """One simulation of :func:`run_simulations`: the configs that differ from the base; a
+    ``disagg`` (:class:`~simllm.config.disagg.DisaggConfig`) makes it a disaggregated
+    prefill/decode run (:func:`~simllm.sim.disagg.simulate_disagg`) with ``serving`` the pools'
+    base settings."""
 
     model: ModelConfig = None
     hardware: HardwareConfig = None
     serving: ServingConfig = None
     workload: Workload = None
+    disagg: object = None
 
 
 def simulate_task(base, task):
     """Simulate ``task`` over ``base``: its summary dict (or SimResult when not ``summary_only``)."""
     workload = task.workload or base.workload or Workload()
     requests = base.requests if task.workload is None else None
-    result = simulate(task.model or base.model, task.hardware or base.hardware, task.serving or base.serving,
-                      workload, requests=requests, keep_requests=base.keep_requests,
-                      percentiles=base.percentiles, goodput=base.goodput, fast_forward=base.fast_forward)
+    args = (task.model or base.model, task.hardware or base.hardware, task.serving or base.serving, workload)
+    kwargs = dict(requests=requests, keep_requests=base.keep_requests, percentiles=base.percentiles,
+                  goodput=base.goodput, fast_forward=base.fast_forward)
+    result = simulate_disagg(*args, task.disagg, **kwargs) if task.disagg else simulate(*args, **kwargs)
     return result.summary if base.summary_only else result
 
 
