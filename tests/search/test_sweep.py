@@ -286,6 +286,79 @@ def test_spec_file_runs(tmp_path):
     assert sw.SweepResult.load(tmp_path / "out" / "results.csv").paths == res.paths
 
 
+# ----------------------------------------------------------------------------- disaggregated sweeps
+
+def test_disaggregated_grid_reproduces_simulate_disagg():
+    """A base.disagg or a prefill. / decode. / disagg. path makes every row a disaggregated run:
+    each equals simllm.simulate_disagg of its pools; the gpus column counts both pools."""
+    base = {**_base(n=120, rate=20.0), "disagg": {"decode": {"max_num_seqs": 32}}}
+    res = sw.sweep(base, grid={"disagg.prefill_instances": [1, 2], "decode.tensor_parallel_size": [1, 2],
+                               "prefill.max_num_batched_tokens": [2048]}, executor=RecordingExecutor())
+    t = res.table
+    assert len(t) == 4 and not any(t["error"])
+    m, h = simllm.load_model(MODEL), simllm.load_hardware(HARDWARE)
+    w = make_spec(_base(n=120, rate=20.0)).workload
+    for row in t:
+        p, d_tp = int(row["disagg.prefill_instances"]), int(row["decode.tensor_parallel_size"])
+        d = simllm.DisaggConfig(prefill_instances=p, prefill=(("max_num_batched_tokens", 2048),),
+                                decode=(("max_num_seqs", 32), ("tensor_parallel_size", d_tp)))
+        s = simllm.simulate_disagg(m, h, simllm.ServingConfig(max_num_seqs=64), w, d, keep_requests=False,
+                                   percentiles=sw.PERCENTILES).summary
+        for key in ("mean_ttft_ms", "p99_tpot_ms", "output_throughput", "request_throughput"):
+            assert row[key] == pytest.approx(s[key], rel=1e-12), key
+        assert row["gpus"] == p + d_tp
+    # a link swept alone makes the base disaggregated (one prefill, one decode instance)
+    res = sw.sweep(_base(n=40), grid={"disagg.kv_transfer_bandwidth_gbps": [1.0, 100.0]},
+                   executor=RecordingExecutor())
+    slow, fast = res.table["mean_ttft_ms"]
+    assert slow > fast and list(res.table["gpus"]) == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("kwargs, key, words", [
+    ({"grid": {"disagg.prefill_instances": [0]}}, "grid.disagg.prefill_instances", "1 to 4096"),
+    ({"grid": {"decode.max_num_seqs": [0]}}, "grid.decode.max_num_seqs", "positive"),
+    ({"grid": {"decode.max_num_seq": [8]}}, "grid.decode.max_num_seq", "did you mean decode.max_num_seqs"),
+    ({"grid": {"prefill": ["x"]}}, "grid.prefill", "no presets to swap"),
+    ({"grid": {"disagg.first_token": ["later"]}}, "grid.disagg.first_token", "auto, prefill, decode"),
+])
+def test_bad_disaggregated_specs_are_refused_before_any_simulation(kwargs, key, words):
+    ex = RecordingExecutor()
+    with pytest.raises(ConfigError) as info:
+        sw.sweep(_base(n=10), executor=ex, **kwargs)
+    assert ex.tasks == 0
+    text = str(info.value)
+    assert key in text and words in text and "\n" not in text, text
+
+
+def test_disaggregated_spec_file_names_file_and_line(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(textwrap.dedent("""\
+        base:
+          workload: {num_prompts: 10}
+          disagg:
+            prefill_instances: 2
+            decode: {max_num_seqs: -1}
+        """))
+    with pytest.raises(ConfigError, match=r"sweep\.yaml:3: base\.disagg\.decode"):
+        load_sweep_spec(spec)
+    spec.write_text(textwrap.dedent("""\
+        base:
+          workload: {num_prompts: 10}
+          disagg: {prefill_instances: 2, decode_instance: 1}
+        """))
+    with pytest.raises(ConfigError, match=r"sweep\.yaml:3: base\.disagg\.decode_instance: unknown key"):
+        load_sweep_spec(spec)
+    spec.write_text(textwrap.dedent("""\
+        base:
+          workload: {num_prompts: 20, max_concurrency: 4}
+          disagg: {prefill_instances: 2, prefill: {tensor_parallel_size: 2}}
+        grid:
+          decode.max_num_seqs: [8, 16]
+        """))
+    res = sw.run_spec(load_sweep_spec(spec), executor=RecordingExecutor())
+    assert list(res.table["gpus"]) == [5.0, 5.0] and not any(res.table["error"])
+
+
 # ----------------------------------------------------------------------------- executors
 
 GRID = {"workload.max_concurrency": [0, 4], "serving.max_num_seqs": [8, 64]}

@@ -17,6 +17,12 @@ name or path that swaps the whole thing (field paths of the same section then ap
   numbers: grid points differ by their grid values alone). Integer fields (``max_num_seqs``,
   ``max_concurrency``, ``num_prompts``, ``input_len``, ...) sampled from a continuous
   distribution are rounded to the nearest integer.
+- Disaggregated prefill/decode: ``base.disagg`` (the :class:`~simllm.config.disagg.DisaggConfig`
+  fields, with ``prefill`` and ``decode`` mappings of ServingConfig fields over ``base.serving``)
+  or any path ``disagg.<field>`` (``prefill_instances``, ``decode_instances``, the link's
+  ``kv_transfer_bandwidth_gbps`` / ``kv_transfer_latency_us``, ``first_token``,
+  ``prefill_gpu`` / ``decode_gpu``), ``prefill.<field>`` or ``decode.<field>`` (a pool's
+  ServingConfig field) makes every row a disaggregated run (:func:`simllm.simulate_disagg`).
 - ``seeds``: an int n (seeds 0..n-1) or a list, applied to ``workload.seed``; by default the base
   workload's seed. ``workload.seed`` itself cannot be swept.
 
@@ -37,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.config.model import ModelConfig, load_model, model_from_dict
 from simllm.config.sections import Section
@@ -48,6 +55,8 @@ from simllm.sim.slo import GOODPUT_METRICS
 
 DISTRIBUTIONS = ("uniform", "loguniform", "normal", "choice")
 SECTIONS = ("model", "hardware", "serving", "workload")
+#: Sections of a disaggregated sweep: the pools' ServingConfig overrides and DisaggConfig's own fields.
+DISAGG_SECTIONS = ("prefill", "decode", "disagg")
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
 
@@ -57,8 +66,12 @@ _NOT_FIELDS = {
     "hardware": ("source", "frameworks", "interconnect_given"),
     "serving": (),
     "workload": ("source",),
+    "prefill": (),
+    "decode": (),
+    "disagg": ("prefill", "decode"),
 }
-_CLASSES = {"model": ModelConfig, "hardware": HardwareConfig, "serving": ServingConfig, "workload": Workload}
+_CLASSES = {"model": ModelConfig, "hardware": HardwareConfig, "serving": ServingConfig, "workload": Workload,
+            "prefill": ServingConfig, "decode": ServingConfig, "disagg": DisaggConfig}
 _HARDWARE_ALIASES = {"memory_size_gb": ("memory_size_bytes", 1e9), "memory_size_gib": ("memory_size_bytes", 2.0**30)}
 _MODEL_POSITIVE = ("layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                    "intermediate_size", "vocab_size", "max_sequence_length")
@@ -80,7 +93,7 @@ def known_paths():
     """Every path a sweep may vary: the sections themselves (``model``, ``hardware``,
     ``workload``: a whole preset) and ``<section>.<field>``."""
     out = ["model", "hardware", "workload"]
-    for section in SECTIONS:
+    for section in SECTIONS + DISAGG_SECTIONS:
         out += [f"{section}.{name}" for name in _fields(section)]
     return tuple(out)
 
@@ -90,7 +103,7 @@ def _unknown_path(path, where, line, source):
     hint = f"did you mean {' or '.join(near)}? " if near else ""
     return ConfigError(
         f"unknown field path ({hint}paths are model, hardware or workload (a preset), or "
-        f"<model|hardware|serving|workload>.<field>)",
+        f"<model|hardware|serving|workload|prefill|decode|disagg>.<field>)",
         source=source, key=f"{where}.{path}", line=line,
     )
 
@@ -117,7 +130,7 @@ def _int_fields(section):
     return frozenset(out)
 
 
-_INT_FIELDS = {s: _int_fields(s) for s in SECTIONS}
+_INT_FIELDS = {s: _int_fields(s) for s in SECTIONS + DISAGG_SECTIONS}
 
 
 def _target(path, where, line, source):
@@ -127,8 +140,8 @@ def _target(path, where, line, source):
     if path == "workload.seed":
         raise ConfigError("not a swept field: give the seeds with seeds: (an int n for 0..n-1, or a list)",
                           source=source, key=f"{where}.{path}", line=line)
-    if path == "serving":
-        raise ConfigError("a serving field path (serving.max_num_seqs, ...): serving has no presets to swap",
+    if path in ("serving",) + DISAGG_SECTIONS:
+        raise ConfigError(f"a {path} field path ({path}.{_fields(path)[0]}, ...): {path} has no presets to swap",
                           source=source, key=f"{where}.{path}", line=line)
     if path not in known_paths():
         raise _unknown_path(path, where, line, source)
@@ -300,7 +313,7 @@ def _replace_checked(target, base, value, source, key, line):
     """(``base`` with the field set to ``value``, the value as stored) — raising a ConfigError
     that names ``key`` when the value is of the wrong type or refused by the config's checks."""
     try:
-        if target.section == "serving":
+        if target.section in ("serving", "prefill", "decode", "disagg"):
             v = _check_type(target, getattr(base, target.field), value)
         elif target.section == "workload":
             v = _check_workload(target, base, value)
@@ -310,7 +323,7 @@ def _replace_checked(target, base, value, source, key, line):
         raise ConfigError(str(exc), source=source, key=key, value=value, line=line) from None
     try:
         built = dataclasses.replace(base, **{target.field: v})
-    except ConfigError as exc:  # ServingConfig.__post_init__
+    except ConfigError as exc:  # ServingConfig's or DisaggConfig's __post_init__
         raise _reraise(exc, source, key, value, line) from None
     return built, getattr(built, target.field)
 
@@ -391,6 +404,27 @@ class SweepSpec:
     output: str = None
     source: str = "<sweep>"
     lines: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    disagg: DisaggConfig = None  # the base of a disaggregated sweep (None: aggregated, unless a path says)
+
+    @property
+    def disaggregated(self):
+        """Whether the rows are disaggregated runs: a ``base.disagg`` or a swept
+        ``prefill.`` / ``decode.`` / ``disagg.`` path."""
+        return self.disagg is not None or any(p.partition(".")[0] in DISAGG_SECTIONS for p in self.paths)
+
+    @property
+    def disagg_base(self):
+        """The DisaggConfig the swept disaggregated paths apply to."""
+        return self.disagg or DisaggConfig()
+
+    @property
+    def prefill(self):
+        """The prefill pool's base settings (what ``prefill.<field>`` values are checked against)."""
+        return self.disagg_base.pool_serving(self.serving, "prefill")
+
+    @property
+    def decode(self):
+        return self.disagg_base.pool_serving(self.serving, "decode")
 
     @property
     def paths(self):
@@ -414,7 +448,7 @@ class SweepSpec:
 
 
 _SPEC_KEYS = {"base", "grid", "samples", "num_samples", "sample_seed", "seeds", "slo", "output"}
-_BASE_KEYS = set(SECTIONS)
+_BASE_KEYS = set(SECTIONS) | {"disagg"}
 
 
 def _seeds(value, source, line, base_seed):
@@ -497,6 +531,7 @@ def spec_from_dict(data, source="<sweep>", base_dir=None):
     wl = base.get("workload")
     workload = Workload() if wl is None else _load_object("workload", wl, source, "base.workload", bl("workload"),
                                                           base_dir)
+    disagg = _disagg_from(base.get("disagg"), source, "base.disagg", bl("disagg"))
     lines = {}
     grid = []
     raw_grid = data.get("grid") or {}
@@ -547,9 +582,41 @@ def spec_from_dict(data, source="<sweep>", base_dir=None):
         output = str(Path(base_dir) / output) if base_dir is not None else output
     spec = SweepSpec(model=model, hardware=hardware, serving=serving, workload=workload, grid=tuple(grid),
                      samples=tuple(samples), num_samples=num_samples if samples else 0, sample_seed=sample_seed,
-                     seeds=seeds, slo=slo, output=output, source=source, lines=lines)
+                     seeds=seeds, slo=slo, output=output, source=source, lines=lines, disagg=disagg)
+    for role in ("prefill", "decode"):  # the pools' base settings, each field checked as ServingConfig does
+        try:
+            getattr(spec, role)
+        except ConfigError as exc:
+            raise ConfigError(exc.expected, source=source, key=f"base.disagg.{role}", value=exc.value,
+                              line=bl("disagg")) from None
     spec_values(spec)  # every value checked now, before any work
     return spec
+
+
+def _disagg_from(value, source, key, line):
+    """``base.disagg``: a DisaggConfig, or a mapping of its fields with ``prefill`` / ``decode``
+    mappings of ServingConfig fields; None when absent."""
+    if value is None or isinstance(value, DisaggConfig):
+        return value
+    sec = Section(value, source, key)
+    sec.reject_unknown(set(_fields("disagg")) | {"prefill", "decode"})
+    out = DisaggConfig()
+    for name in value:
+        if name in ("prefill", "decode"):
+            pool = Section(value[name], source, f"{key}.{name}")
+            pool.reject_unknown({f.name for f in dataclasses.fields(ServingConfig)})
+            for field, v in value[name].items():  # type-checked here, ranges with the base serving's
+                target = _Target(f"{name}.{field}", name, field)
+                try:
+                    v = _check_type(target, getattr(ServingConfig(), field), v)
+                except ValueError as exc:
+                    raise ConfigError(str(exc), source=source, key=f"{key}.{name}.{field}", value=v,
+                                      line=line_of(value[name], field) or line) from None
+                out = dataclasses.replace(out, **{name: tuple(sorted({**dict(getattr(out, name)), field: v}.items()))})
+            continue
+        out = _replace_checked(_Target(f"disagg.{name}", "disagg", name), out, value[name], source, f"{key}.{name}",
+                               line_of(value, name) or line)[0]
+    return out
 
 
 def load_sweep_spec(path):
@@ -589,7 +656,8 @@ def make_spec(base=None, grid=None, samples=None, seeds=None, *, num_samples=0, 
               output=None):
     """A :class:`SweepSpec` from Python values (see :func:`simllm.search.sweep.sweep`)."""
     if isinstance(base, SweepSpec):
-        base = {"model": base.model, "hardware": base.hardware, "serving": base.serving, "workload": base.workload}
+        base = {"model": base.model, "hardware": base.hardware, "serving": base.serving, "workload": base.workload,
+                **({"disagg": base.disagg} if base.disagg is not None else {})}
     if isinstance(base, (tuple, list)):
         base = dict(zip(SECTIONS, base))
     data = {"base": dict(base or {}), "grid": dict(grid or {}), "samples": dict(samples or {}),
@@ -611,7 +679,7 @@ def _parse_values(spec, path, values, where, rounding):
     line = spec.lines.get(f"{where}.{path}")
     target = _target(path, where, line, source)
     key = f"{where}.{path}"
-    base = getattr(spec, target.section)
+    base = spec.disagg_base if target.section == "disagg" else getattr(spec, target.section)
     out = []
     cache = {}
     objects = []

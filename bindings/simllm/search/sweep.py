@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import SERVING_FLAGS, ServingConfig
@@ -93,6 +94,7 @@ from simllm.sim.runner import (  # the executors, warm-up and chunking figures a
     run_many,
     warm_up,  # noqa: F401
 )
+from simllm.sim.disagg import simulate_disagg
 from simllm.sim.simulate import simulate
 from simllm.sim.stats import band
 from simllm.text import table as text_table
@@ -122,6 +124,7 @@ class _Context:
     goodput: dict
     metrics: tuple
     key: str
+    disagg: DisaggConfig = None  # a disaggregated sweep's base (None: aggregated rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +176,7 @@ def plan(spec):
     metrics = metric_names(PERCENTILES, tuple(k for k, _ in spec.slo))
     spec_hash = _spec_hash(spec, metrics)
     ctx = _Context(spec.model, spec.hardware, spec.serving, spec.workload, swaps, PERCENTILES, spec.goodput,
-                   metrics, spec_hash)
+                   metrics, spec_hash, spec.disagg_base if spec.disaggregated else None)
     out = Plan(spec, tuple(overrides), tuple(displays), np.asarray(grid_ids, dtype=np.int64),
                np.asarray(sample_ids, dtype=np.int64), ctx, spec_hash)
     object.__setattr__(spec, "_plan", out)  # a frozen dataclass: cached outside its fields
@@ -184,7 +187,7 @@ def _spec_hash(spec, metrics):
     """Hash of everything that decides a row's numbers given its (config_id, seed): the base
     objects, the grid, the samples, the SLOs and the table's metric columns (not the seeds)."""
     payload = {
-        "base": {s: spec_jsonable(getattr(spec, s)) for s in SECTIONS},
+        "base": {s: spec_jsonable(getattr(spec, s)) for s in SECTIONS + ("disagg",)},
         "grid": [[p, [spec_jsonable(v) for v in vals]] for p, vals in spec.grid],
         "samples": [[p, d.kind, [spec_jsonable(a) for a in d.args]] for p, d in spec.samples],
         "num_samples": spec.num_samples, "sample_seed": spec.sample_seed, "slo": [list(x) for x in spec.slo],
@@ -197,9 +200,11 @@ def _spec_hash(spec, metrics):
 # ----------------------------------------------------------------------------- running one chunk
 
 def _build(ctx, overrides, seed):
-    """The four config objects of one configuration."""
+    """The config objects of one configuration: model, hardware, serving, workload and its
+    DisaggConfig (None for an aggregated sweep)."""
     objs = {"model": ctx.model, "hardware": ctx.hardware, "serving": ctx.serving, "workload": ctx.workload}
-    changes = {"model": {}, "hardware": {}, "serving": {}, "workload": {"seed": seed}}
+    changes = {"model": {}, "hardware": {}, "serving": {}, "workload": {"seed": seed}, "prefill": {}, "decode": {},
+               "disagg": {}}
     for section, field, value in overrides:
         if field is None:
             objs[section] = ctx.swaps[section][value]
@@ -208,10 +213,15 @@ def _build(ctx, overrides, seed):
     wc = changes["workload"]
     if "burstiness" in wc and "arrival" not in wc and objs["workload"].arrival != "constant":
         wc["arrival"] = "gamma" if wc["burstiness"] != 1.0 else "poisson"
-    for section, ch in changes.items():
-        if ch:
-            objs[section] = dataclasses.replace(objs[section], **ch)
-    return objs["model"], objs["hardware"], objs["serving"], objs["workload"]
+    disagg = ctx.disagg
+    if disagg is not None:
+        pools = {role: tuple(sorted({**dict(getattr(disagg, role)), **changes.pop(role)}.items()))
+                 for role in ("prefill", "decode")}
+        disagg = dataclasses.replace(disagg, **changes.pop("disagg"), **pools)
+    for section in SECTIONS:
+        if changes[section]:
+            objs[section] = dataclasses.replace(objs[section], **changes[section])
+    return objs["model"], objs["hardware"], objs["serving"], objs["workload"], disagg
 
 
 def _number(v):
@@ -240,8 +250,9 @@ def sweep_row(ctx, item):
     """The runner's ``evaluate`` for one sweep row: ``item`` is ``(config_id, overrides, seed)``;
     returns the metric values of its summary (a ConfigError becomes the row's error)."""
     _, overrides, seed = item
-    m, h, s, w = _build(ctx, overrides, seed)
-    res = simulate(m, h, s, w, keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
+    m, h, s, w, disagg = _build(ctx, overrides, seed)
+    kwargs = dict(keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
+    res = simulate_disagg(m, h, s, w, disagg, **kwargs) if disagg is not None else simulate(m, h, s, w, **kwargs)
     return summary_metrics(res.summary, ctx.metrics)
 
 
