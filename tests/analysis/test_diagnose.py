@@ -203,3 +203,25 @@ def test_balanced_routing_what_if_prices_the_busiest_gpu():
     assert "no expert parallelism" in tp.skipped
     (done,) = dg.what_if(model, gpu, replace(ep, expert_routing="balanced"), work, changes=("balanced-experts",))
     assert "already balanced" in done.skipped
+
+
+@pytest.mark.slow
+def test_disaggregate_what_if_equals_simulate_disagg():
+    """The run's replicas split into a prefill pool and a decode pool (the larger half decoding),
+    one replica into one prefill and one decode instance; the line equals simulate_disagg of that
+    split; ranks of one expert-parallel engine are not split."""
+    w = Workload(num_prompts=64, max_concurrency=16, input_len=fixed(2048), output_len=fixed(64))
+    for dp, (p, d) in ((3, (1, 2)), (1, (1, 1))):
+        serving = simllm.ServingConfig(data_parallel_size=dp)
+        (line,) = dg.what_if(MODEL, GPU, serving, w, changes=("disaggregate",))
+        assert line.skipped is None and f"--prefill-instances {p} --decode-instances {d}" in line.change
+        one = (("data_parallel_size", 1),) if dp > 1 else ()
+        direct = simllm.simulate_disagg(MODEL, GPU, serving, w, simllm.DisaggConfig(
+            prefill_instances=p, decode_instances=d, prefill=one, decode=one), keep_requests=False).summary
+        assert direct["num_gpus"] == (dp if dp > 1 else 2)
+        assert line.ttft_ms == direct["mean_ttft_ms"] and line.tpot_ms == direct["mean_tpot_ms"]
+        assert line.output_throughput == direct["output_throughput"]
+    moe = simllm.load_model("qwen3-30b-a3b")
+    (line,) = dg.what_if(moe, GPU, simllm.ServingConfig(data_parallel_size=2, expert_parallel_size=2), w,
+                         changes=("disaggregate",))
+    assert "one MoE engine" in line.skipped

@@ -47,9 +47,12 @@ run come from the same re-costing.
 :func:`what_if` re-simulates the configuration with exactly one change at a time (FP8 / INT8 /
 INT4 weights, FP8 KV cache, GQA, twice the tensor parallelism, chunked prefill toggled, twice
 ``max_num_seqs`` or ``max_num_batched_tokens``, ``gpu_memory_utilization`` 0.95, prefix
-caching, and with expert parallelism balanced expert routing) and reports TTFT, TPOT and output throughput against the base; a change that does not
-apply, or whose configuration is invalid or does not fit (:class:`~simllm.errors.SimulatedOOM`),
-is reported as skipped with the reason.
+caching, with expert parallelism balanced expert routing, and disaggregated prefill/decode: the
+run's data-parallel replicas split into a prefill pool and a decode pool, the larger half
+decoding, or with one replica one prefill and one decode instance of its size) and reports TTFT,
+TPOT and output throughput against the base; a change that does not apply, or whose
+configuration is invalid or does not fit (:class:`~simllm.errors.SimulatedOOM`), is reported as
+skipped with the reason.
 """
 import math
 import textwrap
@@ -59,6 +62,7 @@ import numpy as np
 
 from simcore import codes, iteration_costs_nb, new_cost_arrays, op_count_nb
 from simllm.config import serving as serving_mod
+from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
@@ -147,8 +151,10 @@ class WhatIf:
 @dataclass(frozen=True)
 class Change:
     """A what-if change. ``apply(model, hardware, serving, workload)`` returns ``(model, serving,
-    change_text)`` for the changed configuration, or a string: why it does not apply. ``key`` is
-    its short name (``simllm diagnose --what-if KEY``), ``name`` the label in reports."""
+    change_text)`` for the changed configuration (or ``(model, serving, change_text, disagg)``, a
+    :class:`~simllm.config.disagg.DisaggConfig` making it a disaggregated run), or a string: why it
+    does not apply. ``key`` is its short name (``simllm diagnose --what-if KEY``), ``name`` the
+    label in reports."""
 
     key: str
     name: str
@@ -512,6 +518,23 @@ def _balanced_experts(model, hardware, serving, workload):
     return model, replace(serving, expert_routing="balanced"), "--expert-routing balanced"
 
 
+def _disaggregate(model, hardware, serving, workload):
+    if serving.batching != "continuous":
+        return f"disaggregated pools batch continuously, not {serving.batching}"
+    if serving_mod.moe_spans_ranks(serving, serving_mod.resolve(model, hardware, serving)):
+        return ("the data-parallel ranks form one MoE engine (their tokens meet in every MoE layer): split it by "
+                "hand with --prefill-config / --decode-config")
+    dp = serving.data_parallel_size
+    if dp == 1:
+        disagg = DisaggConfig()
+        return model, serving, "--prefill-instances 1 --decode-instances 1", disagg
+    p = dp // 2
+    one = (("data_parallel_size", 1),)
+    disagg = DisaggConfig(prefill_instances=p, decode_instances=dp - p, prefill=one, decode=one)
+    return (model, serving, f"--prefill-instances {p} --decode-instances {dp - p} --prefill-config "
+            f"'{{\"data_parallel_size\": 1}}' --decode-config '{{\"data_parallel_size\": 1}}'", disagg)
+
+
 CHANGES = {c.key: c for c in (
     _dtype_change("fp8"),
     _dtype_change("int8"),
@@ -526,6 +549,8 @@ CHANGES = {c.key: c for c in (
     Change("prefix-caching", "prefix caching", _prefix_on),
     Change("balanced-experts", "balanced expert routing", _balanced_experts,
            "every EP GPU its mean share: the most any expert balancer could gain"),
+    Change("disaggregate", "prefill/decode disaggregated", _disaggregate,
+           "the replicas as prefill and decode pools (one replica: twice the GPUs)"),
 )}
 DEFAULT_CHANGES = tuple(CHANGES)
 
@@ -579,14 +604,14 @@ def what_if(model, hardware, serving=None, workload=None, changes=DEFAULT_CHANGE
         if isinstance(applied, str):
             out.append(WhatIf(ch.name, "", note=ch.note, skipped=applied))
             continue
-        m2, s2, text = applied
-        variants.append((len(out), ch, text, m2, s2))
+        m2, s2, text, *disagg = applied
+        variants.append((len(out), ch, text, Task(model=m2, serving=s2, disagg=disagg[0] if disagg else None)))
         out.append(None)
     shared = Base(model=model, hardware=hardware, serving=serving, workload=workload, requests=requests,
                   fast_forward=fast_forward)
-    outcomes = run_simulations(shared, [Task(model=m2, serving=s2) for _, _, _, m2, s2 in variants], executor,
-                               workers=workers, scheduler=scheduler)
-    for (i, ch, text, _, _), o in zip(variants, outcomes):
+    outcomes = run_simulations(shared, [task for *_, task in variants], executor, workers=workers,
+                               scheduler=scheduler)
+    for (i, ch, text, _), o in zip(variants, outcomes):
         if not o.ok:  # SimulatedOOM included
             out[i] = WhatIf(ch.name, text, note=ch.note, skipped=o.error)
             continue
