@@ -175,3 +175,26 @@ def test_compare_cli_table_json_and_bad_output_name(tmp_path, capsys):
     assert simllm.cli.main(args[:-2] + ["--output", str(tmp_path / "c.xlsx")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "c.xlsx" in err
+
+
+def test_disaggregated_columns_follow_each_aggregated_one():
+    """With ``disagg``, every model x hardware pair gets a P/D column right after its aggregated
+    one, equal to simulate_disagg on that hardware; per-GPU rows count both pools; the JSON round
+    trip keeps which columns are disaggregated."""
+    w = simllm.Workload(num_prompts=64, max_concurrency=16, input_len=simllm.config.workload.fixed(2000),
+                        output_len=simllm.config.workload.fixed(64))
+    d = simllm.DisaggConfig(prefill_instances=2)
+    c = cmp.compare("llama-3.1-8b", ["h100-sxm", "h200-sxm"], simllm.ServingConfig(), w,
+                    metrics=("mean_ttft_ms", "output_throughput", "output_throughput_per_gpu"), disagg=d)
+    assert list(c.labels) == ["llama-3.1-8b @ h100-sxm", "llama-3.1-8b @ h100-sxm P/D 2P1D",
+                        "llama-3.1-8b @ h200-sxm", "llama-3.1-8b @ h200-sxm P/D 2P1D"]
+    assert [col.disaggregated for col in c.columns] == [False, True, False, True]
+    m = simllm.load_model("llama-3.1-8b")
+    for i, hw in ((1, "h100-sxm"), (3, "h200-sxm")):
+        direct = simllm.simulate_disagg(m, simllm.load_hardware(hw), simllm.ServingConfig(), w, d,
+                                        keep_requests=False).summary
+        ttft, total, per_gpu = (r.values[i] for r in c.rows)
+        assert ttft == direct["mean_ttft_ms"] and total == direct["output_throughput"]
+        assert per_gpu == pytest.approx(total / 3)
+    back = cmp.comparison_from_dict(json.loads(json.dumps(cmp.comparison_to_dict(c))))
+    assert [col.disaggregated for col in back.columns] == [False, True, False, True]

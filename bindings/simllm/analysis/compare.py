@@ -99,6 +99,7 @@ class Column:
     summary: dict = None
     error: str = None
     oom: bool = False
+    disaggregated: bool = False  # a prefill/decode deployment (compare's disagg=)
 
     @property
     def ok(self):
@@ -199,7 +200,8 @@ def _load(item, loader, cls):
 
 
 def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METRICS, *,
-            percentiles=(50, 90, 95, 99), goodput=None, progress=None, executor=None, workers=None, scheduler=None):
+            percentiles=(50, 90, 95, 99), goodput=None, progress=None, executor=None, workers=None, scheduler=None,
+            disagg=None):
     """Simulate ``workload`` on every model x hardware pair and tabulate ``metrics``.
 
     Parameters
@@ -221,6 +223,10 @@ def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METR
         ``progress(done, total)`` as columns finish.
     executor, workers, scheduler
         Where the columns run (:func:`simllm.sim.runner.run_many`; default threads on all cores).
+    disagg : DisaggConfig, optional
+        Every model x hardware pair also as this disaggregated prefill/decode deployment (its
+        pools on that hardware unless it names their GPUs): a column labelled ``... P/D``
+        right after the aggregated one; per-GPU rows count both pools' GPUs.
 
     Returns
     -------
@@ -238,13 +244,19 @@ def compare(models, hardwares, serving=None, workload=None, metrics=DEFAULT_METR
         raise ConfigError("at least one model and one hardware to compare")
     serving = serving or ServingConfig()
     workload = workload or Workload()
-    pairs = [(hw_label, hw, model_label, model) for hw_label, hw in hardwares for model_label, model in models]
+    modes = (None,) if disagg is None else (None, disagg)
+    pairs = [(hw_label, hw, model_label, model, d) for hw_label, hw in hardwares for model_label, model in models
+             for d in modes]
     base = Base(serving=serving, workload=workload, percentiles=tuple(percentiles), goodput=goodput)
-    outcomes = run_simulations(base, [Task(model=m, hardware=h) for _, h, _, m in pairs], executor, workers=workers,
-                               scheduler=scheduler, progress=progress)
-    columns = [Column(f"{ml} @ {hl}", ml, hl, o.value) if o.ok else
-               Column(f"{ml} @ {hl}", ml, hl, None, o.error, o.status == OOM)
-               for (hl, _, ml, _), o in zip(pairs, outcomes)]
+    outcomes = run_simulations(base, [Task(model=m, hardware=h, disagg=d) for _, h, _, m, d in pairs], executor,
+                               workers=workers, scheduler=scheduler, progress=progress)
+
+    def label(ml, hl, d):
+        return f"{ml} @ {hl}" + ("" if d is None else f" P/D {d.prefill_instances}P{d.decode_instances}D")
+
+    columns = [Column(label(ml, hl, d), ml, hl, o.value, disaggregated=d is not None) if o.ok else
+               Column(label(ml, hl, d), ml, hl, None, o.error, o.status == OOM, d is not None)
+               for (hl, _, ml, _, d), o in zip(pairs, outcomes)]
     return build_comparison(columns, metrics)
 
 
@@ -300,12 +312,14 @@ def format_comparison(comparison, title=None):
 
 def comparison_to_dict(comparison):
     """JSON-ready: ``baseline`` (the label), ``columns`` (label, model, hardware, error, oom,
-    summary) and ``metrics`` (key, label, unit, higher_is_better, values, ratios)."""
+    summary; ``disaggregated`` true for a P/D column) and ``metrics`` (key, label, unit,
+    higher_is_better, values, ratios)."""
     base = comparison.columns[comparison.baseline].label if comparison.baseline is not None else None
     return jsonable({
         "baseline": base,
         "columns": [{"label": c.label, "model": c.model, "hardware": c.hardware, "error": c.error, "oom": c.oom,
-                     "summary": c.summary} for c in comparison.columns],
+                     **({"disaggregated": True} if c.disaggregated else {}), "summary": c.summary}
+                    for c in comparison.columns],
         "metrics": [{"key": r.metric.key, "label": r.metric.label, "unit": r.metric.unit,
                      "higher_is_better": r.metric.higher_is_better, "values": list(r.values),
                      "ratios": list(r.ratios)} for r in comparison.rows],
@@ -315,7 +329,7 @@ def comparison_to_dict(comparison):
 def comparison_from_dict(data):
     """Inverse of :func:`comparison_to_dict`."""
     columns = tuple(Column(c["label"], c["model"], c["hardware"], c.get("summary"), c.get("error"),
-                           bool(c.get("oom"))) for c in data["columns"])
+                           bool(c.get("oom")), bool(c.get("disaggregated"))) for c in data["columns"])
     rows = tuple(Row(Metric(m["key"], m["label"], m["unit"], bool(m["higher_is_better"])), tuple(m["values"]),
                      tuple(m["ratios"])) for m in data["metrics"])
     labels = [c.label for c in columns]

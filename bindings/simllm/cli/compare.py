@@ -15,6 +15,8 @@ def add_parser(sub):
                       help=f"hardware presets or YAML files (default {common.DEFAULT_HARDWARE}); the columns are every "
                            "model on the first hardware, then on the next")
     common.add_run_args(cmpp)
+    common.add_disagg_args(cmpp, "disaggregated prefill/decode (any of these adds a P/D column after each "
+                                 "aggregated one)")
     common.add_executor_args(cmpp)
     cout = cmpp.add_argument_group("output")
     cout.add_argument("--metrics", nargs="+", metavar="KEY",
@@ -36,13 +38,17 @@ def cmd(args, out):
     if args.output:
         cmp.check_save_path(args.output)  # a bad name fails before simulating
     record = common.band_record(args)
+    disagg = common.disagg_config(args)
     comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
-                             percentiles=percentiles, goodput=parse_goodput(args.goodput), **common.executor(args))
+                             percentiles=percentiles, goodput=parse_goodput(args.goodput), disagg=disagg,
+                             **common.executor(args))
     if args.output:
         cmp.save_comparison(comparison, args.output)
     if args.plot:
         plot_compare(comparison, args.plot)
-    bands = [common.bands_of(c.summary, serving.framework, record) for c in comparison.columns]
+    # The error bands come from aggregated measurements: none for a P/D column.
+    bands = [common.bands_of(c.summary, serving.framework, None if c.disaggregated else record)
+             for c in comparison.columns]
     if args.format == "json":
         data = cmp.comparison_to_dict(comparison)
         if record is not None:
