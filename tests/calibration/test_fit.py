@@ -130,6 +130,31 @@ def test_fit_stays_within_the_documented_bounds_and_says_when_it_hits_one(tmp_pa
     assert ok.factors["frontend_latency_ms"] == pytest.approx(2.0, abs=0.25) and not ok.bound_hits
 
 
+def test_fit_on_disaggregated_measurements_recovers_the_factor():
+    """Disaggregated rows calibrate as aggregated ones do: measurements a truth GPU produces as two
+    pools (1-2 prefill workers, one decode worker, as silicon_sample.csv's prefill_* / decode_*
+    columns state them) give back its bandwidth utilisation and the client overhead they carry."""
+    from simllm.formats.common import WorkerPool
+
+    truth = dataclasses.replace(simllm.load_hardware(H100), bandwidth_utilization=0.72)
+    ms = []
+    for i, (workers, isl, osl, c) in enumerate([(1, 1024, 64, 4), (2, 2048, 32, 8), (1, 512, 128, 2),
+                                                (2, 4096, 16, 4), (1, 256, 64, 16)]):
+        m = Measurement(source="synthetic.csv", line=i + 2, model="llama-3.1-8b", hardware="h100_sxm",
+                        backend="vllm", precision="", mode="disagg", tp=0, pp=1, dp=1, input_len=isl,
+                        output_len=osl, concurrency=c, request_rate=math.inf, num_prompts=4 * c, ttft_ms=1.0,
+                        tpot_ms=1.0, prefill=WorkerPool(workers=workers, batch_size=1),
+                        decode=WorkerPool(workers=1, batch_size=c))
+        pred = accuracy.predict(m, "llama-3.1-8b", truth, shape=SHAPE)
+        ms.append(dataclasses.replace(m, ttft_ms=pred["ttft"] + 25.0, tpot_ms=pred["tpot"]))
+    points = accuracy.resolve(ms)
+    assert all(not p.reason for p in points)
+    fit = calibrate.calibrate(points, simllm.load_hardware(H100), ("bandwidth_utilization", "client_overhead_ms"),
+                              workers=1, shape=SHAPE)
+    assert fit.factors["bandwidth_utilization"] == pytest.approx(0.72, rel=0.03)
+    assert fit.factors["client_overhead_ms"] == pytest.approx(25.0, abs=2.0)
+
+
 def test_client_overhead_is_added_to_the_predicted_ttft_and_e2e():
     m = synthetic(simllm.load_hardware(H100), cases=CASES[:1])[0]
     plain = accuracy.predict(m, "llama-3.1-8b", H100)
