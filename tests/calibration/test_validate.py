@@ -241,6 +241,26 @@ def test_disaggregated_row_predicts_what_simulate_disagg_does(tmp_path):
         assert s["prefill_pool"]["instances"] == 2 and s["num_gpus"] == 6
 
 
+def test_validate_cli_errors_by_mode(tmp_path, capsys):
+    """An aggregated and a disaggregated row: validate's table and JSON give the errors per mode
+    beside those per backend, and each JSON point its mode."""
+    path = tmp_path / "both.csv"
+    pools = dict(prefill_batch_size=1, prefill_num_workers=1, prefill_tp_size=1, decode_batch_size=4,
+                 decode_num_workers=1, decode_tp_size=1)
+    path.write_text("\n".join([
+        HEADER,
+        row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 1024, 64, 4, 1, 60.0, 7.0),
+        row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "disagg", 1024, 64, "", "", 90.0, 7.0, **pools),
+    ]) + "\n", encoding="utf-8")
+    assert simllm.cli.main(["validate", str(path), "--num-prompts", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "By mode (median |error|, points):" in out and "\nagg " in out and "\ndisagg " in out
+    assert simllm.cli.main(["validate", str(path), "--num-prompts", "16", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [pt["mode"] for pt in data["points"]] == ["agg", "disagg"]
+    assert set(data["by_mode"]) == {"agg", "disagg"} and data["by_mode"]["disagg"]["tpot"]["points"] == 1
+
+
 @pytest.mark.parametrize("name, preset", [
     ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3"),
     ("nvidia/DeepSeek-R1-NVFP4", "deepseek-v3"), ("moonshotai/Kimi-K2.5", "kimi-k2"),

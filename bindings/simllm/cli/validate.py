@@ -53,7 +53,7 @@ def cmd(args, out):
         write_record(args.write_accuracy, build_record(points, args.measured, settings))
     if args.format == "json":
         rows = [{"source": p.measurement.where, "model": p.model, "hardware": p.hardware,
-                 "backend": p.measurement.backend, "skipped": p.reason or None,
+                 "backend": p.measurement.backend, "mode": p.measurement.mode, "skipped": p.reason or None,
                  **{f"measured_{k}_ms": getattr(p.measurement, f"{k}_ms") for k in accuracy.METRICS},
                  **{f"predicted_{k}_ms": (p.predicted or {}).get(k) for k in accuracy.METRICS},
                  **{f"peak_bound_{k}_ms": (p.bound or {}).get(k) for k in accuracy.METRICS}} for p in points]
