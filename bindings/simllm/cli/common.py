@@ -334,8 +334,9 @@ def band_record(args):
 
 def bands_of(summary, framework, record):
     """``({key: Band}, domain reasons)`` of a summary's headline figures; nothing when
-    ``record`` is None (--no-error-band) or the summary is None (a configuration that did not run)."""
-    if record is None or summary is None:
+    ``record`` is None (--no-error-band), the summary is None (a configuration that did not run)
+    or a disaggregated run's (the bands are calibrated on aggregated runs)."""
+    if record is None or summary is None or "decode_pool" in summary:
         return {}, ()
     return summary_bands(summary, framework, record)
 

@@ -46,9 +46,7 @@ def cmd(args, out):
         cmp.save_comparison(comparison, args.output)
     if args.plot:
         plot_compare(comparison, args.plot)
-    # The error bands come from aggregated measurements: none for a P/D column.
-    bands = [common.bands_of(c.summary, serving.framework, None if c.disaggregated else record)
-             for c in comparison.columns]
+    bands = [common.bands_of(c.summary, serving.framework, record) for c in comparison.columns]
     if args.format == "json":
         data = cmp.comparison_to_dict(comparison)
         if record is not None:

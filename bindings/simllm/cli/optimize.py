@@ -69,8 +69,7 @@ def cmd(args, out):
                               scheduler=run_on["scheduler"], chunk_size=args.chunk_size,
                               over_disagg=over_disagg, disagg=disagg, max_gpus=args.max_gpus)
     shown = result.ranked[:result.top]  # the answer first
-    # The error bands come from aggregated measurements: none for a disaggregated configuration.
-    bands = [common.bands_of(c.summary, c.serving.framework, None if c.disagg else record) for c in shown]
+    bands = [common.bands_of(c.summary, c.serving.framework, record) for c in shown]
     data = sla.optimize_to_dict(result)
     if record is not None:
         for entry, (b, reasons) in zip(data["top"], bands):

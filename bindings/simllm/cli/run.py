@@ -67,8 +67,7 @@ def cmd(args, out):
         exports.export(result, args.output, args.export_format, detailed=bool(args.save_detailed))
     if args.plot:
         plot_run(result, args.plot)
-    # The error bands come from aggregated measurements: none for a disaggregated run.
-    bands, reasons = common.bands_of(result.summary, serving.framework, None if disagg else record)
+    bands, reasons = common.bands_of(result.summary, serving.framework, record)
     if args.quiet:
         out.write(report.format_run_line(result) + "\n")
     elif args.format == "json":

@@ -583,7 +583,11 @@ def _disagg_candidates(over_disagg, base, base_serving, hardware_used, price_of,
             raise ConfigError(f"at least one value for {name}", source=CLI, key="--over-disagg", value=name)
         axes.append((name, fld, values))
     out = []
+    # A pool that names its own GPU is priced by that preset's name (loaded once, not per candidate).
+    own = {role: _price(getattr(base, f"{role}_gpu"), load_hardware(getattr(base, f"{role}_gpu")), prices)
+           for role in ("prefill", "decode") if getattr(base, f"{role}_gpu")}
     for label, hw in hardware_used:
+        role_price = {role: own.get(role, price_of.get(label)) for role in ("prefill", "decode")}
         for combo in itertools.product(*[a[2] for a in axes]):
             params = {"hardware": label} if len(hardware_used) > 1 else {}
             counts = {k: getattr(base, k) for k in POOL_COUNTS}
@@ -602,23 +606,22 @@ def _disagg_candidates(over_disagg, base, base_serving, hardware_used, price_of,
                                   key="--over-disagg") from None
             gpus = {role: getattr(d, f"{role}_instances") * sv.tensor_parallel_size * sv.data_parallel_size
                     for role, sv in servings.items()}
-            price = _pools_price(d, label, hw, gpus, prices, price_of, objective)
+            price = _pools_price(d, label, gpus, role_price, objective)
             out.append(Candidate(index=start + len(out), params=params, hardware=label, serving=base_serving,
                                  gpus=sum(gpus.values()), price_per_hour=price, hardware_config=hw, disagg=d))
     return out
 
 
-def _pools_price(d, label, hw, gpus, prices, price_of, objective):
-    """USD per GPU-hour of a disaggregated configuration: its pools' prices, GPU-weighted (a
-    pool's own ``gpu`` priced by its name)."""
+def _pools_price(d, label, gpus, role_price, objective):
+    """USD per GPU-hour of a disaggregated configuration: its pools' prices (``role_price``),
+    GPU-weighted; None when a pool has none (an error under ``cost_per_token``)."""
     total = 0.0
     for role, n in gpus.items():
-        name = getattr(d, f"{role}_gpu")
-        price = _price(name, load_hardware(name), prices) if name else price_of.get(label)
+        price = role_price[role]
         if price is None:
             if objective == "cost_per_token":
-                raise ConfigError(f"a price_per_hour for the {role} pool's hardware {name or label!r}", source=CLI,
-                                  key="--price")
+                raise ConfigError(f"a price_per_hour for the {role} pool's hardware "
+                                  f"{getattr(d, f'{role}_gpu') or label!r}", source=CLI, key="--price")
             return None
         total += price * n
     return total / sum(gpus.values())
