@@ -1,7 +1,8 @@
 """simcore: the compiled core of simllm. numba kernels over plain arrays and NamedTuples of
 scalars; no files, no YAML, no printing. simllm builds the inputs and reads the outputs.
 
-Kernels take their arguments in one order: cost params ``p``, engine settings ``e``, layout ``lay``,
+Kernels take their arguments in one order: cost params ``p``, speculative decoding ``sp``, engine
+settings ``e``, layout ``lay``,
 times (``now`` or ``t_end`` first, then bounds such as ``next_arrival``), request arrays ``reqi``,
 ``reqf``, the replica's workspace ``ws``, the shared counters ``glob``, the accumulator ``acc``, then
 the kernel's own operands (a request, a count, a value, a flag). A kernel takes only those it uses.
@@ -32,11 +33,17 @@ from simcore.memory import (
 )
 from simcore.engine import simulate_nb
 from simcore.layout import Layout, make_layout, split_accumulator
-from simcore.params import CostParams, EngineSettings
+from simcore.params import CostParams, EngineSettings, Speculation, no_speculation
+from simcore.speculative import accepted_nb, draft_totals_nb, uniform_nb
 
 __all__ = [
     "CostParams",
     "EngineSettings",
+    "Speculation",
+    "accepted_nb",
+    "draft_totals_nb",
+    "no_speculation",
+    "uniform_nb",
     "Layout",
     "make_layout",
     "simulate_nb",

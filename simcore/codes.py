@@ -148,7 +148,10 @@ STAT_ITL_COUNT = 12
 STAT_PREEMPTIONS = 13
 STAT_FAST_ITERATIONS = 14  # iterations advanced in closed-form decode runs
 STAT_MIN_FREE_BLOCKS = 15
-N_STATS = 16
+STAT_SPEC_DRAFTS = 16  # speculative decoding: request steps that verified drafts (vLLM's num_drafts) ...
+STAT_SPEC_DRAFT_TOKENS = 17  # ... the drafts they verified ...
+STAT_SPEC_ACCEPTED = 18  # ... and those accepted
+N_STATS = 19
 
 # Slots of a replica's clock in its accumulator (at Layout.off_clock).
 CLOCK_NOW = 0  # when the replica's next iteration starts

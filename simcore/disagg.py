@@ -139,18 +139,18 @@ def _link_next_nb(x, xfer, members, count, last, k):
 
 
 @jit
-def _step_pool_nb(p, e, lay, now, bound, reqi, reqf, ws, glob, acc, plan, k, group):
+def _step_pool_nb(p, sp, e, lay, now, bound, reqi, reqf, ws, glob, acc, plan, k, group):
     """Run the iteration of pool replica ``k`` starting at ``now``: its instance's lockstep step
     (ranks ``group`` at a time) or its own."""
     clk = lay.off_clock
     if e.lockstep and group > 1:
         g0 = (k // group) * group
-        t = lockstep_step_nb(p, e, lay, now, reqi, reqf, ws[g0:g0 + group], glob, acc[g0:g0 + group], plan)
+        t = lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws[g0:g0 + group], glob, acc[g0:g0 + group], plan)
         for j in range(g0, g0 + group):
             if acc[j, clk + CLOCK_NOW] < t:
                 acc[j, clk + CLOCK_NOW] = t
     else:
-        acc[k, clk + CLOCK_NOW] = step_nb(p, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k])
+        acc[k, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k])
 
 
 @jit
@@ -173,13 +173,16 @@ def _join_pool_nb(e, lay, t, reqi, reqf, ws, acc, r, routed, group):
 
 
 @jit_alloc
-def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d):
+def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d):
     """Simulate a prefill pool and a decode pool serving the requests of ``reqi``/``reqf``.
 
     Parameters
     ----------
     pp, pd : CostParams
         One GPU of the prefill pool, of the decode pool.
+    sp_p, sp_d : Speculation
+        Each pool's speculative decoding (``params.no_speculation`` without it): the decode pool
+        verifies drafts, the prefill pool's drafter runs over the prompts.
     ep, ed : EngineSettings
         Each pool's replicas (``n_replicas``: the ranks of one instance; ``ep.handoff`` set).
         Client settings (``n_clients``, ``timeout_s``, ``frontend_s``, ``warmup``, ``window_s``,
@@ -309,7 +312,7 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
             link_next[lk] = _link_next_nb(x, xfer, members, count, last, lk)
             continue
         if tp <= td:
-            _step_pool_nb(pp, ep, lay, tp, a, reqi, reqf, ws_p, glob, acc_p, plan, kp, gp)
+            _step_pool_nb(pp, sp_p, ep, lay, tp, a, reqi, reqf, ws_p, glob, acc_p, plan, kp, gp)
             for i in range(glob[GLOBAL_HANDOFFS]):
                 r = glob[N_GLOBALS + i]
                 t_tok = reqf[r, RF_FIRST_TOKEN]
@@ -320,7 +323,7 @@ def simulate_disagg_nb(pp, ep, pd, ed, x, lay, reqi, reqf, xfer, glob, acc_p, ac
                 n_heap = _heap_push_nb(ht, hr, n_heap, t_tok + x.latency_s, r)
             glob[GLOBAL_HANDOFFS] = 0
         else:
-            _step_pool_nb(pd, ed, lay, td, t_event, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
+            _step_pool_nb(pd, sp_d, ed, lay, td, t_event, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
     end = last_finish_nb(reqf)
     close_replicas_nb(ws_p, acc_p, end)
     close_replicas_nb(ws_d, acc_d, end)

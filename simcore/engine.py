@@ -66,6 +66,9 @@ from simcore.codes import (
     STAT_MIN_FREE_BLOCKS,
     STAT_PREEMPTIONS,
     STAT_PREFILL_TOKENS,
+    STAT_SPEC_ACCEPTED,
+    STAT_SPEC_DRAFT_TOKENS,
+    STAT_SPEC_DRAFTS,
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
@@ -87,6 +90,7 @@ from simcore.scheduler import (
     schedule_continuous_nb,
     schedule_row_nb,
 )
+from simcore.speculative import accepted_nb, draft_totals_nb
 
 
 @jit_inline
@@ -196,10 +200,12 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
+def _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
     finished (their number goes to ``ws[FINISHED_LAST_STEP]``). Static batches keep finished rows
-    as padding (``emit_all``)."""
+    as padding (``emit_all``). A row that verified ``d`` drafts (``scheduler.running_need_nb``)
+    keeps the ``a`` accepted ones (``speculative.accepted_nb``) and emits ``a + 1`` tokens at once:
+    one inter-token latency."""
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
     for j in range(n_sched):
@@ -212,8 +218,18 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
             continue  # padding row of a finished request in a static batch
         g = reqi[r, RI_GENERATED]
         total = reqi[r, RI_INPUT] + g
-        if new == 1 and g >= 1 and before == total - 1:
-            acc[STAT_DECODE_TOKENS] += 1.0
+        emitted = 1
+        if g >= 1 and before == total - 1:
+            acc[STAT_DECODE_TOKENS] += new
+            if new > 1 and not emit_all:  # drafts verified: the rejected ones' KV is dropped
+                accepted = accepted_nb(sp, r, g, new - 1)
+                acc[STAT_SPEC_DRAFTS] += 1.0
+                acc[STAT_SPEC_DRAFT_TOKENS] += new - 1
+                acc[STAT_SPEC_ACCEPTED] += accepted
+                emitted += accepted
+                after = before + emitted
+                reqi[r, RI_COMPUTED] = after
+                total += emitted - 1
         else:
             acc[STAT_PREFILL_TOKENS] += new
         if after == total or (emit_all and after > total):
@@ -222,9 +238,9 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
             else:
                 record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
             reqf[r, RF_LAST_EMIT] = t_end
-            reqi[r, RI_GENERATED] = g + 1
-            win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, 1.0)
-            if g + 1 == reqi[r, RI_OUTPUT]:
+            reqi[r, RI_GENERATED] = g + emitted
+            win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, float(emitted))
+            if g + emitted == reqi[r, RI_OUTPUT]:
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
                 finished += 1
     ws[FINISHED_LAST_STEP] = finished
@@ -240,16 +256,17 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
 
 
 @jit
-def step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
+def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
     ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
-    takes the explicit scheduler only when the aggregate path cannot decide.
+    takes the explicit scheduler only when the aggregate path cannot decide. Speculative decoding
+    (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request.
     """
     ws[FINISHED_LAST_STEP] = 0
-    cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS
+    cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
     if cohort:
         deadline = acc[lay.off_clock + CLOCK_DEADLINE]
         if now < deadline:
@@ -261,10 +278,10 @@ def step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
             if handled:
                 return t
         materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
-        t = _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+        t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
         rebuild_nb(e, lay, reqi, ws)
         return t
-    return _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+    return _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
 
 
 @jit
@@ -281,16 +298,32 @@ def _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all):
+def _end_iteration_nb(sp, e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all):
     """Account an iteration of ``dt`` seconds ending at ``t_end`` and advance its requests."""
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
-    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
+    _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
 
 
 @jit
-def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
+def _draft_step_nb(sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read):
+    """Seconds, FLOPs and bytes of the drafter's passes after a step of schedule rows
+    0..n_sched-1 with these aggregates (``speculative.draft_totals_nb``): the rows that sample are
+    those whose tokens so far are then all computed."""
+    n_sample = 0.0
+    ctx_sample = 0.0
+    for j in range(n_sched):
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        after = reqi[r, RI_COMPUTED] + sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        if after >= reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+            n_sample += 1.0
+            ctx_sample += after
+    return draft_totals_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample, ctx_sample)
+
+
+@jit
+def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
     if now >= acc[lay.off_clock + CLOCK_DEADLINE]:
         acc[lay.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc)
@@ -323,13 +356,18 @@ def _explicit_step_nb(p, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     if not continuous:
         n_emit = float(n_sched)
     dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+    if e.num_speculative_tokens > 0:
+        ddt, dflops, dbytes = _draft_step_nb(sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read)
+        dt += ddt
+        flops += dflops
+        nbytes += dbytes
     t_end = now + dt
-    _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, not continuous)
+    _end_iteration_nb(sp, e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, not continuous)
     return t_end
 
 
 @jit
-def lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
+def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     """One iteration of every busy replica together, as attention data-parallel ranks with expert
     parallelism run (vLLM's, SGLang's and TensorRT-LLM's wide-EP deployments): each MoE layer's
     dispatch and combine wait for every rank, so the step takes the slowest rank's own work (its
@@ -359,6 +397,11 @@ def lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
             continue
         n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
         dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        if e.num_speculative_tokens > 0:  # the drafter's passes, on each rank's own batch
+            ddt, dflops, dbytes = _draft_step_nb(sp, e, lay, reqi, ws[k], n_sched, n_tokens, pairs, kv_read)
+            dt += ddt
+            flops += dflops
+            nbytes += dbytes
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)
@@ -378,13 +421,13 @@ def lockstep_step_nb(p, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])
         if n_sched > 0:
-            _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
+            _end_iteration_nb(sp, e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
                               np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False)
     return t_end
 
 
 @jit_alloc
-def simulate_nb(p, e, lay, reqi, reqf, acc):
+def simulate_nb(p, sp, e, lay, reqi, reqf, acc):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
 
@@ -396,6 +439,8 @@ def simulate_nb(p, e, lay, reqi, reqf, acc):
     Parameters
     ----------
     p : CostParams
+    sp : Speculation
+        Speculative decoding's acceptance and drafter (``params.no_speculation(p)`` without it).
     e : EngineSettings
     lay : Layout
         Offsets of ``acc`` and of the replicas' workspaces (``simcore.layout.make_layout``).
@@ -422,11 +467,11 @@ def simulate_nb(p, e, lay, reqi, reqf, acc):
         Time the last request ended.
     """
     glob = np.zeros(N_GLOBALS, dtype=np.int64)
-    return simulate_into_nb(p, e, lay, reqi, reqf, glob, acc)
+    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc)
 
 
 @jit_alloc
-def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
+def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
     """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
     the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
     report progress while this one (which holds no GIL) simulates."""
@@ -466,14 +511,14 @@ def simulate_into_nb(p, e, lay, reqi, reqf, glob, acc):
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
         if lockstep:
-            t = lockstep_step_nb(p, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
+            t = lockstep_step_nb(p, sp, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
             for k in range(R):  # idle ranks step too (with an empty batch)
                 if acc[k, clk + CLOCK_NOW] < t:
                     acc[k, clk + CLOCK_NOW] = t
         elif R == 1:  # the common case, without a per-step row view
-            acc[0, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
+            acc[0, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
-            acc[best, clk + CLOCK_NOW] = step_nb(p, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
+            acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
     end = last_finish_nb(reqf)
     close_replicas_nb(ws, acc, end)
     return end

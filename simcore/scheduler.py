@@ -39,6 +39,7 @@ from simcore.codes import (
     RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
+    RI_OUTPUT,
     RI_PREEMPTIONS,
     RI_STATUS,
     RUNNING_COUNT,
@@ -227,6 +228,21 @@ def admission_nb(e, n_running, budget, free, whole, computed, need, cached, fixe
 
 
 @jit_inline
+def running_need_nb(e, reqi, r):
+    """The speculation rule: tokens running request ``r`` schedules to catch up with its tokens so
+    far, plus, when it is decoding (``RI_GENERATED`` >= 1, one token behind) under speculative
+    decoding, its drafts: ``num_speculative_tokens``, but no more than the output tokens it has
+    left after this step's own (drafts past the request's end would be discarded, and the request
+    then never holds more than prompt + output - 1 tokens' KV, the arrival rule's bound)."""
+    g = reqi[r, RI_GENERATED]
+    need = reqi[r, RI_INPUT] + g - reqi[r, RI_COMPUTED]
+    if e.num_speculative_tokens > 0 and g >= 1 and need == 1:
+        left = reqi[r, RI_OUTPUT] - g - 1
+        need += e.num_speculative_tokens if e.num_speculative_tokens < left else left
+    return need
+
+
+@jit_inline
 def end_status_nb(e, t, arrival):
     """The retire rule: a request that emitted its last token at ``t`` ends done, or timed out
     when its client (whose request reached the engine at ``arrival``) gave up before."""
@@ -291,8 +307,9 @@ def _allocate_running_nb(e, lay, reqi, ws, r, new):
 @jit_inline
 def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
     """The cost kernels' batch aggregates of schedule rows 0..n_sched-1 (``pad_to`` > 0 pads every
-    row to that many new tokens): (tokens, attention pairs, KV tokens read, rows whose tokens so
-    far are then all computed). Same reduction as cost.batch_aggregates_nb, over the workspace."""
+    row to that many new tokens): (tokens, attention pairs, KV tokens read, rows with logits: one
+    for each row whose tokens so far are then all computed, plus a speculative row's drafts). Same
+    reduction as cost.batch_aggregates_nb, over the workspace."""
     n_tokens = 0.0
     pairs = 0.0
     kv_read = 0.0
@@ -305,8 +322,9 @@ def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
         n_tokens += q
         pairs += q * c + q * (q + 1.0) * 0.5
         kv_read += c + q
-        if reqi[r, RI_COMPUTED] + new == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
-            caught_up += 1.0
+        over = reqi[r, RI_COMPUTED] + new - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
+        if over >= 0:
+            caught_up += 1.0 + over  # a speculative row's drafts each get logits too
     return n_tokens, pairs, kv_read, caught_up
 
 
@@ -330,7 +348,7 @@ def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
         i = 0
         while i < ws[RUNNING_COUNT] and budget > 0:
             r = running_nb(lay, ws, i)
-            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - reqi[r, RI_COMPUTED]
+            need = running_need_nb(e, reqi, r)
             new = need if need < budget else budget
             ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, new)
             preempted = preempted or pre
@@ -353,11 +371,12 @@ def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
     i = 0
     while i < ws[RUNNING_COUNT]:
         r = running_nb(lay, ws, i)
-        ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, 1)
+        need = running_need_nb(e, reqi, r)
+        ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, need)
         preempted = preempted or pre
         if not ok:
             break
-        schedule_row_nb(lay, ws, n, r, 1)
+        schedule_row_nb(lay, ws, n, r, need)
         n += 1
         i += 1
     return n, preempted

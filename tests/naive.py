@@ -613,6 +613,7 @@ class Req:
         self.finish = -1.0
         self.last_emit = -1.0
         self.itls = []
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0  # speculative decoding
 
     @property
     def tokens_so_far(self):
@@ -629,6 +630,46 @@ def experts_seconds(p, n_tokens):
     flops, nbytes, seconds, bound = new_cost_arrays()
     iteration_costs_nb(p, float(n_tokens), 0.0, 0.0, 0.0, flops, nbytes, seconds, bound)
     return float(seconds[codes.OP_MOE_UP] + seconds[codes.OP_MOE_ACT] + seconds[codes.OP_MOE_DOWN])
+
+
+def spec_uniform(seed, r, g):
+    """The acceptance draw of request ``r`` after its ``g``-th token: lowbias32 chained over the
+    seed (salted), the request and the token count, to (h + 0.5) / 2**32."""
+    def mix(x):
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+    h = mix((int(seed) & 0xFFFFFFFF) ^ 0x9E3779B9)
+    h = mix(h ^ (int(r) & 0xFFFFFFFF))
+    h = mix(h ^ (int(g) & 0xFFFFFFFF))
+    return (h + 0.5) / 2.0 ** 32
+
+
+def draft_seconds(sp, k, batch):
+    """The drafter's ``k`` passes after a step ``[(request, new tokens)]`` (before it advances):
+    the first over all its tokens, the next over one token of each request that samples."""
+    if sp is None or not sp.has_drafter:
+        return 0.0
+    d = sp.drafter
+
+    def proj(tokens):
+        if sp.proj_params <= 0:
+            return 0.0
+        return max(2 * tokens * sp.proj_params / (d.gemm_flops * d.eff_compute),
+                   (sp.proj_params * d.w_bytes + tokens * 3 * d.hidden * d.a_bytes) / (d.mem_bw * d.eff_bw)) + d.launch_s
+
+    T = sum(new for _, new in batch)
+    pairs = sum(new * r.computed + new * (new + 1) / 2 for r, new in batch)
+    kv = sum(r.computed + new for r, new in batch)
+    sampling = [r.computed + new for r, new in batch if r.computed + new >= r.tokens_so_far]
+    total = iteration_time_nb(d, float(T), float(pairs), float(kv), float(len(sampling))) + proj(T)
+    if sampling:
+        for i in range(1, k):
+            ctx = float(sum(sampling) + len(sampling) * i)
+            total += iteration_time_nb(d, float(len(sampling)), ctx, ctx, float(len(sampling))) + proj(len(sampling))
+    return total
 
 
 class Replica:
@@ -648,8 +689,9 @@ class _Engine:
     """One engine's scheduling rules over :class:`Replica` queues: ``now`` is the time of the
     iteration being scheduled; ``end(r, t, status)`` ends a request."""
 
-    def __init__(self, e, end):
+    def __init__(self, e, end, sp=None):
         self.e = e
+        self.sp = sp
         self.bs = e.block_size
         self.end = end
         self.now = 0.0
@@ -706,6 +748,15 @@ class _Engine:
             budget -= new
         return budget
 
+    def need(self, r):
+        """Tokens running ``r`` schedules: to catch up, and a decoding request's drafts (no more
+        than the output tokens it has left after this step's own)."""
+        need = r.tokens_so_far - r.computed
+        k = self.e.num_speculative_tokens
+        if k and r.generated >= 1 and need == 1:
+            need += min(k, r.output - r.generated - 1)
+        return need
+
     def schedule_continuous(self, rep):
         """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
         can never get blocks is rejected)."""
@@ -716,7 +767,7 @@ class _Engine:
             i = 0
             while i < len(rep.running) and budget > 0:
                 r = rep.running[i]
-                new = min(r.tokens_so_far - r.computed, budget)
+                new = min(self.need(r), budget)
                 ok, pre = self.allocate_running(rep, r, new)
                 preempted = preempted or pre
                 if not ok:
@@ -732,11 +783,12 @@ class _Engine:
                 i = 0
                 while i < len(rep.running):
                     r = rep.running[i]
-                    ok, pre = self.allocate_running(rep, r, 1)
+                    need = self.need(r)
+                    ok, pre = self.allocate_running(rep, r, need)
                     preempted = preempted or pre
                     if not ok:
                         break
-                    batch.append((r, 1))
+                    batch.append((r, need))
                     i += 1
         if not batch and not preempted and not rep.running:
             self.end(rep.waiting.popleft(), self.now, codes.STATUS_REJECTED)
@@ -749,22 +801,34 @@ class _Engine:
             n_tokens += q
             pairs += q * r.computed + q * (q + 1) / 2
             kv_read += r.computed + q
-            if static or r.computed + new == r.tokens_so_far:
+            if static:
                 n_emit += 1
+            elif r.computed + new >= r.tokens_so_far:
+                n_emit += 1 + r.computed + new - r.tokens_so_far  # logits at each draft too
         return n_tokens, pairs, kv_read, n_emit
 
     def advance(self, rep, batch, t_end, static):
         for r, new in batch:
+            emitted = 1
+            if new > 1 and not static and r.generated >= 1 and r.computed == r.tokens_so_far - 1:
+                # drafts verified: keep them up to the first rejection, then the target's own token
+                u = spec_uniform(self.sp.seed, r.idx, r.generated)
+                accepted = sum(1 for i in range(new - 1) if all(u < self.sp.rates[j] for j in range(i + 1)))
+                r.spec_drafts += 1
+                r.spec_draft_tokens += new - 1
+                r.spec_accepted += accepted
+                emitted += accepted
+                new = emitted
             r.computed += new
             if r.status != codes.STATUS_RUNNING:
                 continue
-            if r.computed == r.tokens_so_far or (static and r.computed > r.tokens_so_far):
+            if r.computed == r.tokens_so_far + emitted - 1 or (static and r.computed > r.tokens_so_far):
                 if r.generated == 0:
                     r.first_token = t_end
                 else:
                     r.itls.append(t_end - r.last_emit)
                 r.last_emit = t_end
-                r.generated += 1
+                r.generated += emitted
                 if r.generated == r.output:
                     if not static:
                         rep.free += r.blocks
@@ -778,10 +842,11 @@ class _Engine:
 
 
 
-def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=None):
+def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=None, sp=None):
     """Simulate with the engine's rules; returns the list of :class:`Req` (index order).
     ``delay``: a closed loop's client delays (seconds; <= 0 none), one per request sent;
-    ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``).
+    ``fixed``: blocks each request holds whatever its context (``RI_FIXED_BLOCKS``); ``sp``:
+    speculative decoding (``simcore.Speculation``) with ``e.num_speculative_tokens`` drafts.
     One replica, or with ``e.lockstep`` (continuous batching) ``e.n_replicas`` attention
     data-parallel ranks behind a round-robin router that step together: each step takes the
     slowest rank's work outside the experts plus the experts over all ranks' tokens (every rank at
@@ -816,7 +881,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 r.arrival = a
             next_client += 1
 
-    eng = _Engine(e, end)
+    eng = _Engine(e, end, sp)
+    k_spec = e.num_speculative_tokens
 
     while done < n:
         while arrived < n and reqs[arrived].arrival <= now:
@@ -861,7 +927,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             slowest = all_tokens = most_tokens = 0.0
             for rep, batch in plans:
                 agg = eng.aggregates(batch, 0, False)
-                slowest = max(slowest, iteration_time_nb(p, *agg) - experts_seconds(p, agg[0]))
+                own = iteration_time_nb(p, *agg) + (draft_seconds(sp, k_spec, batch) if k_spec else 0.0)
+                slowest = max(slowest, own - experts_seconds(p, agg[0]))
                 all_tokens += agg[0]
                 most_tokens = max(most_tokens, agg[0])
                 assert e.num_blocks - rep.free <= e.num_blocks
@@ -905,6 +972,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             used = len(rep.running) * static_blocks
 
         dt = iteration_time_nb(p, *eng.aggregates(batch, pad_to, static))
+        if k_spec:
+            dt += draft_seconds(sp, k_spec, batch)
         t_end = now + dt
         assert used <= e.num_blocks
         eng.advance(rep, batch, t_end, static)
@@ -912,9 +981,10 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
     return reqs
 
 
-def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes):
+def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes, sp_p=None, sp_d=None):
     """Disaggregated prefill/decode with the engine's rules (``simcore.disagg``): one prefill and
-    one decode replica, continuous batching, an open loop without time-outs or prefix caching.
+    one decode replica, continuous batching, an open loop without time-outs or prefix caching;
+    ``sp_p``, ``sp_d`` each pool's speculative decoding.
     Returns the list of :class:`Req` with ``prefill_done``, ``xfer_start`` and ``xfer_done``."""
     n = len(prompt)
     reqs = [Req(i, arrival[i], 0.0, int(prompt[i]), 1, 0) for i in range(n)]
@@ -934,7 +1004,7 @@ def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes):
         r.status = codes.STATUS_TRANSFER
         handed.append(r)
 
-    eng_p, eng_d = _Engine(ep, handoff), _Engine(ed, end)
+    eng_p, eng_d = _Engine(ep, handoff, sp_p), _Engine(ed, end, sp_d)
     clock = {"p": 0.0, "d": 0.0}
     pending = []  # (first byte's time, request)
     active = []  # [request, bytes left] on the one link
@@ -950,6 +1020,8 @@ def simulate_disagg(pp, ep, pd, ed, x, arrival, prompt, output, nbytes):
         batch = eng.schedule_continuous(rep)
         assert batch, "the reference covers runs where every scheduled step runs something"
         t_end = clock[key] + iteration_time_nb(p, *eng.aggregates(batch, 0, False))
+        if eng.e.num_speculative_tokens:
+            t_end += draft_seconds(eng.sp, eng.e.num_speculative_tokens, batch)
         eng.advance(rep, batch, t_end, False)
         clock[key] = t_end
 

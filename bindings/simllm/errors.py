@@ -7,6 +7,7 @@ that fixes it."""
 import importlib
 
 _NO_VALUE = object()
+CLI = "command line"  # the source a ConfigError names for a flag's value
 
 
 class ConfigError(ValueError):

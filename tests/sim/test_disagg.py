@@ -15,10 +15,12 @@ from simllm.config.disagg import DisaggConfig
 from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.sim.disagg import simulate_disagg
-from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, prepare_pool
+from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, pool_speculation, prepare_pool
 
 BW_GBPS = 25.0
 LAT_US = 40.0
+
+EAGLE = {"method": "eagle", "num_speculative_tokens": 2, "synthetic_acceptance_rates": [0.7, 0.4]}
 
 
 def _run(n=1, inp=1000, out=6, first_token="prefill", model="llama-3.1-8b", hw="h100-sxm", serving=None, **kw):
@@ -138,13 +140,14 @@ def test_heterogeneous_pools_and_bad_pool_settings():
         DisaggConfig(prefill_instances=0)
 
 
-@pytest.mark.parametrize("on_decode", [False, True])
-def test_kernel_matches_the_reference_engine(on_decode):
+@pytest.mark.parametrize("on_decode,speculative", [(False, None), (True, None), (False, EAGLE), (True, EAGLE)])
+def test_kernel_matches_the_reference_engine(on_decode, speculative):
     """Random lengths and Poisson arrivals through one prefill and one decode replica, with a
-    slow link so that transfers overlap: every request's times as tests/naive.py computes them."""
+    slow link so that transfers overlap: every request's times as tests/naive.py computes them,
+    with and without speculative decoding (the drafter on both pools, drafts verified on the decode pool)."""
     m, h = simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm")
-    sp = simllm.ServingConfig(max_num_batched_tokens=4096)
-    sd = simllm.ServingConfig(max_num_seqs=8, gpu_memory_utilization=0.5)
+    sp = simllm.ServingConfig(max_num_batched_tokens=4096, speculative_config=speculative)
+    sd = simllm.ServingConfig(max_num_seqs=8, gpu_memory_utilization=0.5, speculative_config=speculative)
     w = Workload(num_prompts=120, request_rate=40.0, seed=5,
                  input_len=simllm.config.workload.LengthDist("uniform", low=50, high=6000),
                  output_len=simllm.config.workload.LengthDist("uniform", low=1, high=200))
@@ -160,11 +163,14 @@ def test_kernel_matches_the_reference_engine(on_decode):
     xfer[:, codes.XF_BYTES] = nbytes
     lay = make_layout(256, 16, n, N_WINDOWS, ITL_BINS)
     arrival = reqf[:, codes.RF_ARRIVAL].copy()
-    simulate_disagg_nb(pools[0].params, e_p, pools[1].params, e_d, x, lay, reqi, reqf, xfer,
-                       np.zeros(codes.N_GLOBALS + n, dtype=np.int64), np.zeros((1, lay.acc_len)),
-                       np.zeros((1, lay.acc_len)))
+    sps = [pool_speculation(pool, w) for pool in pools]
+    acc_d = np.zeros((1, lay.acc_len))
+    simulate_disagg_nb(pools[0].params, sps[0], e_p, pools[1].params, sps[1], e_d, x, lay, reqi, reqf, xfer,
+                       np.zeros(codes.N_GLOBALS + n, dtype=np.int64), np.zeros((1, lay.acc_len)), acc_d)
     ref = naive.simulate_disagg(pools[0].params, e_p, pools[1].params, e_d, x, arrival, reqs.input_len,
-                                reqs.output_len, nbytes)
+                                reqs.output_len, nbytes, sps[0], sps[1])
+    assert acc_d[0, codes.STAT_SPEC_ACCEPTED] == sum(r.spec_accepted for r in ref)
+    assert (acc_d[0, codes.STAT_SPEC_ACCEPTED] > 0) == (speculative is not None)
     assert all(r.status == codes.STATUS_DONE for r in ref)
     np.testing.assert_array_equal(reqi[:, codes.RI_STATUS], codes.STATUS_DONE)
     for col, attr in ((codes.XF_PREFILL_DONE, "prefill_done"), (codes.XF_START, "xfer_start"),

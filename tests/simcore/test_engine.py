@@ -14,7 +14,7 @@ from helpers import build
 from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import simulate_nb
 from simcore.layout import make_layout, split_accumulator
-from simcore.params import EngineSettings
+from simcore.params import EngineSettings, no_speculation
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
 
@@ -28,7 +28,7 @@ def engine(**kw):
     return EngineSettings(**base)
 
 
-def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None, fixed=None):
+def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None, fixed=None, sp=None):
     n = len(prompt)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = prompt
@@ -42,7 +42,7 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=N
         reqf[:, codes.RF_CLIENT_DELAY] = delay
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9)
     acc = np.zeros((e.n_replicas, lay.acc_len))
-    simulate_nb(p, e, lay, reqi, reqf, acc)
+    simulate_nb(p, no_speculation(p) if sp is None else sp, e, lay, reqi, reqf, acc)
     stats, batch, windows, itl = split_accumulator(lay, acc)
     return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 
@@ -62,12 +62,12 @@ def workload(rng, n, rate, max_in, max_out, clients=0):
     return arrival, ready, prompt, output
 
 
-def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P, fixed=None):
+def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P, fixed=None, sp=None):
     cached = np.zeros(len(prompt), dtype=np.int64) if cached is None else cached
-    ref = naive.simulate(p, e, arrival.copy(), ready, prompt, output, cached, delay, fixed)
+    ref = naive.simulate(p, e, arrival.copy(), ready, prompt, output, cached, delay, fixed, sp)
     for ff in (False, True):
         reqi, reqf, stats, *_ = run_kernel(e._replace(fast_forward=ff), arrival.copy(), prompt, output, cached, ready,
-                                           p=p, delay=delay, fixed=fixed)
+                                           p=p, delay=delay, fixed=fixed, sp=sp)
         for r in ref:
             i = r.idx
             assert reqi[i, codes.RI_STATUS] == r.status, (ff, i)
@@ -81,6 +81,9 @@ def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P,
         itls = [x for r in ref if r.idx >= e.warmup for x in r.itls]  # warm-up requests' ITLs do not count
         assert stats[codes.STAT_ITL_COUNT] == len(itls)
         assert stats[codes.STAT_ITL_SUM] == pytest.approx(sum(itls), rel=1e-9, abs=1e-12)
+        for slot, attr in ((codes.STAT_SPEC_DRAFTS, "spec_drafts"), (codes.STAT_SPEC_DRAFT_TOKENS, "spec_draft_tokens"),
+                           (codes.STAT_SPEC_ACCEPTED, "spec_accepted")):
+            assert stats[slot] == sum(getattr(r, attr) for r in ref), attr
     return ref, stats
 
 

@@ -3,9 +3,9 @@ model and a GPU (tensor-parallel divisibility, dtypes)."""
 from dataclasses import dataclass, field, fields
 
 from simllm.config import dtypes
-from simllm.errors import ConfigError
+from simllm.config.speculative import speculative_config
+from simllm.errors import CLI, ConfigError
 
-CLI = "command line"
 BATCHING = ("continuous", "static", "dynamic")
 ROUTERS = ("round_robin", "least_outstanding")
 EXPERT_ROUTINGS = ("balanced", "random")
@@ -105,6 +105,8 @@ class ServingConfig:
     # scheduler simulated is vLLM's either way.
     framework: str = setting("vllm", "--framework", _framework_name,
                              "one of " + ", ".join(FRAMEWORKS) + ", or a path to a framework profile YAML")
+    # vLLM's --speculative-config: a SpeculativeConfig, or its JSON object / mapping (None: off)
+    speculative_config: object = setting(None, "--speculative-config", normalize=speculative_config)
 
     def __post_init__(self):
         for f in fields(self):

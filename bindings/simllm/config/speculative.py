@@ -20,14 +20,13 @@ non-increasing, what vLLM's ``vllm:spec_decode_num_accepted_tokens_per_pos`` ove
 (``1 + accepted / drafts``), resolved to vLLM's least-variance schedule: full acceptance up to the
 integer part, the fraction next, then none (2.6 at ``k = 3``: ``[1, 0.6, 0]``).
 
-May import: :mod:`simllm.config.serving` (its ``CLI`` source name), :mod:`simllm.errors`.
+May import: :mod:`simllm.errors`.
 """
 import json
 import math
 from dataclasses import dataclass
 
-from simllm.config.serving import CLI
-from simllm.errors import ConfigError
+from simllm.errors import CLI, ConfigError
 
 METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
 # vLLM's per-model MTP method names, all rewritten to "mtp" (SpeculativeConfig.__post_init__)
@@ -109,14 +108,8 @@ def rates_from_length(length, k):
 
 
 def parse_speculative_config(text):
-    """A :class:`SpeculativeConfig` from vLLM's ``--speculative-config`` JSON object.
-
-    Keys: ``method``, ``num_speculative_tokens``, exactly one of ``synthetic_acceptance_rates``
-    (a number repeats over the ``k`` positions only when it is 0 or 1; else a list of ``k``) and
-    ``synthetic_acceptance_length``, ``model`` (``draft_model``), ``draft_tensor_parallel_size``,
-    and ``rejection_sample_method`` (``synthetic`` or left out). Raises :class:`ConfigError`
-    naming the key.
-    """
+    """A :class:`SpeculativeConfig` from vLLM's ``--speculative-config`` JSON object
+    (:func:`speculative_from_dict` reads its keys). Raises :class:`ConfigError` naming the key."""
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as err:
@@ -124,6 +117,31 @@ def parse_speculative_config(text):
                           "\"synthetic_acceptance_rates\": [0.8]}'", source=CLI, key=FLAG, value=text) from err
     if not isinstance(raw, dict):
         raise ConfigError("a JSON object", source=CLI, key=FLAG, value=text)
+    return speculative_from_dict(raw)
+
+
+def speculative_config(value, flag=FLAG):
+    """``ServingConfig.speculative_config``'s normaliser: None, a :class:`SpeculativeConfig`, its
+    JSON text or its mapping (a YAML section, a sweep value) to a :class:`SpeculativeConfig` or None."""
+    if value is None or isinstance(value, SpeculativeConfig):
+        return value
+    if isinstance(value, str):
+        return parse_speculative_config(value)
+    if isinstance(value, dict):
+        return speculative_from_dict(value)
+    raise ConfigError("a JSON object of vLLM's speculative config keys (" + ", ".join(KEYS) + ")",
+                      source=CLI, key=flag, value=value)
+
+
+def speculative_from_dict(raw):
+    """A :class:`SpeculativeConfig` from a mapping of vLLM's ``--speculative-config`` keys.
+
+    Keys: ``method``, ``num_speculative_tokens``, exactly one of ``synthetic_acceptance_rates``
+    (a number repeats over the ``k`` positions only when it is 0 or 1; else a list of ``k``) and
+    ``synthetic_acceptance_length``, ``model`` (``draft_model``), ``draft_tensor_parallel_size``,
+    and ``rejection_sample_method`` (``synthetic`` or left out). Raises :class:`ConfigError`
+    naming the key.
+    """
     for key in raw:
         if key not in KEYS:
             _bad(key, raw[key], "a known key: " + ", ".join(KEYS))

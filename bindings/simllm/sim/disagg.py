@@ -19,7 +19,7 @@ from simllm.config.serving import CLI, ServingConfig, moe_parallel_keys
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.results import SimResult, engine_figures, stats_ms
-from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, prepare_pool, run_reporting
+from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, pool_speculation, prepare_pool, run_reporting
 
 log = logging.getLogger("simllm")
 
@@ -123,9 +123,10 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
     acc_d = np.zeros((inst_d * e_d.n_replicas, lay.acc_len))
     glob = np.zeros(codes.N_GLOBALS + n, dtype=np.int64)
     params_p, params_d = pools["prefill"].params, pools["decode"].params
+    sp_p, sp_d = (pool_speculation(pools[role], workload) for role in ("prefill", "decode"))
 
     def kernel():
-        simulate_disagg_nb(params_p, e_p, params_d, e_d, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d)
+        simulate_disagg_nb(params_p, sp_p, e_p, params_d, sp_d, e_d, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d)
 
     log.info("simulating %d requests on %d prefill and %d decode instance(s)", n, inst_p, inst_d)
     start = time.perf_counter()

@@ -14,13 +14,15 @@ from simcore.engine import simulate_into_nb, simulate_nb
 from simcore.layout import make_layout, split_accumulator
 from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
-from simllm.config.serving import ServingConfig
+from simllm.config import speculative as speculative_mod
+from simllm.config.serving import CLI, ServingConfig
 from simllm.config.workload import Workload, client_delays, generate
 from simllm.errors import ConfigError
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params
 from simllm.sim.results import SimResult
+from simllm.sim.speculative import pack_drafter, speculation
 
 log = logging.getLogger("simllm")
 
@@ -102,22 +104,47 @@ def run_reporting(kernel, glob, n, progress, interval_s=0.1):
 
 class Pool(NamedTuple):
     """One engine's validated, packed setup: its framework profile, resolved settings, one GPU's
-    cost parameters and the memory plan."""
+    cost parameters, the memory plan and its speculative decoding (a :class:`simcore.Speculation`,
+    seed 0: :func:`pool_speculation` gives a workload's)."""
 
     framework: object
     resolved: object
     params: object
     memory: object
+    speculation: object
 
 
 def prepare_pool(model, hardware, serving, framework=None):
     """Validate ``serving`` for ``model`` on ``hardware`` and pack it (:class:`Pool`); raises
-    :class:`SimulatedOOM` when it does not fit."""
+    :class:`SimulatedOOM` when it does not fit (a speculative drafter's weights and KV included)."""
     fw = framework_for(hardware, serving, framework)
     resolved = serving_mod.resolve(model, hardware, serving)
     params = pack_cost_params(model, hardware, serving, resolved, fw)
-    memory = plan_memory(params, model, hardware, serving, resolved)
-    return Pool(fw, resolved, params, memory)
+    spec = serving.speculative_config
+    drafter = None
+    if spec is not None:
+        check_speculative(model, serving)
+        drafter = pack_drafter(model, hardware, serving, spec, fw)
+    memory = plan_memory(params, model, hardware, serving, resolved,
+                         draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,
+                         draft_kv_bytes_per_token=drafter.kv_bytes_per_token if drafter else 0.0)
+    return Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec))
+
+
+def check_speculative(model, serving):
+    """Raise :class:`ConfigError` unless ``serving``'s speculative decoding can run: drafts are
+    verified against a KV cache, in continuous batching (vLLM's only scheduler)."""
+    if not model.kv_cache_enabled:
+        raise ConfigError("a model with a KV cache: speculative decoding verifies drafts against it",
+                          source=CLI, key=speculative_mod.FLAG, value=model.name)
+    if serving.batching != "continuous":
+        raise ConfigError("continuous batching (--batching continuous): drafts are verified in vLLM's scheduler",
+                          source=CLI, key=speculative_mod.FLAG, value=f"with --batching {serving.batching}")
+
+
+def pool_speculation(pool, workload):
+    """``pool``'s :class:`simcore.Speculation` with ``workload``'s seed for the acceptance draws."""
+    return pool.speculation._replace(seed=int(workload.seed))
 
 
 def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, arrays=True):
@@ -125,7 +152,7 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
     (``n_replicas`` = ``serving.data_parallel_size``) and the request arrays ``reqi``, ``reqf`` (see
     ``simcore.engine.simulate_nb``; None without ``arrays``). Raises :class:`ConfigError` for lengths
     the model cannot take."""
-    fw, resolved, params, memory = pool
+    fw, resolved, params, memory, sp = pool
     check_workload(workload, model, resolved.max_model_len)
     _check_trace_lengths(workload, requests, resolved.max_model_len)
     n = len(requests)
@@ -164,7 +191,8 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
     e = e._replace(n_replicas=replicas, router=_ROUTER[serving.router], n_clients=min(workload.max_concurrency, n),
                    frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
                    # attention data-parallel ranks whose tokens meet in the MoE layers step together
-                   lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens))
+                   lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens),
+                   num_speculative_tokens=len(sp.rates))
     if not arrays:
         return e, None, None
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
@@ -249,13 +277,14 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     frontend_s = e.frontend_s
     lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS)
     acc = np.zeros((replicas, lay.acc_len))
+    sp = pool_speculation(pool, workload)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
     if progress is None:
-        simulate_nb(params, e, lay, reqi, reqf, acc)
+        simulate_nb(params, sp, e, lay, reqi, reqf, acc)
     else:
         glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
-        run_reporting(functools.partial(simulate_into_nb, params, e, lay, reqi, reqf, glob, acc), glob, n, progress)
+        run_reporting(functools.partial(simulate_into_nb, params, sp, e, lay, reqi, reqf, glob, acc), glob, n, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send

@@ -22,7 +22,9 @@ KV cache (one layer) sits in the target's pool.
 """
 import dataclasses
 
-from simcore import codes, iteration_time_nb, kv_bytes_per_token_nb, op_time_nb, resident_weight_bytes_nb
+import numpy as np
+
+from simcore import Speculation, draft_totals_nb, kv_bytes_per_token_nb, no_speculation, resident_weight_bytes_nb
 from simllm.config import serving as serving_mod
 from simllm.config import speculative as speculative_mod
 from simllm.config.model import load_model
@@ -77,7 +79,8 @@ def pack_drafter(model, hardware, serving, spec, framework=None):
     else:
         ds = dataclasses.replace(serving, max_model_len=0)
     r = serving_mod.resolve(dm, hardware, ds)
-    p = pack_cost_params(dm, hardware, ds, r, framework)
+    # The drafter's passes run inside the target's engine step: no CPU time of their own.
+    p = pack_cost_params(dm, hardware, ds, r, framework)._replace(iter_overhead_s=0.0)
     h = float(model.hidden_size)
     embedding = p.vocab * p.hidden / p.tp * p.a_bytes
     if spec.method == "draft_model":
@@ -90,25 +93,26 @@ def pack_drafter(model, hardware, serving, spec, framework=None):
     return Drafter(spec.method, p, proj, float(weights), float(kv_bytes_per_token_nb(p)))
 
 
-def _proj_seconds(p, proj_params, tokens):
-    """The drafter's input projection over ``tokens`` tokens on the scalar roofline."""
-    if proj_params <= 0.0 or tokens <= 0.0:
-        return 0.0
-    nbytes = proj_params * p.w_bytes + tokens * 3.0 * p.hidden * p.a_bytes
-    return op_time_nb(p, 2.0 * tokens * proj_params, nbytes, codes.UNIT_GEMM)[0]
-
-
 def draft_seconds(drafter, k, batch, context):
     """Seconds of the drafter's ``k`` passes in one step of ``batch`` decoding requests at
-    ``context`` cached tokens each: the first over the step's ``batch x (1 + k)`` tokens, the
-    others over ``batch`` tokens, each sampling one token a request."""
-    p = drafter.params
-    if p is None or batch <= 0:
+    ``context`` cached tokens each (``simcore.speculative.draft_totals_nb``): the first over the
+    step's ``batch x (1 + k)`` tokens, the others over ``batch`` tokens, each sampling one token a
+    request."""
+    if drafter.params is None or batch <= 0:
         return 0.0
     b, q, c = float(batch), float(1 + k), float(context)
-    total = iteration_time_nb(p, b * q, b * (q * c + q * (q + 1.0) / 2.0), b * (c + q), b)
-    total += _proj_seconds(p, drafter.proj_params, b * q)
-    for i in range(1, k):
-        ctx = c + q + i
-        total += iteration_time_nb(p, b, b * ctx, b * ctx, b) + _proj_seconds(p, drafter.proj_params, b)
-    return total
+    return draft_totals_nb(speculation(None, drafter, 0), k, b * q, b * (q * c + q * (q + 1.0) / 2.0), b * (c + q),
+                           b, b * (c + q))[0]
+
+
+def speculation(params, drafter, seed, spec=None):
+    """The engine kernels' :class:`simcore.Speculation`: ``spec``'s acceptance rates (none: no
+    speculation), ``drafter`` (:func:`pack_drafter`; its ``params`` None for n-gram drafts, whose
+    passes cost no GPU time) and the draws' ``seed``; ``params`` the target's (the kernels' type for
+    a drafter that costs nothing)."""
+    rates = np.asarray(spec.acceptance_rates if spec else (), dtype=np.float64)
+    rates.flags.writeable = False
+    if drafter is None or drafter.params is None:
+        base = no_speculation(params)
+        return base._replace(rates=rates, seed=int(seed))
+    return Speculation(rates, int(seed), drafter.params, float(drafter.proj_params), True)

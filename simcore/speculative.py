@@ -1,0 +1,110 @@
+"""Speculative decoding in the engine: how many of a step's drafts pass, and what the drafter's
+passes cost (``params.Speculation``).
+
+vLLM v1 (``vllm/v1/core/sched/scheduler.py``, ``vllm/v1/sample/rejection_sampler.py``): a decoding
+request schedules its last token and its ``d`` drafts (``1 + d`` tokens against the budget, KV slots
+for all of them), the target scores them in one forward (logits at every position), the drafts are
+kept up to the first rejection and the target adds one token of its own: ``a + 1`` tokens for ``a``
+accepted, streamed as one chunk. The rejected drafts' KV is dropped: the request's computed tokens
+grow by ``1 + a``.
+
+The accepted count is drawn from ``Speculation.rates``, the unconditional per-position rates
+(``P(a > i) = rates[i]``), with one uniform number per request and step: a counter-based hash of
+(seed, request, tokens generated so far), so a request's draws do not depend on what else runs,
+on preemption or on the fast paths, and a seed reproduces them. The hash is 32-bit integer
+arithmetic (Chris Wellons' ``lowbias32`` mixer) whose products are masked to 32 bits, so numba's
+wrapping int64 and Python's exact integers agree.
+
+The drafter (``simllm.sim.speculative``) then proposes the next drafts: its first pass runs over
+every token the step scheduled (it needs their hidden states or KV), sampling one token for each
+request that samples; its next ``k - 1`` passes run over one token of each such request.
+
+May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.cost`.
+"""
+from simcore._jit import jit, jit_inline
+from simcore.codes import UNIT_GEMM
+from simcore.cost import iteration_totals_nb, op_time_nb
+
+MASK32 = 0xFFFFFFFF
+SEED_SALT = 0x9E3779B9  # the golden ratio's 32 bits: seed 0 does not start the chain at 0
+TWO_POW_32 = 4294967296.0
+
+
+@jit_inline
+def mix32_nb(x):
+    """``lowbias32``: a 32-bit integer ``x`` (0 <= x < 2**32) to a well-mixed 32-bit integer."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & MASK32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & MASK32
+    x ^= x >> 16
+    return x
+
+
+@jit_inline
+def uniform_nb(seed, r, g):
+    """A uniform number in (0, 1) for request ``r`` at its ``g``-th output token, under ``seed``."""
+    h = mix32_nb((int(seed) & MASK32) ^ SEED_SALT)
+    h = mix32_nb(h ^ (int(r) & MASK32))
+    h = mix32_nb(h ^ (int(g) & MASK32))
+    return (h + 0.5) / TWO_POW_32
+
+
+@jit_inline
+def accepted_nb(sp, r, g, drafts):
+    """Drafts accepted (0 .. ``drafts``) of request ``r`` verifying ``drafts`` drafts after its
+    ``g``-th output token: the positions ``i`` with the draw below ``sp.rates[i]`` (a prefix, the
+    rates being non-increasing)."""
+    u = uniform_nb(sp.seed, r, g)
+    a = 0
+    while a < drafts and u < sp.rates[a]:
+        a += 1
+    return a
+
+
+@jit_inline
+def _proj_totals_nb(d, proj_params, tokens):
+    """Seconds, FLOPs and bytes of the drafter's input projection over ``tokens`` tokens."""
+    if proj_params <= 0.0 or tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    flops = 2.0 * tokens * proj_params
+    nbytes = proj_params * d.w_bytes + tokens * 3.0 * d.hidden * d.a_bytes
+    return op_time_nb(d, flops, nbytes, UNIT_GEMM)[0], flops, nbytes
+
+
+@jit
+def draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample):
+    """Seconds, FLOPs and memory bytes of the drafter's ``k`` passes in one step.
+
+    Parameters
+    ----------
+    sp : Speculation
+    k : int
+        Draft tokens proposed per request.
+    n_tokens, attn_pairs, kv_read_tokens : float
+        The step's batch aggregates (the first pass runs over all of its tokens).
+    n_sample : float
+        Requests that sample in the step (decoding, or at the end of their prompt).
+    ctx_sample : float
+        Their tokens computed after the step, summed.
+
+    Returns (0, 0, 0) without a GPU drafter or tokens.
+    """
+    if not sp.has_drafter or n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    d = sp.drafter
+    t, flops, nbytes = iteration_totals_nb(d, n_tokens, attn_pairs, kv_read_tokens, n_sample)
+    pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_tokens)
+    t += pt
+    flops += pf
+    nbytes += pb
+    if n_sample <= 0.0:
+        return t, flops, nbytes
+    for i in range(1, k):
+        ctx = ctx_sample + n_sample * i
+        st, sf, sb = iteration_totals_nb(d, n_sample, ctx, ctx, n_sample)
+        pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_sample)
+        t += st + pt
+        flops += sf + pf
+        nbytes += sb + pb
+    return t, flops, nbytes
