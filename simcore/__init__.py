@@ -33,7 +33,7 @@ from simcore.memory import (
 )
 from simcore.engine import simulate_nb
 from simcore.layout import Layout, make_layout, split_accumulator
-from simcore.params import CostParams, EngineSettings, Speculation, no_speculation
+from simcore.params import CostParams, EngineSettings, Speculation
 from simcore.speculative import accepted_nb, draft_totals_nb, uniform_nb
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "Speculation",
     "accepted_nb",
     "draft_totals_nb",
-    "no_speculation",
     "uniform_nb",
     "Layout",
     "make_layout",

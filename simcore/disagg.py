@@ -181,7 +181,7 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
     pp, pd : CostParams
         One GPU of the prefill pool, of the decode pool.
     sp_p, sp_d : Speculation
-        Each pool's speculative decoding (``params.no_speculation`` without it): the decode pool
+        Each pool's speculative decoding (None without it): the decode pool
         verifies drafts, the prefill pool's drafter runs over the prompts.
     ep, ed : EngineSettings
         Each pool's replicas (``n_replicas``: the ranks of one instance; ``ep.handoff`` set).

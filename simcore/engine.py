@@ -200,14 +200,21 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all):
+def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rates, seed):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
     finished (their number goes to ``ws[FINISHED_LAST_STEP]``). Static batches keep finished rows
     as padding (``emit_all``). A row that verified ``d`` drafts (``scheduler.running_need_nb``)
-    keeps the ``a`` accepted ones (``speculative.accepted_nb``) and emits ``a + 1`` tokens at once:
-    one inter-token latency."""
+    keeps the ``a`` accepted ones (``speculative.accepted_nb`` with ``Speculation.rates`` and
+    ``.seed``) and emits ``a + 1`` tokens at once: one inter-token latency."""
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
+    # Counts add up here and go to acc once (integers in float64: exact in any order).
+    decode_tokens = 0
+    prefill_tokens = 0
+    out_tokens = 0
+    drafts = 0
+    draft_tokens = 0
+    accepted_tokens = 0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
         new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
@@ -220,18 +227,19 @@ def _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
         total = reqi[r, RI_INPUT] + g
         emitted = 1
         if g >= 1 and before == total - 1:
-            acc[STAT_DECODE_TOKENS] += new
-            if new > 1 and not emit_all:  # drafts verified: the rejected ones' KV is dropped
-                accepted = accepted_nb(sp, r, g, new - 1)
-                acc[STAT_SPEC_DRAFTS] += 1.0
-                acc[STAT_SPEC_DRAFT_TOKENS] += new - 1
-                acc[STAT_SPEC_ACCEPTED] += accepted
-                emitted += accepted
-                after = before + emitted
-                reqi[r, RI_COMPUTED] = after
-                total += emitted - 1
+            decode_tokens += new
+            if rates is not None:  # pruned without speculation
+                if new > 1:  # drafts verified: the rejected ones' KV is dropped
+                    accepted = accepted_nb(rates, seed, r, g, new - 1)
+                    drafts += 1
+                    draft_tokens += new - 1
+                    accepted_tokens += accepted
+                    emitted += accepted
+                    after = before + emitted
+                    reqi[r, RI_COMPUTED] = after
+                    total += emitted - 1
         else:
-            acc[STAT_PREFILL_TOKENS] += new
+            prefill_tokens += new
         if after == total or (emit_all and after > total):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
@@ -239,10 +247,18 @@ def _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
                 record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + emitted
-            win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, float(emitted))
+            out_tokens += emitted
             if g + emitted == reqi[r, RI_OUTPUT]:
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
                 finished += 1
+    acc[STAT_DECODE_TOKENS] += decode_tokens
+    acc[STAT_PREFILL_TOKENS] += prefill_tokens
+    if out_tokens:
+        win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, float(out_tokens))
+    if rates is not None and drafts:
+        acc[STAT_SPEC_DRAFTS] += drafts
+        acc[STAT_SPEC_DRAFT_TOKENS] += draft_tokens
+        acc[STAT_SPEC_ACCEPTED] += accepted_tokens
     ws[FINISHED_LAST_STEP] = finished
     k = 0
     for i in range(ws[RUNNING_COUNT]):
@@ -264,6 +280,8 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide. Speculative decoding
     (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request.
+    ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
+    a second CostParams inside, passed through the loop's calls cost plain runs ~15%).
     """
     ws[FINISHED_LAST_STEP] = 0
     cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
@@ -285,11 +303,11 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc):
+def _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc):
     """Schedule one continuous-batching iteration of a replica; returns the requests scheduled.
     With none, a head of the queue that cannot get blocks with the engine empty is rejected (it
     can never run)."""
-    n_sched, preempted = schedule_continuous_nb(e, lay, now, reqi, reqf, ws)
+    n_sched, preempted = schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws)
     if n_sched == 0 and not preempted and ws[RUNNING_COUNT] == 0:
         r = peek_nb(lay, reqi, ws)
         pop_front_nb(lay, ws)
@@ -298,28 +316,44 @@ def _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _end_iteration_nb(sp, e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all):
-    """Account an iteration of ``dt`` seconds ending at ``t_end`` and advance its requests."""
+def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all, rates,
+                      seed):
+    """Account an iteration of ``dt`` seconds ending at ``t_end`` and advance its requests (the
+    speculative acceptance ``rates`` and ``seed`` passed alone: the whole Speculation, drafter
+    included, would be copied into every call)."""
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
-    _advance_nb(sp, e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all)
+    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rates, seed)
 
 
 @jit
-def _draft_step_nb(sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read):
-    """Seconds, FLOPs and bytes of the drafter's passes after a step of schedule rows
-    0..n_sched-1 with these aggregates (``speculative.draft_totals_nb``): the rows that sample are
-    those whose tokens so far are then all computed."""
+def _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read, n_emit):
+    """Seconds, FLOPs and bytes of a speculative step of schedule rows 0..n_sched-1 with these
+    aggregates: the target's forward with logits at every draft too (a row's drafts are the tokens
+    it schedules past its tokens so far), then the drafter's passes
+    (``speculative.draft_totals_nb``) over the rows that sample, those whose tokens so far are
+    then all computed."""
     n_sample = 0.0
     ctx_sample = 0.0
+    logits = 0.0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
         after = reqi[r, RI_COMPUTED] + sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        if after >= reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
+        if over >= 0:
             n_sample += 1.0
             ctx_sample += after
-    return draft_totals_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample, ctx_sample)
+            if over > 0:  # schedule_aggregates_nb counted no logits for it: 1 + its drafts
+                logits += 1.0 + over
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit + logits)
+    if sp.has_drafter:
+        ddt, dflops, dbytes = draft_totals_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample,
+                                              ctx_sample)
+        dt += ddt
+        flops += dflops
+        nbytes += dbytes
+    return dt, flops, nbytes
 
 
 @jit
@@ -331,7 +365,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
     if continuous:
-        n_sched = _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws, glob, acc)
+        n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc)
         if n_sched == 0:
             return now
         used = e.num_blocks - ws[FREE_BLOCKS]
@@ -355,14 +389,16 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
     n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to)
     if not continuous:
         n_emit = float(n_sched)
-    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
-    if e.num_speculative_tokens > 0:
-        ddt, dflops, dbytes = _draft_step_nb(sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read)
-        dt += ddt
-        flops += dflops
-        nbytes += dbytes
-    t_end = now + dt
-    _end_iteration_nb(sp, e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, not continuous)
+    if sp is None:  # numba prunes the other branch: plain runs carry no trace of speculation
+        dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        t_end = now + dt
+        _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
+                          not continuous, None, 0)
+    else:
+        dt, flops, nbytes = _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read, n_emit)
+        t_end = now + dt
+        _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
+                          not continuous, sp.rates, sp.seed)
     return t_end
 
 
@@ -392,16 +428,14 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         plan[k, PLAN_SCHED] = 0.0
         if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
             continue
-        n_sched = _schedule_continuous_step_nb(e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+        n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
         if n_sched == 0:
             continue
         n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
-        dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
-        if e.num_speculative_tokens > 0:  # the drafter's passes, on each rank's own batch
-            ddt, dflops, dbytes = _draft_step_nb(sp, e, lay, reqi, ws[k], n_sched, n_tokens, pairs, kv_read)
-            dt += ddt
-            flops += dflops
-            nbytes += dbytes
+        if sp is None:
+            dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        else:  # the drafts' logits and the drafter's passes, on each rank's own batch
+            dt, flops, nbytes = _spec_step_nb(p, sp, e, lay, reqi, ws[k], n_sched, n_tokens, pairs, kv_read, n_emit)
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)
@@ -421,8 +455,13 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])
         if n_sched > 0:
-            _end_iteration_nb(sp, e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
-                              np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False)
+            if sp is None:
+                _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
+                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, None, 0)
+            else:
+                _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
+                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.rates,
+                                  sp.seed)
     return t_end
 
 
@@ -439,8 +478,8 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc):
     Parameters
     ----------
     p : CostParams
-    sp : Speculation
-        Speculative decoding's acceptance and drafter (``params.no_speculation(p)`` without it).
+    sp : Speculation or None
+        Speculative decoding's acceptance and drafter (None without it).
     e : EngineSettings
     lay : Layout
         Offsets of ``acc`` and of the replicas' workspaces (``simcore.layout.make_layout``).

@@ -141,19 +141,15 @@ NO_RATES.flags.writeable = False
 
 class Speculation(NamedTuple):
     """Speculative decoding's acceptance and drafter (``simcore.speculative``), read by the engine's
-    kernels when ``EngineSettings.num_speculative_tokens`` > 0 (:func:`no_speculation` otherwise)."""
+    kernels when ``EngineSettings.num_speculative_tokens`` > 0; the kernels take None without it."""
 
     rates: np.ndarray  # float64, read-only, (k,): unconditional per-position acceptance, non-increasing
     #                    (entry i: the probability that the first i + 1 drafts all pass)
     seed: int  # the acceptance draws' seed (one draw per request and step: simcore.speculative.uniform_nb)
-    drafter: CostParams  # the drafter on one GPU (the target's own when has_drafter is False)
+    drafter: CostParams  # the drafter on one GPU (any CostParams when has_drafter is False)
     proj_params: float  # parameters of the drafter's input projection on one GPU (eh_proj / fc; 0: none)
     has_drafter: bool  # False: drafts cost no GPU time (n-gram prompt lookup, or no speculation)
 
-
-def no_speculation(p):
-    """The :class:`Speculation` of an engine without speculative decoding, for cost params ``p``."""
-    return Speculation(NO_RATES, 0, p, 0.0, False)
 
 
 class Transfer(NamedTuple):

@@ -308,8 +308,8 @@ def _allocate_running_nb(e, lay, reqi, ws, r, new):
 def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
     """The cost kernels' batch aggregates of schedule rows 0..n_sched-1 (``pad_to`` > 0 pads every
     row to that many new tokens): (tokens, attention pairs, KV tokens read, rows with logits: one
-    for each row whose tokens so far are then all computed, plus a speculative row's drafts). Same
-    reduction as cost.batch_aggregates_nb, over the workspace."""
+    for each row whose tokens so far are then all computed; a speculative row's drafts are added by
+    ``engine._spec_rows_nb``). Same reduction as cost.batch_aggregates_nb, over the workspace."""
     n_tokens = 0.0
     pairs = 0.0
     kv_read = 0.0
@@ -322,15 +322,15 @@ def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
         n_tokens += q
         pairs += q * c + q * (q + 1.0) * 0.5
         kv_read += c + q
-        over = reqi[r, RI_COMPUTED] + new - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-        if over >= 0:
-            caught_up += 1.0 + over  # a speculative row's drafts each get logits too
+        if reqi[r, RI_COMPUTED] + new == reqi[r, RI_INPUT] + reqi[r, RI_GENERATED]:
+            caught_up += 1.0
     return n_tokens, pairs, kv_read, caught_up
 
 
 @jit
-def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
-    """Choose this iteration's requests and their new tokens (continuous batching).
+def schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws):
+    """Choose this iteration's requests and their new tokens (continuous batching); with
+    speculative decoding (``sp`` not None) a decoding request's drafts too (:func:`running_need_nb`).
 
     Writes request ids to schedule row ``SCHED_REQUEST`` and new tokens to ``SCHED_NEW_TOKENS``.
 
@@ -348,7 +348,9 @@ def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
         i = 0
         while i < ws[RUNNING_COUNT] and budget > 0:
             r = running_nb(lay, ws, i)
-            need = running_need_nb(e, reqi, r)
+            need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - reqi[r, RI_COMPUTED]
+            if sp is not None:  # pruned by numba when sp is None
+                need = running_need_nb(e, reqi, r)
             new = need if need < budget else budget
             ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, new)
             preempted = preempted or pre
@@ -371,7 +373,9 @@ def schedule_continuous_nb(e, lay, now, reqi, reqf, ws):
     i = 0
     while i < ws[RUNNING_COUNT]:
         r = running_nb(lay, ws, i)
-        need = running_need_nb(e, reqi, r)
+        need = 1
+        if sp is not None:
+            need = running_need_nb(e, reqi, r)
         ok, pre = _allocate_running_nb(e, lay, reqi, ws, r, need)
         preempted = preempted or pre
         if not ok:

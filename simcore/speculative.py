@@ -51,13 +51,13 @@ def uniform_nb(seed, r, g):
 
 
 @jit_inline
-def accepted_nb(sp, r, g, drafts):
+def accepted_nb(rates, seed, r, g, drafts):
     """Drafts accepted (0 .. ``drafts``) of request ``r`` verifying ``drafts`` drafts after its
-    ``g``-th output token: the positions ``i`` with the draw below ``sp.rates[i]`` (a prefix, the
-    rates being non-increasing)."""
-    u = uniform_nb(sp.seed, r, g)
+    ``g``-th output token: the positions ``i`` with the draw under ``seed`` below ``rates[i]`` (a
+    prefix, the rates being non-increasing: ``Speculation.rates``)."""
+    u = uniform_nb(seed, r, g)
     a = 0
-    while a < drafts and u < sp.rates[a]:
+    while a < drafts and u < rates[a]:
         a += 1
     return a
 

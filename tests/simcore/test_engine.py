@@ -14,7 +14,7 @@ from helpers import build
 from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import simulate_nb
 from simcore.layout import make_layout, split_accumulator
-from simcore.params import EngineSettings, no_speculation
+from simcore.params import EngineSettings
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
 
@@ -42,7 +42,7 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=N
         reqf[:, codes.RF_CLIENT_DELAY] = delay
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9)
     acc = np.zeros((e.n_replicas, lay.acc_len))
-    simulate_nb(p, no_speculation(p) if sp is None else sp, e, lay, reqi, reqf, acc)
+    simulate_nb(p, sp, e, lay, reqi, reqf, acc)
     stats, batch, windows, itl = split_accumulator(lay, acc)
     return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 
