@@ -64,3 +64,34 @@ def test_the_dataclass_checks_its_fields():
         SpeculativeConfig("eagle", 2, (0.2, 0.3))
     with pytest.raises(ConfigError, match="draft model"):
         SpeculativeConfig("mtp", 1, (0.5,), model="x")
+
+
+SCRAPE = """# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 1000.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1000.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 800.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 500.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 760.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="1"} 520.0
+"""
+
+
+def test_acceptance_measured_by_a_vllm_server_from_its_metrics_scrape(tmp_path):
+    """Per position, accepted tokens over drafts summed over both engines: 1560 / 2000 and 1020 / 2000."""
+    f = tmp_path / "metrics.txt"
+    f.write_text(SCRAPE)
+    spec = parse_speculative_config(f'{{"method": "mtp", "num_speculative_tokens": 2, '
+                                    f'"acceptance_metrics_file": "{f}"}}')
+    assert spec.acceptance_rates == pytest.approx((0.78, 0.51))
+    with pytest.raises(ConfigError, match=r"metrics.txt: position = 2: .*positions 0..2"):
+        parse_speculative_config(f'{{"method": "mtp", "num_speculative_tokens": 3, "acceptance_metrics_file": "{f}"}}')
+    with pytest.raises(ConfigError, match="readable"):
+        parse_speculative_config(f'{{"method": "mtp", "num_speculative_tokens": 1, '
+                                 f'"acceptance_metrics_file": "{tmp_path / "none.txt"}"}}')
+    f.write_text(SCRAPE.replace("1000.0", "0"))
+    with pytest.raises(ConfigError, match="num_drafts_total > 0"):
+        parse_speculative_config(f'{{"method": "mtp", "num_speculative_tokens": 1, "acceptance_metrics_file": "{f}"}}')
+    with pytest.raises(ConfigError, match="exactly one of"):
+        parse_speculative_config(f'{{"method": "mtp", "num_speculative_tokens": 1, "synthetic_acceptance_rates": [0.5], '
+                                 f'"acceptance_metrics_file": "{f}"}}')

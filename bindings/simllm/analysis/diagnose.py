@@ -49,11 +49,14 @@ INT4 weights, FP8 KV cache, GQA, twice the tensor parallelism, chunked prefill t
 ``max_num_seqs`` or ``max_num_batched_tokens``, ``gpu_memory_utilization`` 0.95, prefix
 caching, with expert parallelism balanced expert routing, and disaggregated prefill/decode: the
 run's data-parallel replicas split into a prefill pool and a decode pool, the larger half
-decoding, or with one replica one prefill and one decode instance of its size) and reports TTFT,
+decoding, or with one replica one prefill and one decode instance of its size; speculative
+decoding toggled: off when the run has it, else EAGLE-3 with 3 drafts at vLLM's pinned acceptance)
+and reports TTFT,
 TPOT and output throughput against the base; a change that does not apply, or whose
 configuration is invalid or does not fit (:class:`~simllm.errors.SimulatedOOM`), is reported as
 skipped with the reason.
 """
+import json
 import math
 import textwrap
 from dataclasses import dataclass, field, replace
@@ -66,6 +69,7 @@ from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
+from simllm.config.speculative import SpeculativeConfig
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.pack import pack_cost_params
@@ -535,6 +539,25 @@ def _disaggregate(model, hardware, serving, workload):
             f"'{{\"data_parallel_size\": 1}}' --decode-config '{{\"data_parallel_size\": 1}}'", disagg)
 
 
+# The speculative what-if's drafter when the run has none: an EAGLE-3 head with k = 3 at the
+# per-position acceptance vLLM's EAGLE-3 test pins for Llama-3.1-8B (0.730, 0.521, 0.355: 2.61
+# tokens a step). Acceptance belongs to the model pair and the traffic: give the run a
+# --speculative-config with measured rates and the what-if turns it off instead.
+WHAT_IF_SPECULATIVE = SpeculativeConfig("eagle3", 3, (0.73, 0.521, 0.355))
+
+
+def _speculative_toggle(model, hardware, serving, workload):
+    if serving.speculative_config is not None:
+        return model, replace(serving, speculative_config=None), "without --speculative-config"
+    if serving.batching != "continuous":
+        return f"speculative decoding verifies drafts in continuous batching, not {serving.batching}"
+    if not model.kv_cache_enabled:
+        return "the model runs without a KV cache to verify drafts against"
+    spec = WHAT_IF_SPECULATIVE
+    return (model, replace(serving, speculative_config=spec),
+            f"--speculative-config '{json.dumps(spec.vllm_dict(), separators=(',', ':'))}'")
+
+
 CHANGES = {c.key: c for c in (
     _dtype_change("fp8"),
     _dtype_change("int8"),
@@ -551,6 +574,8 @@ CHANGES = {c.key: c for c in (
            "every EP GPU its mean share: the most any expert balancer could gain"),
     Change("disaggregate", "prefill/decode disaggregated", _disaggregate,
            "the replicas as prefill and decode pools (one replica: twice the GPUs)"),
+    Change("speculative", "speculative decoding toggled", _speculative_toggle,
+           "EAGLE-3 at vLLM's pinned acceptance (state yours: the what-if is then 'off')"),
 )}
 DEFAULT_CHANGES = tuple(CHANGES)
 

@@ -122,6 +122,12 @@ def add_engine_args(p):
     p.add_argument("--num-redundant-experts", type=nonnegative_int, default=0,
                    help="with expert parallelism: expert replicas (EPLB) spread over the EP GPUs, which hold "
                         "(experts + N) / EP each (default 0)")
+    p.add_argument("--speculative-config", metavar="JSON", default=None,
+                   help="vLLM's speculative decoding config, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 1, "
+                        "\"synthetic_acceptance_rates\": [0.81]}' (methods mtp, eagle, eagle3, draft_model with "
+                        "\"model\", ngram; the acceptance, which simllm cannot derive, as synthetic_acceptance_rates "
+                        "(per position, unconditional) or synthetic_acceptance_length): drafts verified every step, "
+                        "the drafter priced, its weights and KV in memory")
     p.add_argument("--framework", default="vllm", metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
                    help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
                         "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
@@ -233,7 +239,7 @@ def target(args):
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
                  "expert_parallel_size", "moe_tensor_parallel_size", "enable_expert_parallel", "expert_load_imbalance",
-                 "expert_routing", "num_redundant_experts", "framework")
+                 "expert_routing", "num_redundant_experts", "framework", "speculative_config")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",
                     "pad_prompts", "batch_window_ms", "batch_max")
 

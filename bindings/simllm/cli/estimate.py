@@ -2,7 +2,6 @@
 import sys
 
 from simllm.cli import common
-from simllm.config.speculative import parse_speculative_config
 from simllm.report import text as report
 from simllm.sim.estimate import estimate
 
@@ -14,19 +13,13 @@ def add_parser(sub):
     est.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
     est.add_argument("--input-len", type=common.positive_int, default=1024, help="prompt tokens per request (default 1024)")
     est.add_argument("--output-len", type=common.positive_int, default=128, help="output tokens per request (default 128)")
-    est.add_argument("--speculative-config", metavar="JSON", default=None,
-                     help="vLLM's speculative decoding config, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": 1, "
-                          "\"synthetic_acceptance_rates\": [0.81]}' (methods mtp, eagle, eagle3, draft_model with "
-                          "\"model\", ngram; the acceptance as synthetic_acceptance_rates or synthetic_acceptance_length): "
-                          "prices the verification step and the drafter at the decode batch")
     est.add_argument("--format", choices=("table", "json"), default="table")
 
 
 def cmd(args, out):
     model, hardware = common.target(args)
-    spec = parse_speculative_config(args.speculative_config) if args.speculative_config is not None else None
     est = estimate(model, hardware, common.serving(args), batch_size=args.batch_size, input_len=args.input_len,
-                   output_len=args.output_len, speculative=spec)
+                   output_len=args.output_len)
     if args.format == "json":
         for w in est.warnings:
             print(f"simllm: warning: {w}", file=sys.stderr)

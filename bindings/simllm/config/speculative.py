@@ -22,8 +22,10 @@ integer part, the fraction next, then none (2.6 at ``k = 3``: ``[1, 0.6, 0]``).
 
 May import: :mod:`simllm.errors`.
 """
+import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from simllm.errors import CLI, ConfigError
@@ -31,10 +33,13 @@ from simllm.errors import CLI, ConfigError
 METHODS = ("mtp", "eagle", "eagle3", "draft_model", "ngram")
 # vLLM's per-model MTP method names, all rewritten to "mtp" (SpeculativeConfig.__post_init__)
 MTP_ALIASES = ("deepseek_mtp", "mimo_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp", "glm4_moe_mtp")
-KEYS = ("method", "num_speculative_tokens", "synthetic_acceptance_rates", "synthetic_acceptance_length", "model",
+ACCEPTANCE_FILE = "acceptance_metrics_file"  # simllm's key: the rates measured by a vLLM server
+KEYS = ("method", "num_speculative_tokens", "synthetic_acceptance_rates", "synthetic_acceptance_length", ACCEPTANCE_FILE,
+        "model",
         "draft_tensor_parallel_size", "rejection_sample_method")
 FLAG = "--speculative-config"
 MAX_SPECULATIVE_TOKENS = 32
+MAX_METRICS_BYTES = 64 << 20  # a /metrics scrape is kilobytes; read no more than this
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,16 @@ class SpeculativeConfig:
         r = (1.0,) + tuple(self.acceptance_rates) + (0.0,)
         return tuple(r[m] - r[m + 1] for m in range(len(r) - 1))
 
+    def vllm_dict(self):
+        """The ``--speculative-config`` JSON object of this setup (parses back to it)."""
+        out = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
+               "synthetic_acceptance_rates": list(self.acceptance_rates)}
+        if self.model:
+            out["model"] = self.model
+        if self.draft_tensor_parallel_size:
+            out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
+        return out
+
     def to_dict(self):
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
                 "synthetic_acceptance_rates": list(self.acceptance_rates), "model": self.model or None,
@@ -99,6 +114,73 @@ class SpeculativeConfig:
 
 def _bad(key, value, expected):
     raise ConfigError(expected, source=FLAG, key=key, value=value)
+
+
+def with_tokens(spec, k, key=FLAG):
+    """``spec`` proposing ``k`` drafts instead: its first ``k`` per-position rates (unconditional
+    rates do not depend on how many drafts follow), None for ``k = 0``. Raises
+    :class:`ConfigError` without a ``spec`` or for more drafts than it states rates for."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(f"a number of draft tokens from 0 to {MAX_SPECULATIVE_TOKENS}", source=CLI, key=key, value=k)
+    if k == 0:
+        return None
+    if spec is None:
+        raise ConfigError("a base --speculative-config stating the acceptance (the drafter's rates per position)",
+                          source=CLI, key=key, value=k)
+    if k > spec.num_speculative_tokens:
+        raise ConfigError(f"at most {spec.num_speculative_tokens}: --speculative-config states the acceptance of "
+                          f"{spec.num_speculative_tokens} positions; state more to try more drafts",
+                          source=CLI, key=key, value=k)
+    return dataclasses.replace(spec, num_speculative_tokens=k, acceptance_rates=spec.acceptance_rates[:k])
+
+
+_METRIC = re.compile(r'^(vllm:spec_decode_num_drafts|vllm:spec_decode_num_accepted_tokens_per_pos)(?:_total)?'
+                     r'(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
+_POSITION = re.compile(r'position="(\d+)"')
+
+
+def rates_from_metrics(path, k):
+    """The first ``k`` per-position acceptance rates a vLLM server measured, from a scrape of its
+    Prometheus ``/metrics`` (``curl host:8000/metrics > FILE`` after a benchmark): position ``i``'s
+    ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`` over
+    ``vllm:spec_decode_num_drafts_total``, summed over the engines' label sets. Raises
+    :class:`ConfigError` naming the file for a missing file, counters or positions."""
+    key = ACCEPTANCE_FILE
+    if not isinstance(path, str) or not path:
+        _bad(key, path, "the path of a vLLM /metrics scrape")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(MAX_METRICS_BYTES).splitlines()
+    except OSError as err:
+        raise ConfigError(f"a readable vLLM /metrics scrape ({err.strerror})", source=FLAG, key=key,
+                          value=path) from None
+    drafts = 0.0
+    per_pos = {}
+    for line in lines:
+        m = _METRIC.match(line.strip())
+        if not m:
+            continue
+        value = float(m.group(3))
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError("finite counts >= 0", source=path, key=m.group(1), value=m.group(3))
+        if m.group(1) == "vllm:spec_decode_num_drafts":
+            drafts += value
+        else:
+            pos = _POSITION.search(m.group(2) or "")
+            if pos:
+                i = int(pos.group(1))
+                per_pos[i] = per_pos.get(i, 0.0) + value
+    if drafts <= 0:
+        raise ConfigError("vllm:spec_decode_num_drafts_total > 0 (a scrape after speculative decoding ran)",
+                          source=path, key="vllm:spec_decode_num_drafts_total", value=drafts)
+    missing = [i for i in range(k) if i not in per_pos]
+    if missing:
+        raise ConfigError(f"vllm:spec_decode_num_accepted_tokens_per_pos_total for positions 0..{k - 1} "
+                          f"(num_speculative_tokens {k})", source=path, key="position", value=missing[0])
+    rates = [min(per_pos[i] / drafts, 1.0) for i in range(k)]
+    for i in range(1, k):  # counted over the same drafts: non-increasing but for a draft cut short
+        rates[i] = min(rates[i], rates[i - 1])
+    return tuple(rates)
 
 
 def rates_from_length(length, k):
@@ -137,8 +219,9 @@ def speculative_from_dict(raw):
     """A :class:`SpeculativeConfig` from a mapping of vLLM's ``--speculative-config`` keys.
 
     Keys: ``method``, ``num_speculative_tokens``, exactly one of ``synthetic_acceptance_rates``
-    (a number repeats over the ``k`` positions only when it is 0 or 1; else a list of ``k``) and
-    ``synthetic_acceptance_length``, ``model`` (``draft_model``), ``draft_tensor_parallel_size``,
+    (a number repeats over the ``k`` positions only when it is 0 or 1; else a list of ``k``),
+    ``synthetic_acceptance_length`` and ``acceptance_metrics_file`` (:func:`rates_from_metrics`),
+    ``model`` (``draft_model``), ``draft_tensor_parallel_size``,
     and ``rejection_sample_method`` (``synthetic`` or left out). Raises :class:`ConfigError`
     naming the key.
     """
@@ -153,12 +236,15 @@ def speculative_from_dict(raw):
     if raw.get("rejection_sample_method", "synthetic") != "synthetic":
         _bad("rejection_sample_method", raw["rejection_sample_method"],
              "synthetic (simllm cannot derive how often a real drafter is accepted: state it)")
-    has_rates, has_length = "synthetic_acceptance_rates" in raw, "synthetic_acceptance_length" in raw
-    if has_rates == has_length:
-        _bad("synthetic_acceptance_rates", "(both)" if has_rates else "(none)",
-             "exactly one of synthetic_acceptance_rates (per-position, unconditional) and "
-             "synthetic_acceptance_length (mean tokens a step): how often drafts pass is the model pair's, not simllm's")
-    if has_length:
+    given = [key for key in ("synthetic_acceptance_rates", "synthetic_acceptance_length", ACCEPTANCE_FILE) if key in raw]
+    if len(given) != 1:
+        _bad("synthetic_acceptance_rates", " and ".join(given) or "(none)",
+             "exactly one of synthetic_acceptance_rates (per-position, unconditional), synthetic_acceptance_length "
+             f"(mean tokens a step) and {ACCEPTANCE_FILE} (a vLLM /metrics scrape): how often drafts pass is the "
+             "model pair's, not simllm's")
+    if given[0] == ACCEPTANCE_FILE:
+        rates = rates_from_metrics(raw[ACCEPTANCE_FILE], k)
+    elif given[0] == "synthetic_acceptance_length":
         length = raw["synthetic_acceptance_length"]
         if isinstance(length, bool) or not isinstance(length, (int, float)) or not 1.0 <= length <= k + 1:
             _bad("synthetic_acceptance_length", length, f"a number from 1 to {k + 1} (num_speculative_tokens + 1)")

@@ -215,6 +215,7 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
                 continue  # the median, printed above
             key = percentile_key(p)
             out.append(_line(f"P{key[1:]} {label} (ms):", f"{s[f'{key}_{name}_ms']:.2f}", f"{key}_{name}_ms"))
+    out += _spec_decode_lines(s, _line)
     if bands:
         some = next(iter(bands.values()))
         out.append(f"{'Error bands':-^50}")
@@ -243,6 +244,23 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     if result.warnings:
         out += ["Warnings"] + [f"  - {w}" for w in result.warnings]
     return "\n".join(out)
+
+
+def _spec_decode_lines(s, line):
+    """``vllm bench serve``'s speculative decoding section (none without verified drafts)."""
+    if "spec_decode_num_drafts" not in s:
+        return []
+    c = s.get("speculative_config") or {}
+    out = [f"{'Speculative Decoding':-^50}"]
+    if c:
+        out.append(line("Method / draft tokens:", f"{c['method']}, k={c['num_speculative_tokens']}, stated "
+                        f"acceptance {', '.join(f'{r:g}' for r in c['synthetic_acceptance_rates'])}"))
+    out.append(line("Acceptance rate (%):", f"{s['spec_decode_acceptance_rate']:.2f}"))
+    out.append(line("Acceptance length:", f"{s['spec_decode_acceptance_length']:.2f}"))
+    out.append(line("Drafts:", s["spec_decode_num_drafts"]))
+    out.append(line("Draft tokens:", s["spec_decode_draft_tokens"]))
+    out.append(line("Accepted tokens:", s["spec_decode_accepted_tokens"]))
+    return out
 
 
 def _moe_parallel(s):

@@ -68,6 +68,7 @@ from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
+from simllm.config.speculative import with_tokens
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.search.pareto import CLI, DERIVED, frontier, per_user_speed
@@ -91,7 +92,8 @@ def _check_keys(summary, slos):
 # ----------------------------------------------------------------------------- the search
 
 #: ``over`` names -> ServingConfig fields (any field name is accepted too; ``hardware`` is a
-#: preset name, a YAML path or a HardwareConfig).
+#: preset name, a YAML path or a HardwareConfig; ``num_speculative_tokens`` the drafts of the base
+#: ``speculative_config``, 0 for none: ``simllm.config.speculative.with_tokens``).
 OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size",
                 "ep": "expert_parallel_size"}
 OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
@@ -101,6 +103,7 @@ STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fi
 #: ``over`` alias or a ServingConfig field).
 POOL_COUNTS = ("prefill_instances", "decode_instances")
 MODES = {"agg": "aggregated", "disagg": "disaggregated"}
+SPEC_TOKENS = "num_speculative_tokens"
 _SERVING_FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
 #: Serving fields -> ``simllm run`` flags (for the re-run command line).
 RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size",
@@ -182,7 +185,9 @@ class Candidate:
             if v == d:
                 continue
             flag = RUN_FLAGS.get(name, "--" + name.replace("_", "-"))
-            if isinstance(v, bool):
+            if name == "speculative_config":
+                flags.append(f"{flag} '{json.dumps(v.vllm_dict(), sort_keys=True)}'")
+            elif isinstance(v, bool):
                 flags.append(flag if v else "--no-" + flag[2:])
             else:
                 flags.append(f"{flag} {v}")
@@ -344,8 +349,8 @@ def _axes(over, base_hardware):
     axes = []
     for name, values in over.items():
         fld = "hardware" if name == "hardware" else OVER_ALIASES.get(name, name)
-        if fld != "hardware" and fld not in _SERVING_FIELDS:
-            raise ConfigError("hardware, tp, replicas or a ServingConfig field (max_num_seqs, "
+        if fld not in ("hardware", SPEC_TOKENS) and fld not in _SERVING_FIELDS:
+            raise ConfigError("hardware, tp, replicas, num_speculative_tokens or a ServingConfig field (max_num_seqs, "
                               "max_num_batched_tokens, dtype, kv_cache_dtype, ...)", source=CLI, key="--over",
                               value=name)
         values = [values] if isinstance(values, (str, int, float)) else list(values)
@@ -493,6 +498,9 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
             if fld == "hardware":
                 label, hw = value
                 params[name] = label
+            elif fld == SPEC_TOKENS:
+                params[name] = value
+                changes["speculative_config"] = with_tokens(base_serving.speculative_config, value, "--over " + name)
             else:
                 params[name] = value
                 changes[fld] = value
@@ -811,7 +819,7 @@ def optimize_to_dict(result):
 def _over_value(fld, text, item, flag="--over"):
     if fld == "hardware":
         return text
-    typ = int if fld in POOL_COUNTS else _SERVING_FIELDS[fld].type
+    typ = int if fld in POOL_COUNTS or fld == SPEC_TOKENS else _SERVING_FIELDS[fld].type
     try:
         if typ is bool or typ == "bool":
             if text.lower() not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
@@ -847,9 +855,10 @@ def parse_over(items):
         if not eq or not name or not all(texts):
             raise ConfigError("NAME=V1,V2,... (e.g. tp=1,2,4 max_num_seqs=64,128)", source=CLI, key="--over", value=item)
         fld = "hardware" if name == "hardware" else OVER_ALIASES.get(name, name)
-        if fld != "hardware" and fld not in _SERVING_FIELDS:
-            raise ConfigError("hardware, tp, replicas or a ServingConfig field (max_num_seqs, max_num_batched_tokens, "
-                              "dtype, kv_cache_dtype, ...) =V1,V2,...", source=CLI, key="--over", value=item)
+        if fld not in ("hardware", SPEC_TOKENS) and fld not in _SERVING_FIELDS:
+            raise ConfigError("hardware, tp, replicas, num_speculative_tokens or a ServingConfig field (max_num_seqs, "
+                              "max_num_batched_tokens, dtype, kv_cache_dtype, ...) =V1,V2,...", source=CLI,
+                              key="--over", value=item)
         if name in out:
             raise ConfigError(f"each name once ({name} is given twice)", source=CLI, key="--over", value=item)
         out[name] = [_over_value(fld, t, item) for t in texts]

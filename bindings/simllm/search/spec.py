@@ -48,6 +48,7 @@ from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hard
 from simllm.config.model import ModelConfig, load_model, model_from_dict
 from simllm.config.sections import Section
 from simllm.config.serving import ServingConfig
+from simllm.config.speculative import SpeculativeConfig, speculative_config
 from simllm.config.workload import LengthDist, Workload, load_workload, workload_from_dict
 from simllm.config.yamlio import line_of, load_file
 from simllm.errors import ConfigError
@@ -214,6 +215,11 @@ def is_number(v):
 
 def _check_type(target, base_value, value):
     """``value`` converted to the field's type (``base_value``'s), or a ConfigError text."""
+    if target.field == "speculative_config":  # a mapping of vLLM's keys, or null for none
+        try:
+            return speculative_config(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.expected} (at its key {exc.key})" if exc.key else exc.expected) from None
     if isinstance(base_value, bool):
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError("true or false")
@@ -348,6 +354,8 @@ def _display(value):
 
 
 def spec_jsonable(obj):
+    if isinstance(obj, SpeculativeConfig):  # as vLLM's --speculative-config reads it
+        return obj.vllm_dict()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         skip = ("source", "warnings")
         return {f.name: spec_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in skip}

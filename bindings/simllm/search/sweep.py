@@ -563,7 +563,9 @@ def sweep(base=None, grid=None, samples=None, seeds=None, executor=None, *, num_
 
     Parameters
     ----------
-    base : dict, optional
+    base : dict or SweepSpec, optional
+        A loaded spec (:func:`~simllm.search.spec.load_sweep_spec`) runs as it is when nothing
+        else is given; its base sections otherwise. Or
         ``{"model": ..., "hardware": ..., "serving": ..., "workload": ...}``: config objects,
         preset names or paths, or mappings in the config files' form (defaults: llama-3.1-8b,
         h100-sxm, vLLM's engine defaults, 1000 requests of 1024/128 tokens at once).
@@ -598,7 +600,10 @@ def sweep(base=None, grid=None, samples=None, seeds=None, executor=None, *, num_
     ConfigError
         A bad spec, before any simulation runs.
     """
-    spec = make_spec(base, grid, samples, seeds, num_samples=num_samples, sample_seed=sample_seed, slo=slo)
+    if isinstance(base, SweepSpec) and grid is None and samples is None and seeds is None and slo is None:
+        spec = base  # a loaded spec runs as it is (its own grid, samples, seeds, SLOs)
+    else:
+        spec = make_spec(base, grid, samples, seeds, num_samples=num_samples, sample_seed=sample_seed, slo=slo)
     return run_spec(spec, executor, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                     progress=progress, output=resume_from)
 

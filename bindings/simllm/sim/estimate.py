@@ -257,7 +257,8 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
     input_len, output_len : int
         Prompt and output tokens per request.
     speculative : SpeculativeConfig, optional
-        Speculative decoding (``simllm.config.speculative``): the result's ``speculative`` then
+        Speculative decoding (``simllm.config.speculative``; default ``serving.speculative_config``):
+        the result's ``speculative`` then
         prices its step at the decode step's batch and context, and the memory plan holds the
         drafter's weights and KV.
     framework : FrameworkProfile or str, optional
@@ -283,6 +284,8 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             source=serving_mod.CLI, key="--input-len", value=input_len,
         )
     params = pack_cost_params(model, hardware, serving, resolved, framework)
+    if speculative is None:
+        speculative = serving.speculative_config
     drafter = pack_drafter(model, hardware, serving, speculative, framework) if speculative else None
     memory = plan_memory(params, model, hardware, serving, resolved,
                          draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,

@@ -79,7 +79,24 @@ def engine_figures(stats, params, engine, duration, batch_hist):
         "iterations": int(total[codes.STAT_ITERATIONS]),
         "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
         "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
+        **spec_decode_figures(total),
     }
+
+
+def spec_decode_figures(total):
+    """Speculative decoding's counts under ``vllm bench serve``'s keys, from summed ``STAT_*``
+    totals (none when no drafts were verified): verification steps (``spec_decode_num_drafts``),
+    drafts verified and accepted, the acceptance rate in percent and the mean acceptance length
+    (``1 + accepted / drafts``: tokens a request emits per step)."""
+    drafts = int(total[codes.STAT_SPEC_DRAFTS])
+    if drafts == 0:
+        return {}
+    draft_tokens = int(total[codes.STAT_SPEC_DRAFT_TOKENS])
+    accepted = int(total[codes.STAT_SPEC_ACCEPTED])
+    return {"spec_decode_acceptance_rate": 100.0 * accepted / draft_tokens,
+            "spec_decode_acceptance_length": 1.0 + accepted / drafts,
+            "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
+            "spec_decode_accepted_tokens": accepted}
 
 
 @lru_cache(maxsize=8)
@@ -263,6 +280,7 @@ class SimResult:
             "enable_chunked_prefill": serving.enable_chunked_prefill,
             "enable_prefix_caching": serving.enable_prefix_caching,
             "batching": serving.batching,
+            **({"speculative_config": serving.speculative_config.to_dict()} if serving.speculative_config else {}),
             "kv_cache_capacity_tokens": memory.kv_capacity_tokens,
             "memory": {k: float(v) if isinstance(v, float) else v for k, v in memory.to_dict().items()},
             "simulation_wall_s": wall_s,

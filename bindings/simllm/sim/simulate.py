@@ -104,7 +104,7 @@ def run_reporting(kernel, glob, n, progress, interval_s=0.1):
 
 class Pool(NamedTuple):
     """One engine's validated, packed setup: its framework profile, resolved settings, one GPU's
-    cost parameters, the memory plan and its speculative decoding (a :class:`simcore.Speculation`,
+    cost parameters, the memory plan and its speculative decoding (a :class:`simcore.Speculation` or None,
     seed 0: :func:`pool_speculation` gives a workload's)."""
 
     framework: object
@@ -143,8 +143,9 @@ def check_speculative(model, serving):
 
 
 def pool_speculation(pool, workload):
-    """``pool``'s :class:`simcore.Speculation` with ``workload``'s seed for the acceptance draws."""
-    return pool.speculation._replace(seed=int(workload.seed))
+    """``pool``'s :class:`simcore.Speculation` with ``workload``'s seed for the acceptance draws
+    (None without speculative decoding)."""
+    return pool.speculation and pool.speculation._replace(seed=int(workload.seed))
 
 
 def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, arrays=True):
@@ -192,7 +193,7 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
                    frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
                    # attention data-parallel ranks whose tokens meet in the MoE layers step together
                    lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens),
-                   num_speculative_tokens=len(sp.rates))
+                   num_speculative_tokens=len(sp.rates) if sp is not None else 0)
     if not arrays:
         return e, None, None
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)

@@ -24,7 +24,8 @@ import dataclasses
 
 import numpy as np
 
-from simcore import Speculation, draft_totals_nb, kv_bytes_per_token_nb, no_speculation, resident_weight_bytes_nb
+from simcore import Speculation, draft_totals_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
+from simcore.params import NO_RATES
 from simllm.config import serving as serving_mod
 from simllm.config import speculative as speculative_mod
 from simllm.config.model import load_model
@@ -101,18 +102,18 @@ def draft_seconds(drafter, k, batch, context):
     if drafter.params is None or batch <= 0:
         return 0.0
     b, q, c = float(batch), float(1 + k), float(context)
-    return draft_totals_nb(speculation(None, drafter, 0), k, b * q, b * (q * c + q * (q + 1.0) / 2.0), b * (c + q),
-                           b, b * (c + q))[0]
+    sp = Speculation(NO_RATES, 0, drafter.params, float(drafter.proj_params), True)
+    return draft_totals_nb(sp, k, b * q, b * (q * c + q * (q + 1.0) / 2.0), b * (c + q), b, b * (c + q))[0]
 
 
-def speculation(params, drafter, seed, spec=None):
-    """The engine kernels' :class:`simcore.Speculation`: ``spec``'s acceptance rates (none: no
-    speculation), ``drafter`` (:func:`pack_drafter`; its ``params`` None for n-gram drafts, whose
-    passes cost no GPU time) and the draws' ``seed``; ``params`` the target's (the kernels' type for
-    a drafter that costs nothing)."""
-    rates = np.asarray(spec.acceptance_rates if spec else (), dtype=np.float64)
+def speculation(params, drafter, seed, spec):
+    """The engine kernels' :class:`simcore.Speculation` of ``spec`` (None without it): its
+    acceptance rates, ``drafter`` (:func:`pack_drafter`; its ``params`` None for n-gram drafts, whose
+    passes cost no GPU time: the target's ``params`` stand in) and the draws' ``seed``."""
+    if spec is None:
+        return None
+    rates = np.asarray(spec.acceptance_rates, dtype=np.float64)
     rates.flags.writeable = False
     if drafter is None or drafter.params is None:
-        base = no_speculation(params)
-        return base._replace(rates=rates, seed=int(seed))
+        return Speculation(rates, int(seed), params, 0.0, False)
     return Speculation(rates, int(seed), drafter.params, float(drafter.proj_params), True)
