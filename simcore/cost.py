@@ -576,7 +576,7 @@ def op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_toke
 
 
 @jit_inline
-def _op_runs_nb(op, n_tokens, n_emit):
+def op_runs_nb(op, n_tokens, n_emit):
     if n_tokens <= 0.0:
         return False
     if op == OP_LM_HEAD or op == OP_SAMPLING or op == OP_LOGITS_GATHER:
@@ -600,7 +600,7 @@ def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     att_bytes = 0.0
     for op in range(N_OPS):
         count = op_count_nb(p, op)
-        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+        if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_GEMM or unit == UNIT_PROJ:
@@ -658,7 +658,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     per_link_byte = 1.0 / (p.link_bw * p.eff_link)
     for op in range(N_OPS):
         count = op_count_nb(p, op)
-        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+        if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
             continue
         flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         if unit == UNIT_LINK:
@@ -728,7 +728,7 @@ def iteration_costs_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit, flops, n
     total = 0.0
     for op in range(N_OPS):
         count = op_count_nb(p, op)
-        if count == 0 or not _op_runs_nb(op, n_tokens, n_emit):
+        if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
             flops[op] = 0.0
             nbytes[op] = 0.0
             seconds[op] = 0.0

@@ -77,6 +77,7 @@ from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_request_itl_nb, win_add_nb, window_of_nb
+from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
     enqueue_nb,
     finish_nb,
@@ -279,12 +280,14 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide. Speculative decoding
-    (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request.
+    (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request;
+    so does pipeline parallelism (``e.pipeline_stages`` > 1: micro-batches overlap).
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
     a second CostParams inside, passed through the loop's calls cost plain runs ~15%).
     """
     ws[FINISHED_LAST_STEP] = 0
-    cohort = e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
+    cohort = (e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
+              and e.pipeline_stages == 1)
     if cohort:
         deadline = acc[lay.off_clock + CLOCK_DEADLINE]
         if now < deadline:
@@ -367,6 +370,8 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
     if continuous:
         n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc)
         if n_sched == 0:
+            if e.pipeline_stages > 1:  # every runnable request is in flight: wait for a batch
+                return pipeline_wait_nb(e, lay, acc, now)
             return now
         used = e.num_blocks - ws[FREE_BLOCKS]
     else:
@@ -391,6 +396,13 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         n_emit = float(n_sched)
     if sp is None:  # numba prunes the other branch: plain runs carry no trace of speculation
         dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        if e.pipeline_stages > 1:
+            # The batch passes the stages; each of a replica's GPUs holds 1 / stages of it.
+            t_end = pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt)
+            share = 1.0 / e.pipeline_stages
+            _end_iteration_nb(e, lay, t_end, dt * share, flops * share, nbytes * share, n_sched, used, reqi, reqf,
+                              ws, glob, acc, not continuous, None, 0)
+            return pipeline_next_nb(e, lay, acc, now)
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, None, 0)

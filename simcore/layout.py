@@ -4,7 +4,8 @@ the small inline accessors kernels use instead of offset arithmetic.
 
 The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogram of
 ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
-the clock (``CLOCK_*``) and the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
+the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``) and the
+decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
 size). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
 decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
 schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
@@ -27,6 +28,8 @@ class Layout(NamedTuple):
     off_win: int  # time series (n_windows rows of N_WIN columns)
     off_itl: int  # ITL histogram
     off_clock: int  # CLOCK_* slots
+    off_pipe: int  # pipeline parallelism (simcore.pipeline): stages' free times, then the ring of
+    #                the last batches' completion times (pipeline_stages each; none without it)
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
     acc_len: int
     # int64 workspace
@@ -39,13 +42,14 @@ class Layout(NamedTuple):
     ws_len: int
 
 
-def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins):
+def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipeline_stages=1):
     """The :class:`Layout` of a replica of an engine with these sizes."""
     off_batch = N_STATS
     off_win = off_batch + max_num_seqs + 1
     off_itl = off_win + n_windows * N_WIN
     off_clock = off_itl + n_bins
-    off_memo = off_clock + N_CLOCK
+    off_pipe = off_clock + N_CLOCK
+    off_memo = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
@@ -53,7 +57,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins):
     off_queue = off_sched + N_SCHED_ROWS * cap
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
-                  off_clock=off_clock, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
+                  off_clock=off_clock, off_pipe=off_pipe, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

@@ -133,6 +133,17 @@ class EngineSettings(NamedTuple):
     num_speculative_tokens: int = 0  # speculative decoding: drafts ``k`` a decoding request verifies per
     #                                  step (continuous batching; the acceptance and the drafter are the
     #                                  kernels' Speculation argument); 0: none
+    # pipeline parallelism (simcore.pipeline): stages the layers are split over (1: none), stages a
+    # node holds (every boundary after that many stages crosses nodes), and one boundary's send of
+    # the activations: latency and seconds per token within a node and between nodes
+    pipeline_stages: int = 1
+    pipeline_batch_seqs: int = 0  # most sequences in one micro-batch (SGLang's --pp-max-micro-batch-size); 0:
+    #                               no cap (vLLM: a batch takes every request it can)
+    pipeline_stages_per_node: int = 1
+    pipeline_latency_s: float = 0.0
+    pipeline_s_per_token: float = 0.0
+    pipeline_net_latency_s: float = 0.0
+    pipeline_net_s_per_token: float = 0.0
 
 
 NO_RATES = np.zeros(0, dtype=np.float64)

@@ -243,6 +243,13 @@ def running_need_nb(e, reqi, r):
 
 
 @jit_inline
+def in_flight_nb(now, reqi, reqf, r):
+    """The pipeline rule: decoding request ``r`` is in a batch still in flight at ``now`` (its
+    last token is emitted after ``now``: see ``simcore.pipeline``), so it has nothing to schedule."""
+    return reqi[r, RI_GENERATED] >= 1 and reqf[r, RF_LAST_EMIT] > now
+
+
+@jit_inline
 def end_status_nb(e, t, arrival):
     """The retire rule: a request that emitted its last token at ``t`` ends done, or timed out
     when its client (whose request reached the engine at ``arrival``) gave up before."""
@@ -265,8 +272,9 @@ def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
     """Admit waiting requests FCFS while :func:`admission_nb` allows, writing each to
     schedule row ``n``, ``n + 1``, ...: its next chunk within the budget, or with ``whole`` (v0,
     no chunked prefill) its whole prompt. Returns (n, budget left)."""
-    # The guard repeats the rule's cheapest test.
-    while ws[RUNNING_COUNT] < e.max_num_seqs and budget > 0:
+    # The guard repeats the rule's cheapest test; a pipelined engine may cap a micro-batch's rows.
+    cap = e.pipeline_batch_seqs if e.pipeline_batch_seqs > 0 else e.max_num_seqs
+    while ws[RUNNING_COUNT] < e.max_num_seqs and budget > 0 and n < cap:
         r = peek_nb(lay, reqi, ws)
         if r < 0:
             break
@@ -331,6 +339,8 @@ def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
 def schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws):
     """Choose this iteration's requests and their new tokens (continuous batching); with
     speculative decoding (``sp`` not None) a decoding request's drafts too (:func:`running_need_nb`).
+    Under pipeline parallelism a running request in a batch still in flight sits out
+    (:func:`in_flight_nb`), and a batch takes at most ``e.pipeline_batch_seqs`` rows (0: no cap).
 
     Writes request ids to schedule row ``SCHED_REQUEST`` and new tokens to ``SCHED_NEW_TOKENS``.
 
@@ -346,8 +356,11 @@ def schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws):
     if e.chunked_prefill:
         # Running requests first, in admission order: a decode token or the next chunk.
         i = 0
-        while i < ws[RUNNING_COUNT] and budget > 0:
+        while i < ws[RUNNING_COUNT] and budget > 0 and (e.pipeline_batch_seqs == 0 or n < e.pipeline_batch_seqs):
             r = running_nb(lay, ws, i)
+            if e.pipeline_stages > 1 and in_flight_nb(now, reqi, reqf, r):
+                i += 1
+                continue
             need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - reqi[r, RI_COMPUTED]
             if sp is not None:  # pruned by numba when sp is None
                 need = running_need_nb(e, reqi, r)
@@ -371,8 +384,11 @@ def schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws):
         return n, preempted
     # Otherwise decode every running request, preempting from the back when blocks run out.
     i = 0
-    while i < ws[RUNNING_COUNT]:
+    while i < ws[RUNNING_COUNT] and (e.pipeline_batch_seqs == 0 or n < e.pipeline_batch_seqs):
         r = running_nb(lay, ws, i)
+        if e.pipeline_stages > 1 and in_flight_nb(now, reqi, reqf, r):
+            i += 1
+            continue
         need = 1
         if sp is not None:
             need = running_need_nb(e, reqi, r)

@@ -672,6 +672,39 @@ def draft_seconds(sp, k, batch):
     return total
 
 
+def pipeline_pass(p, e, free, ring, now, batch_agg, dt):
+    """A batch scheduled at ``now`` (aggregates ``batch_agg``, whole-model time ``dt``) through
+    ``e.pipeline_stages`` stages, vLLM's layer split (``L // P`` each, one more for the ``L % P``
+    stages before the last); the embedding and the CPU step on the first, the final norm, LM head,
+    gather and sampling on the last; sends between stages over NVLink, or the network after every
+    ``pipeline_stages_per_node``-th stage. ``free`` (stage free times) and ``ring`` (last batches'
+    completions) are updated. Returns its completion time."""
+    P = e.pipeline_stages
+    n_tokens, _, _, n_emit = batch_agg
+    flops, nbytes, seconds, bound = new_cost_arrays()
+    iteration_costs_nb(p, *batch_agg, flops, nbytes, seconds, bound)
+    first = float(seconds[codes.OP_EMBEDDING])
+    last = float(sum(seconds[op] for op in (codes.OP_FINAL_NORM, codes.OP_LM_HEAD, codes.OP_LOGITS_GATHER,
+                                            codes.OP_SAMPLING)))
+    layers_s = max(dt - p.iter_overhead_s - first - last, 0.0)
+    L = p.n_layers
+    sizes = [L // P] * P
+    for i in range(2, L % P + 2):
+        sizes[-i] += 1
+    t = now
+    for s in range(P):
+        work = layers_s * sizes[s] / L + (first + p.iter_overhead_s if s == 0 else 0.0) + (last if s == P - 1 else 0.0)
+        t = max(t, free[s]) + work
+        free[s] = t
+        if s < P - 1:
+            if (s + 1) % e.pipeline_stages_per_node == 0:
+                t += e.pipeline_net_latency_s + n_tokens * e.pipeline_net_s_per_token
+            else:
+                t += e.pipeline_latency_s + n_tokens * e.pipeline_s_per_token
+    ring[ring.index(min(ring))] = t
+    return t
+
+
 class Replica:
     """One engine replica's queues and KV blocks."""
 
@@ -734,7 +767,8 @@ class _Engine:
         """Admit the waiting head FCFS while a sequence slot, budget and blocks allow: its next chunk
         within the budget, or with ``whole`` (v0) its whole prompt, which must fit. Returns the
         budget left."""
-        while rep.waiting and len(rep.running) < self.e.max_num_seqs and budget > 0:
+        cap = self.e.pipeline_batch_seqs or math.inf  # a pipelined engine may cap a micro-batch's rows
+        while rep.waiting and len(rep.running) < self.e.max_num_seqs and budget > 0 and len(batch) < cap:
             r = rep.waiting[0]
             need = r.tokens_so_far - r.computed
             new = min(need, budget)
@@ -757,6 +791,10 @@ class _Engine:
             need += min(k, r.output - r.generated - 1)
         return need
 
+    def in_flight(self, r):
+        """Pipeline parallelism: a decoding request whose last token comes back after ``now`` sits out."""
+        return self.e.pipeline_stages > 1 and r.generated >= 1 and r.last_emit > self.now
+
     def schedule_continuous(self, rep):
         """This iteration's ``[(request, new tokens)]`` of ``rep`` (empty: nothing runs; a head that
         can never get blocks is rejected)."""
@@ -765,8 +803,11 @@ class _Engine:
         budget = self.e.max_num_batched_tokens
         if self.e.chunked_prefill:
             i = 0
-            while i < len(rep.running) and budget > 0:
+            while i < len(rep.running) and budget > 0 and len(batch) < (self.e.pipeline_batch_seqs or math.inf):
                 r = rep.running[i]
+                if self.in_flight(r):
+                    i += 1
+                    continue
                 new = min(self.need(r), budget)
                 ok, pre = self.allocate_running(rep, r, new)
                 preempted = preempted or pre
@@ -781,8 +822,11 @@ class _Engine:
             self.admit_waiting(rep, batch, budget, True)
             if not batch:
                 i = 0
-                while i < len(rep.running):
+                while i < len(rep.running) and len(batch) < (self.e.pipeline_batch_seqs or math.inf):
                     r = rep.running[i]
+                    if self.in_flight(r):
+                        i += 1
+                        continue
                     need = self.need(r)
                     ok, pre = self.allocate_running(rep, r, need)
                     preempted = preempted or pre
@@ -850,7 +894,11 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
     One replica, or with ``e.lockstep`` (continuous batching) ``e.n_replicas`` attention
     data-parallel ranks behind a round-robin router that step together: each step takes the
     slowest rank's work outside the experts plus the experts over all ranks' tokens (every rank at
-    the largest rank's tokens when those are at most ``e.dp_pad_tokens``)."""
+    the largest rank's tokens when those are at most ``e.dp_pad_tokens``). With
+    ``e.pipeline_stages`` > 1 (one replica, continuous batching, no speculation) up to that many
+    batches are in flight (:func:`pipeline_pass`): a new one is scheduled at once while the queue
+    has room, from the requests not in flight; else when the oldest returns."""
+    assert e.pipeline_stages == 1 or not e.num_speculative_tokens
     n = len(prompt)
     reqs = [Req(i, arrival[i], ready[i], int(prompt[i]), int(output[i]), int(cached[i]),
                 0 if fixed is None else int(fixed[i])) for i in range(n)]
@@ -883,6 +931,8 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
 
     eng = _Engine(e, end, sp)
     k_spec = e.num_speculative_tokens
+    free = [0.0] * e.pipeline_stages  # pipeline parallelism: when each stage is free ...
+    ring = [0.0] * e.pipeline_stages  # ... and the last batches' completion times
 
     while done < n:
         while arrived < n and reqs[arrived].arrival <= now:
@@ -946,6 +996,9 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
             eng.now = now
             batch = eng.schedule_continuous(rep)
             if not batch:
+                later = [c for c in ring if c > now]
+                if later:  # every runnable request is in flight: wait for the first batch back
+                    now = min(later)
                 continue
             used = e.num_blocks - rep.free
         else:
@@ -971,9 +1024,17 @@ def simulate(p, e, arrival, ready, prompt, output, cached, delay=None, fixed=Non
                 batch = [(r, 1) for r in rep.running]
             used = len(rep.running) * static_blocks
 
-        dt = iteration_time_nb(p, *eng.aggregates(batch, pad_to, static))
+        agg = eng.aggregates(batch, pad_to, static)
+        dt = iteration_time_nb(p, *agg)
         if k_spec:
             dt += draft_seconds(sp, k_spec, batch)
+        if e.pipeline_stages > 1:
+            t_end = pipeline_pass(p, e, free, ring, now, agg, dt)
+            eng.advance(rep, batch, t_end, static)
+            in_flight = [c for c in ring if c > now]
+            if len(in_flight) == e.pipeline_stages:  # the batch queue is full: wait for the oldest
+                now = min(in_flight)
+            continue
         t_end = now + dt
         assert used <= e.num_blocks
         eng.advance(rep, batch, t_end, static)
