@@ -261,3 +261,33 @@ class EngineSpeculative:
         return self._run().summary["simulated_requests_per_s"]
 
     track_kernel_requests_per_second.unit = "requests/s"
+
+
+class EnginePipeline:
+    """bench-1m on pipeline-parallel stages (simcore.pipeline: batches in flight through the
+    stages, the explicit scheduler every step): Llama-3.1-8B on two and four H100 SXM stages,
+    vLLM's scheduler (a batch takes every request it can) and SGLang's micro-batch cap of 64."""
+
+    params = [[100_000, 1_000_000], [2, 4], [0, 64]]
+    param_names = ["requests", "stages", "micro_batch"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, n, stages, micro_batch):
+        self.m, self.h, _, _ = configs()
+        self.s = simllm.ServingConfig(max_model_len=8192, pipeline_parallel_size=stages,
+                                      pp_max_micro_batch_size=micro_batch)
+        self.w, self.req = bench_requests(n)
+        _warm(self.m, self.h, self.s)
+
+    def _run(self):
+        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+
+    def time_simulate(self, n, stages, micro_batch):
+        self._run()
+
+    def track_kernel_requests_per_second(self, n, stages, micro_batch):
+        return self._run().summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"

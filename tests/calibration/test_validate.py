@@ -269,3 +269,19 @@ def test_validate_cli_errors_by_mode(tmp_path, capsys):
 ])
 def test_checkpoints_of_a_presets_architecture_find_it(name, preset):
     assert accuracy.resolve_name("models", name, {}) == preset
+
+
+def test_pipeline_parallel_rows_are_simulated_pipelined(tmp_path):
+    """An aggregated row with pp_size 2 runs with --pipeline-parallel-size 2 (its GPUs tp x pp)."""
+    path = tmp_path / "pp.csv"
+    path.write_text("\n".join([HEADER, row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "", "agg", 1024, 128, 4, 1,
+                                           50.0, 8.0, pp_size=2)]) + "\n", encoding="utf-8")
+    (m,) = load_measurements([path])
+    (p,) = accuracy.validate([m])
+    assert m.pp == 2 and p.predicted, p.reason
+    w = simllm.Workload(num_prompts=40, max_concurrency=4,
+                        input_len=simllm.config.workload.LengthDist("uniform", low=819, high=1025),
+                        output_len=simllm.config.workload.LengthDist("uniform", low=102, high=129))
+    s = simllm.simulate(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"),
+                        simllm.ServingConfig(max_model_len=1152, pipeline_parallel_size=2), w).summary
+    assert p.predicted["tpot"] == pytest.approx(s["mean_tpot_ms"])

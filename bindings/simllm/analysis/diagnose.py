@@ -187,6 +187,8 @@ def _configs(result, model, hardware, serving):
         util = mem.get("usable_bytes", 0.9) / mem["total_bytes"] if mem.get("total_bytes") else 0.9
         serving = ServingConfig(
             tensor_parallel_size=s["tensor_parallel_size"], data_parallel_size=s["data_parallel_size"],
+            pipeline_parallel_size=s.get("pipeline_parallel_size", 1),
+            pp_max_micro_batch_size=s.get("pp_max_micro_batch_size", 0),
             dtype=s["dtype"], kv_cache_dtype=s["kv_cache_dtype"], max_num_seqs=s["max_num_seqs"],
             max_num_batched_tokens=s["max_num_batched_tokens"], enable_chunked_prefill=s["enable_chunked_prefill"],
             enable_prefix_caching=s["enable_prefix_caching"], batching=s["batching"],

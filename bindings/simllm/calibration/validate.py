@@ -218,6 +218,7 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         # attention data parallelism: replicas; with expert parallelism (a MoE model's rows only: a
         # dense model's may fill the column in) their tokens meet in every MoE layer
         data_parallel_size=1 if disagg else m.dp,
+        pipeline_parallel_size=1 if disagg else m.pp,
         expert_parallel_size=m.ep if model.is_moe and not disagg else 1,
         moe_tensor_parallel_size=0 if disagg else moe_tensor_parallel(m, model),
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
@@ -282,11 +283,9 @@ def skip_reason(m, model, hardware):
         if not m.concurrency:
             return "disaggregated row without its concurrency"
         if m.prefill.pp != 1 or m.decode.pp != 1:
-            return "pipeline parallelism"
+            return "pipeline parallelism in a disaggregated pool"
     elif m.mode != "agg":
         return f"mode {m.mode!r} (agg or disagg)"
-    if m.pp != 1:
-        return "pipeline parallelism"
     if m.precision not in _PRECISION:
         return f"precision {m.precision!r}"
     return ""

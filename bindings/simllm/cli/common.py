@@ -103,6 +103,12 @@ def add_engine_args(p):
     p.add_argument("--data-parallel-size", "-dp", type=positive_int, default=1,
                    help="engine replicas (with expert parallelism: attention data-parallel ranks whose tokens meet "
                         "in every MoE layer)")
+    p.add_argument("--pipeline-parallel-size", "-pp", type=positive_int, default=1,
+                   help="pipeline stages the layers are split over, each -tp GPUs; up to that many batches in "
+                        "flight (vLLM's batch queue; default 1)")
+    p.add_argument("--pp-max-micro-batch-size", type=nonnegative_int, default=0,
+                   help="with pipeline parallelism: most sequences in one batch (SGLang's flag; default 0: vLLM's "
+                        "scheduler, a batch takes every request it can)")
     p.add_argument("--expert-parallel-size", "-ep", type=positive_int, default=1,
                    help="MoE layers' experts spread over this many GPU groups; tensor x data parallel GPUs = EP x the "
                         "experts' own TP (default 1: experts sharded by TP)")
@@ -238,6 +244,7 @@ def target(args):
 #: add_scheduler_args adds (the commands that simulate a workload).
 ENGINE_FIELDS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "kv_compression_ratio", "gpu_memory_utilization",
                  "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "data_parallel_size",
+                 "pipeline_parallel_size", "pp_max_micro_batch_size",
                  "expert_parallel_size", "moe_tensor_parallel_size", "enable_expert_parallel", "expert_load_imbalance",
                  "expert_routing", "num_redundant_experts", "framework", "speculative_config")
 SCHEDULER_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching", "router", "batching",

@@ -72,6 +72,12 @@ class ServingConfig:
     # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
     batch_max: int = setting(0, "--batch-max", _count(0), "a positive integer")
     data_parallel_size: int = setting(1, "--data-parallel-size", _count(1), "a positive integer")
+    # Pipeline parallelism: the layers split over this many stages of tensor-parallel GPUs, batches
+    # in flight through them at once (vLLM's batch queue; simcore.pipeline)
+    pipeline_parallel_size: int = setting(1, "--pipeline-parallel-size", _count(1), "a positive integer")
+    # With pipeline parallelism, the most sequences one batch takes (SGLang's
+    # --pp-max-micro-batch-size); 0 = vLLM's scheduler: a batch takes every request it can
+    pp_max_micro_batch_size: int = setting(0, "--pp-max-micro-batch-size", _count(0), "an integer >= 0")
     # Expert parallelism of MoE layers: their experts spread over this many GPU groups (SGLang's
     # --ep-size, TensorRT-LLM's moe_expert_parallel_size); 1 = experts sharded by TP only. With
     # data parallelism it couples the replicas (attention data parallelism): every rank's tokens
@@ -107,6 +113,11 @@ class ServingConfig:
                              "one of " + ", ".join(FRAMEWORKS) + ", or a path to a framework profile YAML")
     # vLLM's --speculative-config: a SpeculativeConfig, or its JSON object / mapping (None: off)
     speculative_config: object = setting(None, "--speculative-config", normalize=speculative_config)
+
+    @property
+    def num_gpus(self):
+        """GPUs these settings take: tensor x pipeline x data parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     def __post_init__(self):
         for f in fields(self):
@@ -190,6 +201,7 @@ def resolve(model, hardware, serving):
             f"expert parallelism over {tp * serving.data_parallel_size} GPUs spans nodes of {hardware.gpus_per_node}: "
             f"its all-to-all sends part of its bytes over the network ({hardware.network_bandwidth_gbps:g} GB/s per GPU)"
         )
+    pipeline_checks(model, hardware, serving, warnings)
     if tp > hardware.gpus_per_node:
         warnings.append(
             f"tensor parallel size {tp} spans nodes of {hardware.gpus_per_node} GPUs: all-reduces are timed on the "
@@ -235,6 +247,38 @@ def resolve(model, hardware, serving):
         expert_parallel_size=ep,
         moe_tensor_parallel_size=moe_tp,
     )
+
+
+def pipeline_checks(model, hardware, serving, warnings):
+    """Raise :class:`ConfigError` unless ``serving``'s pipeline parallelism can run: at most one
+    stage per layer, continuous batching (vLLM's batch queue), no speculative decoding (not simulated
+    with pipelining; vLLM's model runner v2 rejects EAGLE with it) and no attention data-parallel
+    ranks stepping together. Appends to ``warnings`` what is ignored or crosses nodes."""
+    pp = serving.pipeline_parallel_size
+    if pp == 1:
+        if serving.pp_max_micro_batch_size:
+            warnings.append("--pp-max-micro-batch-size is ignored without pipeline parallelism "
+                            "(--pipeline-parallel-size)")
+        return
+    if pp > model.layers:
+        raise ConfigError(f"at most {model.name}'s {model.layers} layers (one stage a layer at least)",
+                          source=CLI, key="--pipeline-parallel-size", value=pp)
+    if serving.batching != "continuous":
+        raise ConfigError("1 with static or dynamic batching: batches in flight through the stages are vLLM's "
+                          "continuous batching", source=CLI, key="--pipeline-parallel-size", value=pp)
+    if serving.speculative_config is not None:
+        raise ConfigError("1 with speculative decoding: simllm does not simulate drafts under pipeline parallelism",
+                          source=CLI, key="--pipeline-parallel-size", value=pp)
+    if serving.data_parallel_size > 1 and (expert_parallel(model, serving)[0] > 1
+                                           or serving.moe_tensor_parallel_size > serving.tensor_parallel_size):
+        raise ConfigError("1 with attention data parallelism (-dp with expert parallelism): its ranks step together, "
+                          "which simllm does not simulate pipelined", source=CLI, key="--pipeline-parallel-size",
+                          value=pp)
+    tp, g = serving.tensor_parallel_size, hardware.gpus_per_node
+    if tp * pp > g:
+        warnings.append(f"pipeline of {pp} stages x TP {tp} spans nodes of {g} GPUs: the activations between "
+                        f"stages on different nodes go over the network ({hardware.network_bandwidth_gbps:g} GB/s "
+                        f"per GPU, {hardware.network_latency_us:g} us)")
 
 
 def expert_parallel(model, serving):

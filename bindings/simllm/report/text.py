@@ -51,6 +51,7 @@ def format_estimate(est):
         f"{m.layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads / {m.num_key_value_heads} KV heads "
         f"x {m.head_dim}",
         f"  serving  TP={s.tensor_parallel_size}"
+        + (f", PP={s.pipeline_parallel_size}" if s.pipeline_parallel_size > 1 else "")
         + (f", DP={s.data_parallel_size}" if s.data_parallel_size > 1 else "")
         + (f", EP={r.expert_parallel_size} (each expert over {r.moe_tensor_parallel_size} GPU"
            f"{'s' if r.moe_tensor_parallel_size > 1 else ''}"
@@ -96,7 +97,7 @@ def format_estimate(est):
             + ("recurrent states" if mem.state_blocks else "") if mem.window_blocks or mem.state_blocks else "")],
         ["free", fixed(mem.free_bytes / 1e9), ""],
     ], "lrl"))
-    kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size
+    kv_total = mem.kv_bytes_per_token * s.tensor_parallel_size / mem.stage_share
     bw = hw.memory_bandwidth_gbps
     out += [
         "",
@@ -108,11 +109,11 @@ def format_estimate(est):
             ["KV cache per token", f"{kv_total:,.0f} bytes ({1000 * kv_total / 1e6:.1f} MB per 1000 tokens)"
              + (f" in the {m.full_layers} full-attention layers" if mem.window_blocks or mem.state_blocks else "")],
             *([["KV cache per sequence, windowed",
-                 f"at most {mem.window_bytes_per_seq * s.tensor_parallel_size / 1e6:,.1f} MB in the {m.windowed_layers} "
+                 f"at most {mem.window_bytes_per_seq * s.tensor_parallel_size / mem.stage_share / 1e6:,.1f} MB in the {m.windowed_layers} "
                  f"{'sliding-window' if m.sliding_window else 'chunked-attention'} layers ({m.window_tokens:,}-token "
                  f"window: {mem.window_blocks} blocks each)"]] if mem.window_blocks else []),
             *([["recurrent state per sequence",
-                f"{mem.state_bytes_per_seq * s.tensor_parallel_size / 1e6:,.1f} MB in the {m.linear_layers} "
+                f"{mem.state_bytes_per_seq * s.tensor_parallel_size / mem.stage_share / 1e6:,.1f} MB in the {m.linear_layers} "
                 f"linear-attention layers, whatever the context"]] if mem.state_blocks else []),
             ["largest batch that fits", f"{est.max_batch_size:,} sequences of {est.input_len + est.output_len} tokens"],
             ["ideal TTFT (one request)", f"{est.ideal_ttft_s * 1e3:.2f} ms"],
@@ -224,8 +225,9 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     if calibration:
         out.append(domain_warning(calibration))
     out.append(f"{'Simulated engine':-^50}")
+    stages = (f"PP={s['pipeline_parallel_size']}, " if s.get("pipeline_parallel_size", 1) > 1 else "")
     out.append(_line("Model / hardware:", f"{s['model']} on {s['hardware']} (TP={s['tensor_parallel_size']}, "
-                     f"DP={s['data_parallel_size']}" + _moe_parallel(s) + ")"))
+                     + stages + f"DP={s['data_parallel_size']}" + _moe_parallel(s) + ")"))
     out.append(_line("Mean queueing time (ms):", f"{s['mean_queue_ms']:.2f}"))
     out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
     out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))

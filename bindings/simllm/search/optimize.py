@@ -95,7 +95,7 @@ def _check_keys(summary, slos):
 #: preset name, a YAML path or a HardwareConfig; ``num_speculative_tokens`` the drafts of the base
 #: ``speculative_config``, 0 for none: ``simllm.config.speculative.with_tokens``).
 OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size",
-                "ep": "expert_parallel_size"}
+                "ep": "expert_parallel_size", "pp": "pipeline_parallel_size"}
 OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
 STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fit in memory (OOM)",
             "invalid": "invalid configuration", "budget": "over the GPU budget"}
@@ -107,7 +107,7 @@ SPEC_TOKENS = "num_speculative_tokens"
 _SERVING_FIELDS = {f.name: f for f in dataclasses.fields(ServingConfig)}
 #: Serving fields -> ``simllm run`` flags (for the re-run command line).
 RUN_FLAGS = {"tensor_parallel_size": "-tp", "data_parallel_size": "--data-parallel-size",
-             "expert_parallel_size": "--expert-parallel-size"}
+             "expert_parallel_size": "--expert-parallel-size", "pipeline_parallel_size": "-pp"}
 
 
 @dataclass
@@ -511,7 +511,7 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         except TypeError as exc:
             raise ConfigError(f"values of the right type ({exc})", source=CLI, key="--over") from None
         configs.append(Candidate(index=i, params=params, hardware=label, serving=serving,
-                                 gpus=serving.tensor_parallel_size * serving.data_parallel_size,
+                                 gpus=serving.num_gpus,
                                  price_per_hour=price_of.get(label), hardware_config=hw))
 
     if over_disagg or disagg is not None:
@@ -612,7 +612,7 @@ def _disagg_candidates(over_disagg, base, base_serving, hardware_used, price_of,
             except ConfigError as exc:  # a bad swept value is the user's input, not a misfit
                 raise ConfigError(f"valid values for {', '.join(a[0] for a in axes)}: {exc}", source=CLI,
                                   key="--over-disagg") from None
-            gpus = {role: getattr(d, f"{role}_instances") * sv.tensor_parallel_size * sv.data_parallel_size
+            gpus = {role: getattr(d, f"{role}_instances") * sv.num_gpus
                     for role, sv in servings.items()}
             price = _pools_price(d, label, gpus, role_price, objective)
             out.append(Candidate(index=start + len(out), params=params, hardware=label, serving=base_serving,
@@ -696,7 +696,8 @@ def _layout(c):
     """``TP=2 x DP=1 = 2 GPUs``, or a disaggregated candidate's pools."""
     plural = "s" if c.gpus != 1 else ""
     if c.disagg is None:
-        return f"TP={c.serving.tensor_parallel_size} x DP={c.serving.data_parallel_size} = {c.gpus} GPU{plural}"
+        pp = f" x PP={c.serving.pipeline_parallel_size}" if c.serving.pipeline_parallel_size > 1 else ""
+        return f"TP={c.serving.tensor_parallel_size}{pp} x DP={c.serving.data_parallel_size} = {c.gpus} GPU{plural}"
     parts = []
     for role in ("prefill", "decode"):
         sv = c.disagg.pool_serving(c.serving, role)

@@ -96,16 +96,18 @@ def _first(row, names, default=None):
 
 
 def gpus_of(row):
-    """GPUs of one row: ``gpus``, else ``tensor_parallel_size`` x ``data_parallel_size`` (1 each
-    when absent; ``serving.``-prefixed names accepted)."""
+    """GPUs of one row: ``gpus``, else ``tensor_parallel_size`` x ``pipeline_parallel_size`` x
+    ``data_parallel_size`` (1 each when absent; ``serving.``-prefixed names accepted)."""
     g = as_float(_get(row, "gpus"))
     if math.isfinite(g) and g > 0:
         return g
     tp = as_float(_first(row, ("tensor_parallel_size", "serving.tensor_parallel_size", "tp"), 1))
     dp = as_float(_first(row, ("data_parallel_size", "serving.data_parallel_size", "replicas"), 1))
+    pp = as_float(_first(row, ("pipeline_parallel_size", "serving.pipeline_parallel_size", "pp"), 1))
     tp = tp if math.isfinite(tp) and tp > 0 else 1.0
     dp = dp if math.isfinite(dp) and dp > 0 else 1.0
-    return tp * dp
+    pp = pp if math.isfinite(pp) and pp > 0 else 1.0
+    return tp * pp * dp
 
 
 def per_user_speed(row):

@@ -55,7 +55,7 @@ def _pool_hardware(name, hardware, role):
 
 
 def _pool_gpus(serving, instances):
-    return instances * serving.tensor_parallel_size * serving.data_parallel_size
+    return instances * serving.num_gpus
 
 
 def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *, requests=None, fast_forward=True,
@@ -94,6 +94,9 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         if sv[role].batching != "continuous":
             raise ConfigError("continuous batching in a disaggregated pool", source=CLI, key="--batching",
                               value=sv[role].batching)
+        if sv[role].pipeline_parallel_size > 1:
+            raise ConfigError("1 in a disaggregated pool: simllm does not simulate pipelined P/D pools", source=CLI,
+                              key="--pipeline-parallel-size", value=sv[role].pipeline_parallel_size)
     if sv["prefill"].block_size != sv["decode"].block_size:
         raise ConfigError(f"the prefill pool's block size ({sv['prefill'].block_size})", source=CLI,
                           key="--decode-config block_size", value=sv["decode"].block_size)

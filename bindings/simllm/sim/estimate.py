@@ -21,7 +21,7 @@ from simllm.config.serving import ServingConfig
 from simllm.errors import ConfigError
 from simllm.sim.memory import plan_memory
 from simllm.sim.speculative import draft_seconds, pack_drafter
-from simllm.sim.pack import pack_cost_params
+from simllm.sim.pack import pack_cost_params, pipeline_sends_s, pipeline_settings
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,7 @@ class Estimate:
 
     def to_dict(self):
         m, hw, r, mem = self.model, self.hardware, self.resolved, self.memory
+        whole = self.serving.tensor_parallel_size / mem.stage_share  # a GPU's share -> the whole model's
         return {
             "model": {
                 "name": m.name,
@@ -182,6 +183,8 @@ class Estimate:
             },
             "serving": {
                 "tensor_parallel_size": self.serving.tensor_parallel_size,
+                **({"pipeline_parallel_size": self.serving.pipeline_parallel_size}
+                   if self.serving.pipeline_parallel_size > 1 else {}),
                 "dtype": r.weight_dtype,
                 "activation_dtype": r.activation_dtype,
                 "kv_cache_dtype": r.kv_dtype,
@@ -209,10 +212,10 @@ class Estimate:
             "summary": {
                 "weights_streamed_per_step_bytes": self.streamed_weight_bytes,
                 "decode_lower_bound_ms": self.decode_lower_bound_s * 1e3,
-                "kv_cache_bytes_per_token": mem.kv_bytes_per_token * self.serving.tensor_parallel_size,
+                "kv_cache_bytes_per_token": mem.kv_bytes_per_token * whole,
                 "kv_cache_bytes_per_token_per_gpu": mem.kv_bytes_per_token,
-                "kv_cache_window_bytes_per_seq": mem.window_bytes_per_seq * self.serving.tensor_parallel_size,
-                "recurrent_state_bytes_per_seq": mem.state_bytes_per_seq * self.serving.tensor_parallel_size,
+                "kv_cache_window_bytes_per_seq": mem.window_bytes_per_seq * whole,
+                "recurrent_state_bytes_per_seq": mem.state_bytes_per_seq * whole,
                 "kv_capacity_tokens": mem.kv_capacity_tokens,
                 "max_batch_size": self.max_batch_size,
                 "ideal_ttft_ms": self.ideal_ttft_s * 1e3,
@@ -319,6 +322,16 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"at {hardware.memory_bandwidth_gbps:g} GB/s; the dimensions give {lower_bound * 1e3:.2f} ms, reported here"
         )
     ideal_ttft = _step(params, "prefill", 1, input_len, 0).seconds
+    ideal_tpot = _tpot(params, model, 1, input_len, output_len)
+    pipeline = pipeline_settings(params, hardware, serving)
+    if pipeline:  # a lone request waits for every stage and every send between them
+        ideal_ttft += pipeline_sends_s(pipeline, float(input_len))
+        ideal_tpot += pipeline_sends_s(pipeline, 1.0) if output_len > 1 else 0.0
+        warnings.append(
+            f"pipeline parallelism: the steps are the whole model's, the sum of its "
+            f"{serving.pipeline_parallel_size} stages (each GPU computes its share); a lone request adds the sends "
+            f"between stages ({pipeline_sends_s(pipeline, 1.0) * 1e3:.3f} ms a decode step); `simllm run` simulates "
+            f"the batches in flight")
     spec = None
     if speculative is not None:
         if not model.kv_cache_enabled:
@@ -343,7 +356,7 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
         streamed_weight_bytes=float(streamed),
         decode_lower_bound_s=float(lower_bound),
         ideal_ttft_s=ideal_ttft,
-        ideal_tpot_s=_tpot(params, model, 1, input_len, output_len),
+        ideal_tpot_s=ideal_tpot,
         batch_ttft_s=prefill.seconds,
         batch_tpot_s=_tpot(params, model, batch_size, input_len, output_len),
         max_batch_size=int(max_batch),

@@ -45,6 +45,7 @@ class MemoryPlan:
     window_bytes_per_seq: float = 0.0  # bytes the windowed layers hold per sequence at most
     state_bytes_per_seq: float = 0.0  # linear-attention layers' recurrent states of one sequence
     state_blocks: int = 0  # ... in full-attention blocks (rounded up)
+    stage_share: float = 1.0  # pipeline parallelism: the share of the layers this GPU's stage holds (at most)
 
     def fixed_blocks(self, tokens):
         """Full-attention blocks a sequence holds besides its context's, reaching ``tokens`` tokens
@@ -78,6 +79,24 @@ def _gb(x):
     return f"{x / 1e9:.2f} GB"
 
 
+def stage_share(model, serving):
+    """The share of the layers the most loaded pipeline stage holds (``ceil(L / P) / L``, vLLM's
+    split: ``simcore.pipeline.stage_layers_nb``); 1 without pipeline parallelism."""
+    pp = serving.pipeline_parallel_size
+    return 1.0 if pp == 1 else -(-model.layers // pp) / model.layers
+
+
+def stage_weight_bytes(params, model, share):
+    """Weights on one GPU of the most loaded pipeline stage: ``share`` of the layers' and the larger
+    of the embedding shard (first stage) and the LM head (last stage; a tied head is a copy of the
+    embedding there), plus the final norm, at most what any stage holds."""
+    whole = resident_weight_bytes_nb(params, model.tie_word_embeddings)
+    embedding = params.vocab * params.hidden / params.tp
+    head = 0.0 if model.tie_word_embeddings else params.p_lm_head
+    layers = whole - (embedding + head + params.norm_params) * params.a_bytes
+    return layers * share + (max(embedding, params.p_lm_head) + params.norm_params) * params.a_bytes
+
+
 def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_bytes=0.0, draft_kv_bytes_per_token=0.0):
     """Size the KV pool for one GPU.
 
@@ -105,21 +124,25 @@ def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_byte
     total = hardware.memory_size_bytes
     usable = total * serving.gpu_memory_utilization
     weights = resident_weight_bytes_nb(params, model.tie_word_embeddings) + draft_weight_bytes
+    share = stage_share(model, serving)
+    if share < 1.0:  # pipeline parallelism: the most loaded stage's GPU
+        weights = stage_weight_bytes(params, model, share)
     workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
     bs = serving.block_size
     full, windowed = model.full_layers, model.windowed_layers
     if not full:  # every layer windowed: the pool's unit is their block, grown with the context
         full, windowed = windowed, 0
-    per_layer = kv_bytes_per_token_nb(params) / model.layers  # one layer's, this GPU
-    per_token = (kv_bytes_per_token_nb(params) if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
+    per_layer = kv_bytes_per_token_nb(params) / model.layers * share  # one layer's, this GPU (its stage's share)
+    per_token = (kv_bytes_per_token_nb(params) * share if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
     per_token += draft_kv_bytes_per_token if model.kv_cache_enabled else 0.0
     block_bytes = per_token * bs
     window_blocks = model.window_blocks(bs) if windowed and model.kv_cache_enabled else 0
-    state = model.linear_layers * params.lin_state_bytes if model.kv_cache_enabled else 0.0
+    state = model.linear_layers * params.lin_state_bytes * share if model.kv_cache_enabled else 0.0
     left = usable - weights - workspace - runtime
     tp = serving.tensor_parallel_size
-    where = f"{model.name} on {hardware.gpu} (TP={tp}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
+    stages = f", PP={serving.pipeline_parallel_size}" if serving.pipeline_parallel_size > 1 else ""
+    where = f"{model.name} on {hardware.gpu} (TP={tp}{stages}, weights {resolved.weight_dtype}, KV {resolved.kv_dtype})"
     budget = (
         f"{hardware.memory_size_gb:.1f} GB x gpu_memory_utilization {serving.gpu_memory_utilization:g} = "
         f"{_gb(usable)} usable: weights {_gb(weights)} + activations {_gb(workspace)} + runtime {_gb(runtime)}"
@@ -149,6 +172,7 @@ def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_byte
         window_bytes_per_seq=window_blocks * bs * windowed * per_layer,
         state_bytes_per_seq=state,
         state_blocks=math.ceil(state / block_bytes - 1e-9) if state and block_bytes else 0,
+        stage_share=share,
     )
     hints = "use more GPUs (--tensor-parallel-size), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
     if left <= 0.0:

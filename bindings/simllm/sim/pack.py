@@ -220,3 +220,50 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
                                                 mla_heads=q_heads if model.is_mla else 0.0,
                                                 kv_dtype=r.kv_dtype,
                                                 dispatch_kernels=ep > 1 and serving.data_parallel_size > 1))
+
+
+def pipeline_settings(params, hardware, serving):
+    """The :class:`simcore.EngineSettings` fields of ``serving``'s pipeline parallelism
+    (``pipeline_*``, see :mod:`simcore.pipeline`) for one tensor-parallel GPU's ``params``.
+
+    Stage ``s``'s GPUs are GPUs ``s x tp`` to ``(s + 1) x tp - 1`` of the replica, nodes holding
+    ``gpus_per_node`` each: a boundary crosses nodes after every ``max(1, gpus_per_node // tp)``
+    stages. Between stages each token's hidden state and residual (``2 x hidden`` activation
+    elements, vLLM's IntermediateTensors) move: each of the ``tp`` GPUs sends its ``1 / tp`` share
+    over NVLink or its network NIC (per direction, at the interconnect's achieved fraction; the
+    network no quicker to start than NVLink), and the receiving stage all-gathers the shares over
+    its tensor-parallel link (vLLM's ``send_tensor_dict`` with ``all_gather_group``). Empty without
+    pipeline parallelism."""
+    pp = serving.pipeline_parallel_size
+    if pp == 1:
+        return {}
+    tp = serving.tensor_parallel_size
+    token_bytes = 2.0 * params.hidden * params.a_bytes
+    share_bytes = token_bytes / tp
+    eff = hardware.interconnect_utilization
+    gather_latency_s = params.link_latency_s if tp > 1 else 0.0
+    gather_s = token_bytes * (tp - 1) / tp / (params.link_bw * params.eff_link) if tp > 1 else 0.0
+    nvl_bw = hardware.interconnect_bandwidth_gbps * 1e9 * eff
+    net_bw = hardware.network_bandwidth_gbps * 1e9 * eff
+    return dict(
+        pipeline_stages=pp,
+        pipeline_batch_seqs=serving.pp_max_micro_batch_size,
+        pipeline_stages_per_node=max(1, hardware.gpus_per_node // tp),
+        pipeline_latency_s=hardware.interconnect_latency_us * 1e-6 + gather_latency_s,
+        pipeline_s_per_token=share_bytes / nvl_bw + gather_s,
+        pipeline_net_latency_s=max(hardware.network_latency_us, hardware.interconnect_latency_us) * 1e-6 + gather_latency_s,
+        pipeline_net_s_per_token=share_bytes / net_bw + gather_s,
+    )
+
+
+def pipeline_sends_s(settings, n_tokens):
+    """Seconds a batch of ``n_tokens`` tokens spends in the sends between all its stages, for
+    :func:`pipeline_settings`' ``settings`` (0 without pipeline parallelism); as
+    ``simcore.pipeline.send_seconds_nb`` over every boundary."""
+    total = 0.0
+    for s in range(settings.get("pipeline_stages", 1) - 1):
+        if (s + 1) % settings["pipeline_stages_per_node"] == 0:
+            total += settings["pipeline_net_latency_s"] + n_tokens * settings["pipeline_net_s_per_token"]
+        else:
+            total += settings["pipeline_latency_s"] + n_tokens * settings["pipeline_s_per_token"]
+    return total

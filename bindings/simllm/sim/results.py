@@ -15,11 +15,12 @@ from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplac
 
 def summary_gpus(summary):
     """GPUs a run used: its ``num_gpus`` (a disaggregated run's pools together), else
-    ``tensor_parallel_size`` x ``data_parallel_size`` of its summary (1 each when absent). The one
-    place per-GPU figures get their divisor."""
+    ``tensor_parallel_size`` x ``pipeline_parallel_size`` x ``data_parallel_size`` of its summary (1
+    each when absent). The one place per-GPU figures get their divisor."""
     if summary.get("num_gpus"):
         return summary["num_gpus"]
-    return (summary.get("tensor_parallel_size") or 1) * (summary.get("data_parallel_size") or 1)
+    return ((summary.get("tensor_parallel_size") or 1) * (summary.get("pipeline_parallel_size") or 1)
+            * (summary.get("data_parallel_size") or 1))
 
 
 def output_throughput_per_gpu(summary):
@@ -272,6 +273,9 @@ class SimResult:
             "hardware": hardware.gpu,
             "tensor_parallel_size": serving.tensor_parallel_size,
             "data_parallel_size": replicas,
+            **({"pipeline_parallel_size": serving.pipeline_parallel_size,
+                "pp_max_micro_batch_size": serving.pp_max_micro_batch_size}
+               if serving.pipeline_parallel_size > 1 else {}),
             **moe_parallel_keys(serving, resolved),
             "dtype": resolved.weight_dtype,
             "kv_cache_dtype": resolved.kv_dtype,

@@ -20,7 +20,7 @@ from simllm.config.workload import Workload, client_delays, generate
 from simllm.errors import ConfigError
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
-from simllm.sim.pack import framework_for, pack_cost_params
+from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import SimResult
 from simllm.sim.speculative import pack_drafter, speculation
 
@@ -104,14 +104,16 @@ def run_reporting(kernel, glob, n, progress, interval_s=0.1):
 
 class Pool(NamedTuple):
     """One engine's validated, packed setup: its framework profile, resolved settings, one GPU's
-    cost parameters, the memory plan and its speculative decoding (a :class:`simcore.Speculation` or None,
-    seed 0: :func:`pool_speculation` gives a workload's)."""
+    cost parameters, the memory plan, its speculative decoding (a :class:`simcore.Speculation` or None,
+    seed 0: :func:`pool_speculation` gives a workload's) and its pipeline parallelism (the
+    ``EngineSettings`` fields of ``pack.pipeline_settings``)."""
 
     framework: object
     resolved: object
     params: object
     memory: object
     speculation: object
+    pipeline: dict
 
 
 def prepare_pool(model, hardware, serving, framework=None):
@@ -128,7 +130,8 @@ def prepare_pool(model, hardware, serving, framework=None):
     memory = plan_memory(params, model, hardware, serving, resolved,
                          draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,
                          draft_kv_bytes_per_token=drafter.kv_bytes_per_token if drafter else 0.0)
-    return Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec))
+    return Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec),
+                pipeline_settings(params, hardware, serving))
 
 
 def check_speculative(model, serving):
@@ -153,7 +156,7 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
     (``n_replicas`` = ``serving.data_parallel_size``) and the request arrays ``reqi``, ``reqf`` (see
     ``simcore.engine.simulate_nb``; None without ``arrays``). Raises :class:`ConfigError` for lengths
     the model cannot take."""
-    fw, resolved, params, memory, sp = pool
+    fw, resolved, params, memory, sp, pipeline = pool
     check_workload(workload, model, resolved.max_model_len)
     _check_trace_lengths(workload, requests, resolved.max_model_len)
     n = len(requests)
@@ -193,7 +196,9 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
                    frontend_s=frontend_s, warmup=min(workload.warmup_requests, n),
                    # attention data-parallel ranks whose tokens meet in the MoE layers step together
                    lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens),
-                   num_speculative_tokens=len(sp.rates) if sp is not None else 0)
+                   num_speculative_tokens=len(sp.rates) if sp is not None else 0, **pipeline)
+    if e.pipeline_stages > 1:
+        e = e._replace(fast_forward=False)  # micro-batches overlap: every step explicit (simcore.pipeline)
     if not arrays:
         return e, None, None
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
@@ -276,7 +281,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     bs = serving.block_size
     replicas = e.n_replicas
     frontend_s = e.frontend_s
-    lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS)
+    lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS, e.pipeline_stages)
     acc = np.zeros((replicas, lay.acc_len))
     sp = pool_speculation(pool, workload)
     start = time.perf_counter()
