@@ -232,6 +232,8 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
             if rates is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped
                     accepted = accepted_nb(rates, seed, r, g, new - 1)
+                    for i in range(accepted):  # drafts 1..a passed
+                        acc[lay.off_spec + i] += 1.0
                     drafts += 1
                     draft_tokens += new - 1
                     accepted_tokens += accepted
@@ -261,6 +263,8 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
         acc[STAT_SPEC_DRAFT_TOKENS] += draft_tokens
         acc[STAT_SPEC_ACCEPTED] += accepted_tokens
     ws[FINISHED_LAST_STEP] = finished
+    if finished == 0 and not emit_all:
+        return  # the running list is unchanged: every member still runs
     k = 0
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
@@ -331,32 +335,40 @@ def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, req
 
 
 @jit
-def _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read, n_emit):
-    """Seconds, FLOPs and bytes of a speculative step of schedule rows 0..n_sched-1 with these
-    aggregates: the target's forward with logits at every draft too (a row's drafts are the tokens
-    it schedules past its tokens so far), then the drafter's passes
-    (``speculative.draft_totals_nb``) over the rows that sample, those whose tokens so far are
-    then all computed."""
+def _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched):
+    """Seconds, FLOPs, bytes and tokens of a speculative step of schedule rows 0..n_sched-1, in one
+    pass over them: the target's forward (``scheduler.schedule_aggregates_nb``'s aggregates) with
+    logits at every draft too (a row's drafts are the tokens it schedules past its tokens so far),
+    then the drafter's passes (``speculative.draft_totals_nb``) over the rows that sample, those
+    whose tokens so far are then all computed."""
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
     n_sample = 0.0
     ctx_sample = 0.0
     logits = 0.0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
-        after = reqi[r, RI_COMPUTED] + sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        q = float(new)
+        c = float(reqi[r, RI_COMPUTED])
+        n_tokens += q
+        pairs += q * c + q * (q + 1.0) * 0.5
+        kv_read += c + q
+        after = reqi[r, RI_COMPUTED] + new
         over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-        if over >= 0:
+        if over >= 0:  # it samples: 1 + its drafts logits
             n_sample += 1.0
             ctx_sample += after
-            if over > 0:  # schedule_aggregates_nb counted no logits for it: 1 + its drafts
-                logits += 1.0 + over
-    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit + logits)
+            logits += 1.0 + over
+    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, logits)
     if sp.has_drafter:
         ddt, dflops, dbytes = draft_totals_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample,
                                               ctx_sample)
         dt += ddt
         flops += dflops
         nbytes += dbytes
-    return dt, flops, nbytes
+    return dt, flops, nbytes, n_tokens
 
 
 @jit
@@ -390,11 +402,11 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
                 schedule_row_nb(lay, ws, j, running_nb(lay, ws, j), 1)
         used = ws[RUNNING_COUNT] * ((e.max_model_len + e.block_size - 1) // e.block_size)
 
-    # The iteration's cost from its batch aggregates (a static batch emits on every row).
-    n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to)
-    if not continuous:
-        n_emit = float(n_sched)
     if sp is None:  # numba prunes the other branch: plain runs carry no trace of speculation
+        # The iteration's cost from its batch aggregates (a static batch emits on every row).
+        n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to)
+        if not continuous:
+            n_emit = float(n_sched)
         dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
         if e.pipeline_stages > 1:
             # The batch passes the stages; each of a replica's GPUs holds 1 / stages of it.
@@ -407,7 +419,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, None, 0)
     else:
-        dt, flops, nbytes = _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched, n_tokens, pairs, kv_read, n_emit)
+        dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched)  # continuous batching only
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, sp.rates, sp.seed)
@@ -443,11 +455,11 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
         if n_sched == 0:
             continue
-        n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
         if sp is None:
+            n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
             dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
-            dt, flops, nbytes = _spec_step_nb(p, sp, e, lay, reqi, ws[k], n_sched, n_tokens, pairs, kv_read, n_emit)
+            dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], n_sched)
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)

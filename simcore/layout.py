@@ -4,8 +4,8 @@ the small inline accessors kernels use instead of offset arithmetic.
 
 The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogram of
 ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
-the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``) and the
-decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
+the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``), the
+accepted drafts by position and the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
 size). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
 decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
 schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
@@ -30,6 +30,8 @@ class Layout(NamedTuple):
     off_clock: int  # CLOCK_* slots
     off_pipe: int  # pipeline parallelism (simcore.pipeline): stages' free times, then the ring of
     #                the last batches' completion times (pipeline_stages each; none without it)
+    off_spec: int  # speculative decoding: verified drafts accepted at each position (one slot a
+    #                position, up to off_memo; none without it)
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
     acc_len: int
     # int64 workspace
@@ -42,14 +44,15 @@ class Layout(NamedTuple):
     ws_len: int
 
 
-def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipeline_stages=1):
+def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipeline_stages=1, spec_positions=0):
     """The :class:`Layout` of a replica of an engine with these sizes."""
     off_batch = N_STATS
     off_win = off_batch + max_num_seqs + 1
     off_itl = off_win + n_windows * N_WIN
     off_clock = off_itl + n_bins
     off_pipe = off_clock + N_CLOCK
-    off_memo = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
+    off_spec = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
+    off_memo = off_spec + spec_positions
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
@@ -57,9 +60,16 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     off_queue = off_sched + N_SCHED_ROWS * cap
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
-                  off_clock=off_clock, off_pipe=off_pipe, off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
+                  off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
+                  off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
+
+
+def accepted_per_position(lay, acc):
+    """Verified drafts accepted at each position, summed over the replicas of ``acc`` (shape
+    (n_replicas, acc_len)): float64 counts, one per speculative position (empty without)."""
+    return acc[:, lay.off_spec:lay.off_memo].sum(axis=0)
 
 
 def split_accumulator(lay, acc):

@@ -316,8 +316,9 @@ def _allocate_running_nb(e, lay, reqi, ws, r, new):
 def schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to):
     """The cost kernels' batch aggregates of schedule rows 0..n_sched-1 (``pad_to`` > 0 pads every
     row to that many new tokens): (tokens, attention pairs, KV tokens read, rows with logits: one
-    for each row whose tokens so far are then all computed; a speculative row's drafts are added by
-    ``engine._spec_rows_nb``). Same reduction as cost.batch_aggregates_nb, over the workspace."""
+    for each row whose tokens so far are then all computed; a speculative step's
+    ``engine._spec_step_nb`` sums the same with logits at the drafts too). Same reduction as
+    cost.batch_aggregates_nb, over the workspace."""
     n_tokens = 0.0
     pairs = 0.0
     kv_read = 0.0

@@ -13,7 +13,7 @@ tests/naive.py): plain Python straight from the model's description, no numba, n
 import functools
 import json
 import math
-from collections import deque
+from collections import Counter, deque
 
 from simcore import codes, iteration_costs_nb, iteration_time_nb, new_cost_arrays
 from simllm.config import dtypes
@@ -614,6 +614,7 @@ class Req:
         self.last_emit = -1.0
         self.itls = []
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0  # speculative decoding
+        self.spec_accepted_at = Counter()  # ... drafts accepted by position
 
     @property
     def tokens_so_far(self):
@@ -861,6 +862,7 @@ class _Engine:
                 r.spec_drafts += 1
                 r.spec_draft_tokens += new - 1
                 r.spec_accepted += accepted
+                r.spec_accepted_at.update(range(accepted))
                 emitted += accepted
                 new = emitted
             r.computed += new

@@ -161,7 +161,7 @@ def test_kernel_matches_the_reference_engine(on_decode, speculative):
     nbytes = reqs.input_len * m.kv_elements_per_token() * pools[0].params.kv_bytes
     xfer = np.zeros((n, codes.N_XF))
     xfer[:, codes.XF_BYTES] = nbytes
-    lay = make_layout(256, 16, n, N_WINDOWS, ITL_BINS)
+    lay = make_layout(256, 16, n, N_WINDOWS, ITL_BINS, spec_positions=e_d.num_speculative_tokens)
     arrival = reqf[:, codes.RF_ARRIVAL].copy()
     sps = [pool_speculation(pool, w) for pool in pools]
     acc_d = np.zeros((1, lay.acc_len))

@@ -31,6 +31,11 @@ def test_summary_carries_vllms_spec_decode_keys_and_the_stated_acceptance():
         100 * s["spec_decode_accepted_tokens"] / s["spec_decode_draft_tokens"])
     # vLLM's mean acceptance length 1 + sum(rates) = 2.606, less the few last steps with fewer drafts
     assert s["spec_decode_acceptance_length"] == pytest.approx(2.606, abs=0.03)
+    # per position: the stated unconditional rates (vLLM's accepted-per-position over num_drafts),
+    # which add up to the accepted tokens per step
+    per_pos = s["spec_decode_per_position_acceptance_rates"]
+    assert per_pos == pytest.approx([0.73, 0.521, 0.355], abs=0.01)
+    assert sum(per_pos) * s["spec_decode_num_drafts"] == pytest.approx(s["spec_decode_accepted_tokens"], rel=1e-12)
     # every output token but the first and a request's lone last one is in a verification step
     steps_tokens = s["spec_decode_num_drafts"] + s["spec_decode_accepted_tokens"]
     assert 200 * 998 <= steps_tokens <= 200 * 999
@@ -126,3 +131,10 @@ def test_diagnose_what_if_toggles_speculative_decoding():
     assert on.tpot_ms == pytest.approx(direct.summary["mean_tpot_ms"], rel=1e-12) and on.tpot_change < -0.3
     off = dg.what_if(MODEL, GPU, serving(), w, changes=("speculative",))[0]
     assert off.tpot_change > 0.3 and "without" in off.change
+
+
+def test_estimate_refuses_speculation_as_run_does():
+    """One check for both: static batching verifies no drafts, in estimate as in run."""
+    with pytest.raises(ConfigError, match="continuous batching") as err:
+        simllm.estimate(MODEL, GPU, serving(batching="static"))
+    assert "--speculative-config" in str(err.value)

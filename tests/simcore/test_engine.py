@@ -40,7 +40,7 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=N
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
     if delay is not None:
         reqf[:, codes.RF_CLIENT_DELAY] = delay
-    lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, e.pipeline_stages)
+    lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, e.pipeline_stages, e.num_speculative_tokens)
     acc = np.zeros((e.n_replicas, lay.acc_len))
     simulate_nb(p, sp, e, lay, reqi, reqf, acc)
     stats, batch, windows, itl = split_accumulator(lay, acc)

@@ -1,5 +1,7 @@
 """Speculative decoding in the engine: the acceptance draws, the kernels against the reference
 engine, and the closed forms (full acceptance, none, the expected tokens per step, lookahead KV)."""
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -8,6 +10,8 @@ from hypothesis import strategies as st
 import naive
 from helpers import build
 from simcore import codes, draft_totals_nb, iteration_time_nb, uniform_nb
+from simcore.engine import simulate_nb
+from simcore.layout import accepted_per_position, make_layout
 from simllm.config.speculative import SpeculativeConfig
 from simllm.sim.speculative import pack_drafter, speculation
 from test_engine import P, assert_same, engine, run_kernel, workload
@@ -58,6 +62,29 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, blocks
                max_num_batched_tokens=budget if chunked else 600, max_model_len=600, n_clients=clients,
                timeout_s=timeout, warmup=warmup, num_speculative_tokens=k)
     assert_same(e, arrival, ready, prompt, output, sp=spec(k, rates, seed=seed))
+
+
+def test_drafts_accepted_by_position_match_the_reference():
+    """The kernel counts the drafts accepted at each position (vLLM's num_accepted_tokens_per_pos):
+    the reference engine's counts, non-increasing, adding up to the accepted drafts."""
+    rng = np.random.default_rng(5)
+    arrival, ready, prompt, output = workload(rng, 80, 30.0, 400, 120)
+    e = engine(num_speculative_tokens=4, max_model_len=1024)
+    sp = spec(4, [0.9, 0.6, 0.4, 0.2])
+    n = len(prompt)
+    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
+    reqi[:, codes.RI_INPUT] = prompt
+    reqi[:, codes.RI_OUTPUT] = output
+    reqf = np.full((n, codes.N_RF), -1.0)
+    reqf[:, codes.RF_ARRIVAL] = arrival
+    lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, spec_positions=4)
+    acc = np.zeros((1, lay.acc_len))
+    simulate_nb(P, sp, e, lay, reqi, reqf, acc)
+    counts = accepted_per_position(lay, acc)
+    ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, np.zeros(n, dtype=np.int64), sp=sp)
+    want = sum((r.spec_accepted_at for r in ref), Counter())
+    assert counts.tolist() == [float(want[i]) for i in range(4)]
+    assert counts.sum() == acc[0, codes.STAT_SPEC_ACCEPTED] and (np.diff(counts) <= 0).all() and counts[3] > 0
 
 
 def step_s(sp, c, d):

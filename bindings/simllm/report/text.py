@@ -262,6 +262,9 @@ def _spec_decode_lines(s, line):
     out.append(line("Drafts:", s["spec_decode_num_drafts"]))
     out.append(line("Draft tokens:", s["spec_decode_draft_tokens"]))
     out.append(line("Accepted tokens:", s["spec_decode_accepted_tokens"]))
+    if s.get("spec_decode_per_position_acceptance_rates"):
+        out.append(line("Per-position acceptance (%):",
+                        ", ".join(f"{100 * r:.2f}" for r in s["spec_decode_per_position_acceptance_rates"])))
     return out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from simcore import codes
 from simcore.disagg import simulate_disagg_nb
-from simcore.layout import make_layout, split_accumulator
+from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import Transfer
 from simllm.config.disagg import POOL_FLAGS, DisaggConfig
 from simllm.config.hardware import load_hardware
@@ -121,7 +121,7 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
     xfer = np.zeros((n, codes.N_XF))
     xfer[:, codes.XF_BYTES] = (reqi[:, codes.RI_INPUT] - reqi[:, codes.RI_CACHED]) * bytes_per_token
     lay = make_layout(max(sv["prefill"].max_num_seqs, sv["decode"].max_num_seqs), sv["decode"].block_size, n,
-                      N_WINDOWS, ITL_BINS)
+                      N_WINDOWS, ITL_BINS, spec_positions=max(e_p.num_speculative_tokens, e_d.num_speculative_tokens))
     acc_p = np.zeros((inst_p * e_p.n_replicas, lay.acc_len))
     acc_d = np.zeros((inst_d * e_d.n_replicas, lay.acc_len))
     glob = np.zeros(codes.N_GLOBALS + n, dtype=np.int64)
@@ -143,6 +143,7 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         reqf[:, codes.RF_ARRIVAL] -= e_p.frontend_s
     stats_p, batch_p, windows_p, itl_p = split_accumulator(lay, acc_p)
     stats_d, batch_d, windows_d, itl_d = split_accumulator(lay, acc_d)
+    accepted_p, accepted_d = accepted_per_position(lay, acc_p), accepted_per_position(lay, acc_d)
     windows = windows_d.copy()  # the decode pool's engine series, the client-visible counts of both
     for col in (codes.WIN_OUTPUT_TOKENS, codes.WIN_ARRIVALS, codes.WIN_COMPLETED):
         windows[:, col] += windows_p[:, col]
@@ -157,13 +158,14 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         workload=workload, memory=pools["decode"].memory, params=params_d, engine=e_d, requests=requests,
         status=status, out_tok=out_tok, reqf=reqf, stats=np.vstack([stats_p, stats_d]), itl_hist=itl_p + itl_d,
         batch_hist=batch_d, windows=windows, percentiles=tuple(percentiles), goodput=goodput, wall_s=elapsed,
-        per_request_ints=ints, series_replicas=acc_d.shape[0])
+        per_request_ints=ints, series_replicas=acc_d.shape[0], accepted_per_pos=accepted_p + accepted_d)
     s = result.summary
     duration = float(stats_d[:, codes.STAT_END_S].max())
     figures = {}
-    for role, st, bh, e, params, gpus, inst in (("prefill", stats_p, batch_p, e_p, params_p, gpus_p, inst_p),
-                                                ("decode", stats_d, batch_d, e_d, params_d, gpus_d, inst_d)):
-        f = engine_figures(st, params, e, duration, bh)
+    for role, st, bh, e, params, gpus, inst, ac in (
+            ("prefill", stats_p, batch_p, e_p, params_p, gpus_p, inst_p, accepted_p),
+            ("decode", stats_d, batch_d, e_d, params_d, gpus_d, inst_d, accepted_d)):
+        f = engine_figures(st, params, e, duration, bh, ac)
         f.update({"instances": inst, "num_gpus": gpus, "hardware": hw[role].gpu,
                   "tensor_parallel_size": sv[role].tensor_parallel_size,
                   "data_parallel_size": sv[role].data_parallel_size,

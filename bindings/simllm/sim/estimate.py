@@ -16,11 +16,10 @@ from simcore import (
 )
 from simllm.config import dtypes
 from simllm.config import serving as serving_mod
-from simllm.config import speculative as speculative_mod
 from simllm.config.serving import ServingConfig
 from simllm.errors import ConfigError
 from simllm.sim.memory import plan_memory
-from simllm.sim.speculative import draft_seconds, pack_drafter
+from simllm.sim.speculative import check_speculative, draft_seconds, pack_drafter
 from simllm.sim.pack import pack_cost_params, pipeline_sends_s, pipeline_settings
 
 
@@ -289,6 +288,8 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
     params = pack_cost_params(model, hardware, serving, resolved, framework)
     if speculative is None:
         speculative = serving.speculative_config
+    if speculative is not None:
+        check_speculative(model, serving)
     drafter = pack_drafter(model, hardware, serving, speculative, framework) if speculative else None
     memory = plan_memory(params, model, hardware, serving, resolved,
                          draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,
@@ -334,9 +335,6 @@ def estimate(model, hardware, serving=None, *, batch_size=1, input_len=1024, out
             f"the batches in flight")
     spec = None
     if speculative is not None:
-        if not model.kv_cache_enabled:
-            raise ConfigError("a model with a KV cache: speculative decoding verifies drafts against it",
-                              source=speculative_mod.FLAG, value=model.name)
         k = speculative.num_speculative_tokens
         verify = _step(params, "verify", batch_size, 1 + k, mid, logits_per_seq=1 + k)
         single = _step(params, "verify", 1, 1 + k, mid, logits_per_seq=1 + k).seconds + draft_seconds(drafter, k, 1, mid)

@@ -58,11 +58,12 @@ def stats_ms(values_s, percentiles, name):
     return out
 
 
-def engine_figures(stats, params, engine, duration, batch_hist):
+def engine_figures(stats, params, engine, duration, batch_hist, accepted_per_pos=None):
     """What an engine's replicas did over ``duration`` seconds, from their ``stats`` (shape
     (replicas, N_STATS)) and batch-size histogram: preemptions, utilisation of one GPU's peaks
     (``params``), busy fraction, KV-cache usage of ``engine.num_blocks``, batch sizes, iterations and
-    tokens computed."""
+    tokens computed, and speculative decoding's figures (``accepted_per_pos``: drafts accepted at
+    each position, ``simcore.layout.accepted_per_position``)."""
     total = stats.sum(axis=0)
     gpu_s = duration * stats.shape[0]
     blocks = max(engine.num_blocks, 1)
@@ -80,24 +81,29 @@ def engine_figures(stats, params, engine, duration, batch_hist):
         "iterations": int(total[codes.STAT_ITERATIONS]),
         "prefill_tokens_computed": int(total[codes.STAT_PREFILL_TOKENS]),
         "decode_tokens_computed": int(total[codes.STAT_DECODE_TOKENS]),
-        **spec_decode_figures(total),
+        **spec_decode_figures(total, accepted_per_pos),
     }
 
 
-def spec_decode_figures(total):
+def spec_decode_figures(total, accepted_per_pos=None):
     """Speculative decoding's counts under ``vllm bench serve``'s keys, from summed ``STAT_*``
     totals (none when no drafts were verified): verification steps (``spec_decode_num_drafts``),
-    drafts verified and accepted, the acceptance rate in percent and the mean acceptance length
-    (``1 + accepted / drafts``: tokens a request emits per step)."""
+    drafts verified and accepted, the acceptance rate in percent, the mean acceptance length
+    (``1 + accepted / drafts``: tokens a request emits per step) and, given the drafts accepted at
+    each position, the per-position acceptance (position ``i``'s accepted drafts / verification
+    steps, as vLLM's ``num_accepted_tokens_per_pos`` counter over ``num_drafts``)."""
     drafts = int(total[codes.STAT_SPEC_DRAFTS])
     if drafts == 0:
         return {}
     draft_tokens = int(total[codes.STAT_SPEC_DRAFT_TOKENS])
     accepted = int(total[codes.STAT_SPEC_ACCEPTED])
-    return {"spec_decode_acceptance_rate": 100.0 * accepted / draft_tokens,
-            "spec_decode_acceptance_length": 1.0 + accepted / drafts,
-            "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
-            "spec_decode_accepted_tokens": accepted}
+    out = {"spec_decode_acceptance_rate": 100.0 * accepted / draft_tokens,
+           "spec_decode_acceptance_length": 1.0 + accepted / drafts,
+           "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
+           "spec_decode_accepted_tokens": accepted}
+    if accepted_per_pos is not None and len(accepted_per_pos):
+        out["spec_decode_per_position_acceptance_rates"] = [float(c) / drafts for c in accepted_per_pos]
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -148,7 +154,7 @@ class SimResult:
     @classmethod
     def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
               out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None,
-              series_replicas=None):
+              series_replicas=None, accepted_per_pos=None):
         """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
         ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
         per-request table; ``series_replicas`` (default: the rows of ``stats``) divides the time
@@ -266,7 +272,7 @@ class SimResult:
             "error_rate": (n - completed) / n if n else 0.0,
             "num_rejected": rejected,
             "num_timed_out": timed_out,
-            **engine_figures(stats, params, engine, duration, batch_hist),
+            **engine_figures(stats, params, engine, duration, batch_hist, accepted_per_pos),
             "num_requests": n,
             **({"warmup_requests": warm} if warm else {}),
             "model": model.name,

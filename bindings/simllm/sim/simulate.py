@@ -11,18 +11,17 @@ import numpy as np
 
 from simcore import codes
 from simcore.engine import simulate_into_nb, simulate_nb
-from simcore.layout import make_layout, split_accumulator
+from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
-from simllm.config import speculative as speculative_mod
-from simllm.config.serving import CLI, ServingConfig
+from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload, client_delays, generate
 from simllm.errors import ConfigError
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import SimResult
-from simllm.sim.speculative import pack_drafter, speculation
+from simllm.sim.speculative import check_speculative, pack_drafter, speculation
 
 log = logging.getLogger("simllm")
 
@@ -132,17 +131,6 @@ def prepare_pool(model, hardware, serving, framework=None):
                          draft_kv_bytes_per_token=drafter.kv_bytes_per_token if drafter else 0.0)
     return Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec),
                 pipeline_settings(params, hardware, serving))
-
-
-def check_speculative(model, serving):
-    """Raise :class:`ConfigError` unless ``serving``'s speculative decoding can run: drafts are
-    verified against a KV cache, in continuous batching (vLLM's only scheduler)."""
-    if not model.kv_cache_enabled:
-        raise ConfigError("a model with a KV cache: speculative decoding verifies drafts against it",
-                          source=CLI, key=speculative_mod.FLAG, value=model.name)
-    if serving.batching != "continuous":
-        raise ConfigError("continuous batching (--batching continuous): drafts are verified in vLLM's scheduler",
-                          source=CLI, key=speculative_mod.FLAG, value=f"with --batching {serving.batching}")
 
 
 def pool_speculation(pool, workload):
@@ -281,7 +269,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     bs = serving.block_size
     replicas = e.n_replicas
     frontend_s = e.frontend_s
-    lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS, e.pipeline_stages)
+    lay = make_layout(serving.max_num_seqs, bs, n, N_WINDOWS, ITL_BINS, e.pipeline_stages, e.num_speculative_tokens)
     acc = np.zeros((replicas, lay.acc_len))
     sp = pool_speculation(pool, workload)
     start = time.perf_counter()
@@ -296,6 +284,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     if frontend_s:  # latencies count from the client's send
         reqf[:, codes.RF_ARRIVAL] -= frontend_s
     stats, batch_hist, windows, itl_hist = split_accumulator(lay, acc)
+    accepted_per_pos = accepted_per_position(lay, acc)
     status = reqi[:, codes.RI_STATUS].astype(np.int8)
     out_tok = reqi[:, codes.RI_GENERATED].copy()
     ints = None
@@ -307,6 +296,6 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
         model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
         params=params, engine=e, requests=requests, status=status, out_tok=out_tok, reqf=reqf, stats=stats,
         itl_hist=itl_hist, batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
-        wall_s=elapsed, per_request_ints=ints,
+        wall_s=elapsed, per_request_ints=ints, accepted_per_pos=accepted_per_pos,
     )
 

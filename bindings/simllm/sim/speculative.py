@@ -29,7 +29,7 @@ from simcore.params import NO_RATES
 from simllm.config import serving as serving_mod
 from simllm.config import speculative as speculative_mod
 from simllm.config.model import load_model
-from simllm.errors import ConfigError
+from simllm.errors import CLI, ConfigError
 from simllm.sim.pack import pack_cost_params
 
 EAGLE3_DRAFT_VOCAB = 32000  # draft_vocab_size of the EAGLE-3 checkpoints (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)
@@ -117,3 +117,14 @@ def speculation(params, drafter, seed, spec):
     if drafter is None or drafter.params is None:
         return Speculation(rates, int(seed), params, 0.0, False)
     return Speculation(rates, int(seed), drafter.params, float(drafter.proj_params), True)
+
+
+def check_speculative(model, serving):
+    """Raise :class:`ConfigError` unless ``serving``'s speculative decoding can run: drafts are
+    verified against a KV cache, in continuous batching (vLLM's only scheduler)."""
+    if not model.kv_cache_enabled:
+        raise ConfigError("a model with a KV cache: speculative decoding verifies drafts against it",
+                          source=CLI, key=speculative_mod.FLAG, value=model.name)
+    if serving.batching != "continuous":
+        raise ConfigError("continuous batching (--batching continuous): drafts are verified in vLLM's scheduler",
+                          source=CLI, key=speculative_mod.FLAG, value=f"with --batching {serving.batching}")
