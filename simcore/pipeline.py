@@ -18,10 +18,11 @@ before; a stage runs one batch at a time. A lone request therefore waits the sum
 times plus the sends for each token; with at least P batches in flight the replica completes one
 batch per slowest-stage time.
 
-A stage's time is its share of the batch's whole-model time: the layers' part in proportion to
-its layers (every layer alike, the model's mean layer), the embedding and the framework's CPU
-time per step on the first stage, the final norm, LM head, logits gather and sampling on the
-last.
+A stage's time is its share of the batch's whole-model time: its layers' part, the embedding and
+the framework's CPU time per step on the first stage, the final norm, LM head, logits gather and
+sampling on the last. The layers are alike but for their FFN where a MoE model's first layers are
+dense (DeepSeek's ``first_k_dense_replace``): the dense FFNs go to the stages that hold those
+layers, the MoE layers' experts, router and all-to-all to the others.
 
 The engine advances a batch's requests when it schedules it (tokens emitted, requests retired
 at the batch's completion time), as it does without pipelining; their KV blocks are freed then,
@@ -34,7 +35,21 @@ times of the last P batches (a ring).
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.cost`.
 """
 from simcore._jit import jit, jit_inline
-from simcore.codes import OP_EMBEDDING, OP_FINAL_NORM, OP_LM_HEAD, OP_LOGITS_GATHER, OP_SAMPLING
+from simcore.codes import (
+    OP_EMBEDDING,
+    OP_FFN_ACT,
+    OP_FFN_DOWN,
+    OP_FFN_UP,
+    OP_FINAL_NORM,
+    OP_LM_HEAD,
+    OP_LOGITS_GATHER,
+    OP_MOE_ACT,
+    OP_MOE_ALLTOALL,
+    OP_MOE_DOWN,
+    OP_MOE_ROUTER,
+    OP_MOE_UP,
+    OP_SAMPLING,
+)
 from simcore.cost import op_cost_nb, op_count_nb, op_runs_nb, op_seconds_nb
 
 
@@ -52,6 +67,22 @@ def _op_seconds_nb(p, op, n_tokens, n_emit):
         return 0.0
     flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
     return op_count_nb(p, op) * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, n_emit)[0]
+
+
+@jit
+def ffn_split_nb(p, n_tokens, n_emit):
+    """Seconds of a batch's dense FFNs over the dense layers and of its MoE layers' router,
+    experts and all-to-all over the MoE layers, when a model has both (0, 0 otherwise: every layer
+    is alike)."""
+    dense = 0.0
+    moe = 0.0
+    if p.n_moe_layers == 0 or p.n_moe_layers == p.n_layers:
+        return dense, moe
+    for op in (OP_FFN_UP, OP_FFN_ACT, OP_FFN_DOWN):
+        dense += _op_seconds_nb(p, op, n_tokens, n_emit)
+    for op in (OP_MOE_ROUTER, OP_MOE_UP, OP_MOE_ACT, OP_MOE_DOWN, OP_MOE_ALLTOALL):
+        moe += _op_seconds_nb(p, op, n_tokens, n_emit)
+    return dense, moe
 
 
 @jit
@@ -82,13 +113,21 @@ def pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt):
     batch's completion goes into the ring (over the oldest entry). Returns the completion time."""
     stages = e.pipeline_stages
     first, last = pipeline_ends_nb(p, n_tokens, n_emit)
-    layers_s = dt - p.iter_overhead_s - first - last
-    if layers_s < 0.0:
-        layers_s = 0.0
+    dense, moe = ffn_split_nb(p, n_tokens, n_emit)
+    alike = dt - p.iter_overhead_s - first - last - dense - moe  # what every layer does alike
+    if alike < 0.0:
+        alike = 0.0
+    n_dense = p.n_layers - p.n_moe_layers
     free = lay.off_pipe
     t = now
+    below = 0  # layers of the stages before
     for s in range(stages):
-        work = layers_s * stage_layers_nb(p.n_layers, stages, s) / p.n_layers
+        layers = stage_layers_nb(p.n_layers, stages, s)
+        work = alike * layers / p.n_layers
+        if dense > 0.0 or moe > 0.0:  # the first n_dense layers are dense
+            d = min(below + layers, n_dense) - below if below < n_dense else 0
+            work += dense * d / n_dense + moe * (layers - d) / p.n_moe_layers
+        below += layers
         if s == 0:
             work += first + p.iter_overhead_s
         if s == stages - 1:

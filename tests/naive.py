@@ -677,7 +677,8 @@ def pipeline_pass(p, e, free, ring, now, batch_agg, dt):
     """A batch scheduled at ``now`` (aggregates ``batch_agg``, whole-model time ``dt``) through
     ``e.pipeline_stages`` stages, vLLM's layer split (``L // P`` each, one more for the ``L % P``
     stages before the last); the embedding and the CPU step on the first, the final norm, LM head,
-    gather and sampling on the last; sends between stages over NVLink, or the network after every
+    gather and sampling on the last (a MoE model's dense first layers' FFNs on their stages, the
+    experts on the others); sends between stages over NVLink, or the network after every
     ``pipeline_stages_per_node``-th stage. ``free`` (stage free times) and ``ring`` (last batches'
     completions) are updated. Returns its completion time."""
     P = e.pipeline_stages
@@ -687,14 +688,24 @@ def pipeline_pass(p, e, free, ring, now, batch_agg, dt):
     first = float(seconds[codes.OP_EMBEDDING])
     last = float(sum(seconds[op] for op in (codes.OP_FINAL_NORM, codes.OP_LM_HEAD, codes.OP_LOGITS_GATHER,
                                             codes.OP_SAMPLING)))
-    layers_s = max(dt - p.iter_overhead_s - first - last, 0.0)
     L = p.n_layers
+    n_dense = L - p.n_moe_layers
+    dense = moe = 0.0
+    if 0 < p.n_moe_layers < L:  # a MoE model's first layers dense: their FFNs apart from the experts
+        dense = float(sum(seconds[op] for op in (codes.OP_FFN_UP, codes.OP_FFN_ACT, codes.OP_FFN_DOWN)))
+        moe = float(sum(seconds[op] for op in (codes.OP_MOE_ROUTER, codes.OP_MOE_UP, codes.OP_MOE_ACT,
+                                                codes.OP_MOE_DOWN, codes.OP_MOE_ALLTOALL)))
+    alike = max(dt - p.iter_overhead_s - first - last - dense - moe, 0.0)
     sizes = [L // P] * P
     for i in range(2, L % P + 2):
         sizes[-i] += 1
     t = now
     for s in range(P):
-        work = layers_s * sizes[s] / L + (first + p.iter_overhead_s if s == 0 else 0.0) + (last if s == P - 1 else 0.0)
+        lo = sum(sizes[:s])
+        d = len(set(range(lo, lo + sizes[s])) & set(range(n_dense)))  # dense layers in the stage
+        work = alike * sizes[s] / L + (first + p.iter_overhead_s if s == 0 else 0.0) + (last if s == P - 1 else 0.0)
+        if dense or moe:
+            work += dense * d / n_dense + moe * (sizes[s] - d) / p.n_moe_layers
         t = max(t, free[s]) + work
         free[s] = t
         if s < P - 1:

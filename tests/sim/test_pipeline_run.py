@@ -11,7 +11,7 @@ from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.search.optimize import optimize, parse_over
 from simllm.sim.disagg import simulate_disagg
-from simllm.sim.memory import stage_weight_bytes
+from simllm.sim.memory import pipeline_stages
 from simllm.sim.pack import pipeline_sends_s, pipeline_settings
 from simllm.sim.results import output_throughput_per_gpu
 from simllm.sim.simulate import prepare_pool
@@ -26,12 +26,15 @@ def serving(**kw):
 
 def test_each_stage_holds_its_share_of_weights_and_kv():
     """80 layers over 2 stages: each GPU holds 40 layers' weights and KV (half of TP=4 alone), plus
-    the embedding or the LM head; the KV pool grows by what the weights free."""
+    the embedding or the LM head and final norm (that stage sizes the pool); the KV pool grows by
+    what the weights free."""
     one, two = (prepare_pool(MODEL, GPU, serving(pipeline_parallel_size=pp)).memory for pp in (1, 2))
     p = prepare_pool(MODEL, GPU, serving()).params
     head = p.p_lm_head * p.a_bytes  # untied: the LM head on the last stage, the embedding on the first
-    assert two.weight_bytes == pytest.approx((one.weight_bytes - 2 * head) / 2 + head, rel=1e-3)
-    assert two.weight_bytes == stage_weight_bytes(p, MODEL, 0.5)
+    norm = p.norm_params * p.a_bytes
+    assert two.weight_bytes == pytest.approx((one.weight_bytes - 2 * head - norm) / 2 + head + norm, rel=1e-12)
+    stages = pipeline_stages(p, MODEL, serving(pipeline_parallel_size=2))
+    assert [n for n, _ in stages] == [40, 40] and two.weight_bytes == max(w for _, w in stages)
     assert two.kv_bytes_per_token == pytest.approx(one.kv_bytes_per_token / 2, rel=1e-12)
     assert two.stage_share == 0.5 and one.stage_share == 1.0
     assert two.num_blocks > 2 * one.num_blocks  # twice the tokens per byte, and more bytes free
@@ -39,6 +42,26 @@ def test_each_stage_holds_its_share_of_weights_and_kv():
     three = prepare_pool(MODEL, GPU, serving(pipeline_parallel_size=3)).memory
     assert three.stage_share == 27 / 80
     assert three.kv_bytes_per_token == pytest.approx(one.kv_bytes_per_token * 27 / 80, rel=1e-12)
+
+
+def test_a_moe_models_expert_stages_size_the_pool():
+    """DeepSeek-V3 on TP=8 x PP=2 (two nodes of H200): 31 + 30 layers, the first three dense. The
+    second stage's 30 MoE layers and LM head weigh more than the first's 3 dense + 28 MoE layers
+    and embedding; the pool is sized by the stage with room for the fewest tokens (free bytes over
+    its layers' KV), as vLLM takes the smallest block count over its workers."""
+    ds, h200 = simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm")
+    sv = simllm.ServingConfig(tensor_parallel_size=8, pipeline_parallel_size=2, max_model_len=8192)
+    pool = prepare_pool(ds, h200, sv)
+    stages = pipeline_stages(pool.params, ds, sv)
+    assert [n for n, _ in stages] == [31, 30] and stages[1][1] > stages[0][1]
+    mem = pool.memory
+    room = mem.usable_bytes - mem.activation_bytes - mem.runtime_overhead_bytes
+    layers, weights = min(stages, key=lambda st: (room - st[1]) / st[0])
+    assert mem.weight_bytes == weights and mem.stage_share == layers / 61
+    per_layer = mem.kv_bytes_per_token / layers
+    assert mem.num_blocks == min(int((room - w) // (n * per_layer * mem.block_size)) for n, w in stages)
+    whole = pipeline_stages(pool.params, ds, simllm.ServingConfig(tensor_parallel_size=8))[0][1]
+    assert stages[0][1] + stages[1][1] == pytest.approx(whole, rel=1e-12)  # nothing lost or doubled (untied)
 
 
 def lone_request(sv):

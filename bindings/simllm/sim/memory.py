@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
+from simcore.pipeline import stage_layers_nb
 from simllm.config.hardware import GIB
 from simllm.errors import SimulatedOOM
 
@@ -45,7 +46,7 @@ class MemoryPlan:
     window_bytes_per_seq: float = 0.0  # bytes the windowed layers hold per sequence at most
     state_bytes_per_seq: float = 0.0  # linear-attention layers' recurrent states of one sequence
     state_blocks: int = 0  # ... in full-attention blocks (rounded up)
-    stage_share: float = 1.0  # pipeline parallelism: the share of the layers this GPU's stage holds (at most)
+    stage_share: float = 1.0  # pipeline parallelism: the share of the layers the stage that sizes the pool holds
 
     def fixed_blocks(self, tokens):
         """Full-attention blocks a sequence holds besides its context's, reaching ``tokens`` tokens
@@ -79,22 +80,33 @@ def _gb(x):
     return f"{x / 1e9:.2f} GB"
 
 
-def stage_share(model, serving):
-    """The share of the layers the most loaded pipeline stage holds (``ceil(L / P) / L``, vLLM's
-    split: ``simcore.pipeline.stage_layers_nb``); 1 without pipeline parallelism."""
+def pipeline_stages(params, model, serving):
+    """Each pipeline stage's ``(layers, weight bytes)`` on one of its GPUs, vLLM's split
+    (``simcore.pipeline.stage_layers_nb``): its layers' weights (a MoE model's first layers dense,
+    the rest with their experts), the embedding shard on the first stage, the final norm and the
+    LM head on the last (a tied head is a copy of the embedding there). One stage holding
+    everything without pipeline parallelism."""
+    tied = model.tie_word_embeddings
     pp = serving.pipeline_parallel_size
-    return 1.0 if pp == 1 else -(-model.layers // pp) / model.layers
-
-
-def stage_weight_bytes(params, model, share):
-    """Weights on one GPU of the most loaded pipeline stage: ``share`` of the layers' and the larger
-    of the embedding shard (first stage) and the LM head (last stage; a tied head is a copy of the
-    embedding there), plus the final norm, at most what any stage holds."""
-    whole = resident_weight_bytes_nb(params, model.tie_word_embeddings)
-    embedding = params.vocab * params.hidden / params.tp
-    head = 0.0 if model.tie_word_embeddings else params.p_lm_head
-    layers = whole - (embedding + head + params.norm_params) * params.a_bytes
-    return layers * share + (max(embedding, params.p_lm_head) + params.norm_params) * params.a_bytes
+    if pp == 1:
+        return [(model.layers, resident_weight_bytes_nb(params, tied))]
+    ends = resident_weight_bytes_nb(params._replace(n_layers=0, n_moe_layers=0), tied)
+    dense_layer = resident_weight_bytes_nb(params._replace(n_layers=1, n_moe_layers=0), tied) - ends
+    moe_layer = resident_weight_bytes_nb(params._replace(n_layers=1, n_moe_layers=1), tied) - ends
+    n_dense = params.n_layers - params.n_moe_layers
+    out = []
+    below = 0
+    for s in range(pp):
+        layers = stage_layers_nb(params.n_layers, pp, s)
+        dense = max(0, min(below + layers, n_dense) - below)
+        weights = dense * dense_layer + (layers - dense) * moe_layer
+        if s == 0:
+            weights += params.vocab * params.hidden / params.tp * params.a_bytes
+        if s == pp - 1:
+            weights += (params.p_lm_head + params.norm_params) * params.a_bytes
+        out.append((layers, weights))
+        below += layers
+    return out
 
 
 def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_bytes=0.0, draft_kv_bytes_per_token=0.0):
@@ -123,17 +135,21 @@ def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_byte
     """
     total = hardware.memory_size_bytes
     usable = total * serving.gpu_memory_utilization
-    weights = resident_weight_bytes_nb(params, model.tie_word_embeddings) + draft_weight_bytes
-    share = stage_share(model, serving)
-    if share < 1.0:  # pipeline parallelism: the most loaded stage's GPU
-        weights = stage_weight_bytes(params, model, share)
     workspace = activation_workspace_bytes_nb(params, float(resolved.max_num_batched_tokens), float(serving.max_num_seqs))
     runtime = hardware.runtime_overhead_gib * GIB
+    # Pipeline parallelism: the stage whose GPU holds the fewest tokens' KV sizes the pool (vLLM
+    # takes the smallest block count over its workers); one stage without it.
+    room = usable - workspace - runtime
+    layers, weights = min(pipeline_stages(params, model, serving), key=lambda st: (room - st[1]) / st[0])
+    share = layers / model.layers
+    weights += draft_weight_bytes
     bs = serving.block_size
     full, windowed = model.full_layers, model.windowed_layers
     if not full:  # every layer windowed: the pool's unit is their block, grown with the context
         full, windowed = windowed, 0
-    per_layer = kv_bytes_per_token_nb(params) / model.layers * share  # one layer's, this GPU (its stage's share)
+    # one layer's KV per token on this GPU, times the share of the layers its stage holds: the
+    # layer counts below then count that stage's
+    per_layer = kv_bytes_per_token_nb(params) / model.layers * share
     per_token = (kv_bytes_per_token_nb(params) * share if full == model.layers else full * per_layer) if model.kv_cache_enabled else 0.0
     per_token += draft_kv_bytes_per_token if model.kv_cache_enabled else 0.0
     block_bytes = per_token * bs
