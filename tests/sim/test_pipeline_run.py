@@ -180,3 +180,13 @@ def test_sweep_takes_pipeline_sizes():
     direct = simllm.simulate(MODEL, GPU, serving(pipeline_parallel_size=2), Workload(
         num_prompts=20, max_concurrency=4, input_len=fixed(256), output_len=fixed(32)), keep_requests=False).summary
     assert t["mean_tpot_ms"][1] == pytest.approx(direct["mean_tpot_ms"], rel=1e-12)
+
+
+def test_exports_carry_the_pipeline(tmp_path):
+    from simllm.formats.exports import export
+    r = simllm.simulate(MODEL, GPU, serving(pipeline_parallel_size=2), Workload(num_prompts=6, max_concurrency=2))
+    export(r, tmp_path / "vllm.json", "vllm")
+    assert json.loads((tmp_path / "vllm.json").read_text())["pipeline_parallel_size"] == 2
+    export(r, tmp_path / "guidellm.json", "guidellm")
+    (bench,) = json.loads((tmp_path / "guidellm.json").read_text())["benchmarks"]
+    assert bench["extras"]["simllm"]["pipeline_parallel_size"] == 2
