@@ -19,7 +19,22 @@ def _warm(m, h, s):
     simllm.simulate(m, h, s, bench_requests(100)[0], requests=bench_requests(100)[1], keep_requests=False)
 
 
-class _EngineRun:
+class _Simulate:
+    """``simllm.simulate`` of bench-1m's first ``n`` requests under serving settings ``s``, compiled
+    in setup (:meth:`_prepare`) and timed alone (:meth:`_run`)."""
+
+    def _prepare(self, serving, inputs, model=None, hardware=None):
+        """``inputs``: (workload, requests); the model and GPU: bench-1m's unless given."""
+        self.m, self.h = (model, hardware) if model is not None else configs()[:2]
+        self.s = serving
+        self.w, self.req = inputs
+        _warm(self.m, self.h, self.s)
+
+    def _run(self):
+        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+
+
+class _EngineRun(_Simulate):
     """Shared by the open- and closed-loop benchmarks: ``_requests(n)`` gives the inputs."""
 
     params = [SIZES, [True, False]]
@@ -29,13 +44,7 @@ class _EngineRun:
     timeout = 600
 
     def setup(self, n, chunked):
-        self.m, self.h, _, _ = configs()
-        self.s = _serving(chunked)
-        self.w, self.req = self._requests(n)
-        _warm(self.m, self.h, self.s)
-
-    def _run(self):
-        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+        self._prepare(_serving(chunked), self._requests(n))
 
     def time_simulate(self, n, chunked):
         self._run()
@@ -140,7 +149,7 @@ class ColdStart:
         return "import os, tempfile\nos.environ['NUMBA_CACHE_DIR'] = tempfile.mkdtemp()\n" + self._RUN
 
 
-class EngineMoE:
+class EngineMoE(_Simulate):
     """100,000 requests of bench-1m's lengths on today's MoE layouts of 8 x H200: DeepSeek-V3
     (MLA, 256 experts, FP8) with tensor parallelism 8 and with the wide-EP layout (attention data
     parallel 8, expert parallel 8: its ranks step in lockstep, engine.lockstep_step_nb), and
@@ -158,13 +167,8 @@ class EngineMoE:
 
     def setup(self, layout):
         name, kw = self.LAYOUTS[layout]
-        self.m, self.h = simllm.load_model(name), simllm.load_hardware("h200-sxm")
-        self.s = simllm.ServingConfig(max_model_len=8192, **kw)
-        self.w, self.req = bench_requests(100_000)
-        _warm(self.m, self.h, self.s)
-
-    def _run(self):
-        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+        self._prepare(simllm.ServingConfig(max_model_len=8192, **kw), bench_requests(100_000),
+                      simllm.load_model(name), simllm.load_hardware("h200-sxm"))
 
     def time_simulate(self, layout):
         self._run()
@@ -190,10 +194,8 @@ class EngineHybridAttention(EngineMoE):
 
     def setup(self, layout):
         name, hw, kw = self.LAYOUTS[layout]
-        self.m, self.h = simllm.load_model(name), simllm.load_hardware(hw)
-        self.s = simllm.ServingConfig(max_model_len=8192, **kw)
-        self.w, self.req = bench_requests(100_000)
-        _warm(self.m, self.h, self.s)
+        self._prepare(simllm.ServingConfig(max_model_len=8192, **kw), bench_requests(100_000),
+                      simllm.load_model(name), simllm.load_hardware(hw))
 
 
 class EngineDisaggregated:
@@ -230,7 +232,7 @@ class EngineDisaggregated:
     track_kernel_requests_per_second.unit = "requests/s"
 
 
-class EngineSpeculative:
+class EngineSpeculative(_Simulate):
     """bench-1m with speculative decoding (simcore.speculative: drafts verified per request and
     step, the explicit scheduler every step): Llama-3.1-8B on one H100 SXM with an EAGLE-3 head,
     3 drafts at vLLM's pinned per-position acceptance (0.730, 0.521, 0.355), and n-gram prompt
@@ -246,13 +248,8 @@ class EngineSpeculative:
                 "ngram k=5": {"method": "ngram", "num_speculative_tokens": 5, "synthetic_acceptance_length": 2.2}}
 
     def setup(self, n, drafter):
-        self.m, self.h, _, _ = configs()
-        self.s = simllm.ServingConfig(max_model_len=8192, speculative_config=self.DRAFTERS[drafter])
-        self.w, self.req = bench_requests(n)
-        _warm(self.m, self.h, self.s)
-
-    def _run(self):
-        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+        self._prepare(simllm.ServingConfig(max_model_len=8192, speculative_config=self.DRAFTERS[drafter]),
+                      bench_requests(n))
 
     def time_simulate(self, n, drafter):
         self._run()
@@ -263,7 +260,7 @@ class EngineSpeculative:
     track_kernel_requests_per_second.unit = "requests/s"
 
 
-class EnginePipeline:
+class EnginePipeline(_Simulate):
     """bench-1m on pipeline-parallel stages (simcore.pipeline: batches in flight through the
     stages, the explicit scheduler every step): Llama-3.1-8B on two and four H100 SXM stages,
     vLLM's scheduler (a batch takes every request it can) and SGLang's micro-batch cap of 64."""
@@ -275,14 +272,8 @@ class EnginePipeline:
     timeout = 600
 
     def setup(self, n, stages, micro_batch):
-        self.m, self.h, _, _ = configs()
-        self.s = simllm.ServingConfig(max_model_len=8192, pipeline_parallel_size=stages,
-                                      pp_max_micro_batch_size=micro_batch)
-        self.w, self.req = bench_requests(n)
-        _warm(self.m, self.h, self.s)
-
-    def _run(self):
-        return simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+        self._prepare(simllm.ServingConfig(max_model_len=8192, pipeline_parallel_size=stages,
+                                           pp_max_micro_batch_size=micro_batch), bench_requests(n))
 
     def time_simulate(self, n, stages, micro_batch):
         self._run()

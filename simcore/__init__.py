@@ -23,6 +23,7 @@ from simcore.cost import (
     op_count_nb,
     op_seconds_nb,
     op_time_nb,
+    op_total_seconds_nb,
     routing_factors_nb,
 )
 from simcore.memory import (
@@ -63,6 +64,7 @@ __all__ = [
     "op_cost_nb",
     "op_count_nb",
     "op_seconds_nb",
+    "op_total_seconds_nb",
     "op_time_nb",
     "resident_weight_bytes_nb",
     "routing_factors_nb",

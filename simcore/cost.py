@@ -682,6 +682,18 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit
+def op_total_seconds_nb(p, op, n_tokens, n_emit):
+    """Seconds of operator ``op`` over every layer it runs in, for a batch of ``n_tokens`` tokens
+    (``n_emit`` of them with logits) whose cost does not depend on attention context, priced as in
+    :func:`iteration_totals_nb`; 0 where it does not run."""
+    count = op_count_nb(p, op)
+    if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
+        return 0.0
+    flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
+    return count * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, n_emit)[0]
+
+
+@jit
 def moe_experts_seconds_nb(p, n_tokens):
     """Seconds of one iteration's expert GEMMs and activation (routed and shared: ``OP_MOE_UP``,
     ``OP_MOE_ACT``, ``OP_MOE_DOWN``) when this GPU's rank brings ``n_tokens``: the part of
@@ -691,11 +703,7 @@ def moe_experts_seconds_nb(p, n_tokens):
     if n_tokens <= 0.0 or p.n_moe_layers == 0:
         return total
     for op in (OP_MOE_UP, OP_MOE_ACT, OP_MOE_DOWN):
-        count = op_count_nb(p, op)
-        if count == 0:
-            continue
-        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, 0.0)
-        total += count * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, 0.0)[0]
+        total += op_total_seconds_nb(p, op, n_tokens, 0.0)
     return total
 
 

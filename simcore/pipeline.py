@@ -50,7 +50,7 @@ from simcore.codes import (
     OP_MOE_UP,
     OP_SAMPLING,
 )
-from simcore.cost import op_cost_nb, op_count_nb, op_runs_nb, op_seconds_nb
+from simcore.cost import op_total_seconds_nb
 
 
 @jit_inline
@@ -59,14 +59,6 @@ def stage_layers_nb(n_layers, stages, s):
     ``n_layers % stages`` stages before the last."""
     extra = n_layers % stages
     return n_layers // stages + (1 if stages - 1 - extra <= s < stages - 1 else 0)
-
-
-@jit
-def _op_seconds_nb(p, op, n_tokens, n_emit):
-    if op_count_nb(p, op) == 0 or not op_runs_nb(op, n_tokens, n_emit):
-        return 0.0
-    flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
-    return op_count_nb(p, op) * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, n_emit)[0]
 
 
 @jit
@@ -79,9 +71,9 @@ def ffn_split_nb(p, n_tokens, n_emit):
     if p.n_moe_layers == 0 or p.n_moe_layers == p.n_layers:
         return dense, moe
     for op in (OP_FFN_UP, OP_FFN_ACT, OP_FFN_DOWN):
-        dense += _op_seconds_nb(p, op, n_tokens, n_emit)
+        dense += op_total_seconds_nb(p, op, n_tokens, n_emit)
     for op in (OP_MOE_ROUTER, OP_MOE_UP, OP_MOE_ACT, OP_MOE_DOWN, OP_MOE_ALLTOALL):
-        moe += _op_seconds_nb(p, op, n_tokens, n_emit)
+        moe += op_total_seconds_nb(p, op, n_tokens, n_emit)
     return dense, moe
 
 
@@ -90,10 +82,10 @@ def pipeline_ends_nb(p, n_tokens, n_emit):
     """Seconds of a batch's work outside the layers: (the embedding, on the first stage; the final
     norm, LM head, logits gather and sampling, on the last), priced as in
     :func:`simcore.cost.iteration_totals_nb`."""
-    first = _op_seconds_nb(p, OP_EMBEDDING, n_tokens, n_emit)
+    first = op_total_seconds_nb(p, OP_EMBEDDING, n_tokens, n_emit)
     last = 0.0
     for op in (OP_FINAL_NORM, OP_LM_HEAD, OP_LOGITS_GATHER, OP_SAMPLING):
-        last += _op_seconds_nb(p, op, n_tokens, n_emit)
+        last += op_total_seconds_nb(p, op, n_tokens, n_emit)
     return first, last
 
 
@@ -146,31 +138,33 @@ def pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt):
     return t
 
 
+@jit_inline
+def _in_flight_nb(e, lay, acc, now):
+    """Batches in flight at ``now`` (completing after it) and the first of their completions
+    (``now`` when none)."""
+    ring = lay.off_pipe + e.pipeline_stages
+    count = 0
+    first = now
+    for i in range(e.pipeline_stages):
+        c = acc[ring + i]
+        if c > now:
+            count += 1
+            if first == now or c < first:
+                first = c
+    return count, first
+
+
 @jit
 def pipeline_next_nb(e, lay, acc, now):
     """When the replica schedules next after ``now``: at ``now`` while fewer than
     ``pipeline_stages`` batches are in flight (completing after ``now``), else when the oldest
     returns."""
-    ring = lay.off_pipe + e.pipeline_stages
-    in_flight = 0
-    first = now
-    for i in range(e.pipeline_stages):
-        c = acc[ring + i]
-        if c > now:
-            in_flight += 1
-            if first == now or c < first:
-                first = c
-    return now if in_flight < e.pipeline_stages else first
+    count, first = _in_flight_nb(e, lay, acc, now)
+    return now if count < e.pipeline_stages else first
 
 
 @jit
 def pipeline_wait_nb(e, lay, acc, now):
     """Nothing could be scheduled at ``now``: the earliest completion of a batch in flight (its
     requests can then go on), or ``now`` when none is."""
-    ring = lay.off_pipe + e.pipeline_stages
-    first = now
-    for i in range(e.pipeline_stages):
-        c = acc[ring + i]
-        if c > now and (first == now or c < first):
-            first = c
-    return first
+    return _in_flight_nb(e, lay, acc, now)[1]

@@ -185,8 +185,6 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
                    # attention data-parallel ranks whose tokens meet in the MoE layers step together
                    lockstep=replicas > 1 and params.moe_dp > 1.0, dp_pad_tokens=int(fw.dp_padding_tokens),
                    num_speculative_tokens=len(sp.rates) if sp is not None else 0, **pipeline)
-    if e.pipeline_stages > 1:
-        e = e._replace(fast_forward=False)  # micro-batches overlap: every step explicit (simcore.pipeline)
     if not arrays:
         return e, None, None
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
