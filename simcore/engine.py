@@ -76,7 +76,7 @@ from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
-from simcore.metrics import account_iteration_nb, record_request_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
     enqueue_nb,
@@ -216,6 +216,10 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
     drafts = 0
     draft_tokens = 0
     accepted_tokens = 0
+    # Rows that emitted their last token at the same time get the same inter-token latency: one
+    # histogram lookup for each such group (the decoding rows of a step are one group).
+    itl_from = -1.0
+    itl_n = 0.0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
         new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
@@ -246,14 +250,22 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
         if after == total or (emit_all and after > total):
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
-            else:
-                record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
+            elif measured_nb(e, r):
+                last = reqf[r, RF_LAST_EMIT]
+                if last != itl_from:
+                    if itl_n > 0.0:
+                        record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
+                    itl_from = last
+                    itl_n = 0.0
+                itl_n += 1.0
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + emitted
             out_tokens += emitted
             if g + emitted == reqi[r, RI_OUTPUT]:
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
                 finished += 1
+    if itl_n > 0.0:
+        record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
     acc[STAT_DECODE_TOKENS] += decode_tokens
     acc[STAT_PREFILL_TOKENS] += prefill_tokens
     if out_tokens:
