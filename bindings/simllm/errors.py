@@ -5,9 +5,25 @@ Also the one way simllm imports an optional dependency (pyarrow, matplotlib, das
 :func:`optional_import`, whose failure is such a one-line error ending in the ``pip install``
 that fixes it."""
 import importlib
+import reprlib
 
 _NO_VALUE = object()
 CLI = "command line"  # the source a ConfigError names for a flag's value
+VALUE_CHARS = 100  # an error quotes at most this much of the offending value
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = VALUE_CHARS
+_REPR.maxother = VALUE_CHARS
+_REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
+_REPR.maxlevel = 3
+
+
+def quote(value):
+    """``repr(value)`` cut to about :data:`VALUE_CHARS` characters (nested containers are not
+    walked past a few levels, so an alias bomb costs nothing to quote)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS - 3] + "..."
 
 
 class ConfigError(ValueError):
@@ -41,7 +57,7 @@ class ConfigError(ValueError):
         elif value is _NO_VALUE:
             text = f"{where}{key}: {expected}"
         else:
-            text = f"{where}{key} = {value!r}: expected {expected}"
+            text = f"{where}{key} = {quote(value)}: expected {expected}"
         super().__init__(" ".join(text.split("\n")))
 
 

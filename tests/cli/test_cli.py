@@ -151,7 +151,7 @@ def _case_unknown_key(tmp_path):
 
 
 def _case_batch_size_zero(tmp_path):
-    return ["estimate", "--batch-size", "0"], ["command line", "--batch-size", "0", "positive integer"]
+    return ["estimate", "--batch-size", "0"], ["command line", "--batch-size", "0", "an integer in [1, "]
 
 
 def _case_gpu_memory_utilization(tmp_path):

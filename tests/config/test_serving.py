@@ -24,12 +24,15 @@ def test_every_field_has_the_flag_run_accepts():
 
 
 @pytest.mark.parametrize("name, value, expected", [
-    ("tensor_parallel_size", 0, "a positive integer"),
-    ("tensor_parallel_size", True, "a positive integer"),
-    ("max_model_len", -1, "a positive integer"),
+    ("tensor_parallel_size", 0, "an integer in [1, 65536]"),
+    ("tensor_parallel_size", True, "an integer in [1, 65536]"),
+    ("max_model_len", -1, "an integer in [1, 1073741824]"),
     ("gpu_memory_utilization", 1.5, "a fraction in (0, 1]"),
-    ("kv_compression_ratio", 0.5, "a ratio >= 1"),
-    ("batch_window_ms", float("nan"), "a number >= 0"),
+    ("kv_compression_ratio", 0.5, "a ratio in [1, 1e6]"),
+    ("kv_compression_ratio", float("inf"), "a ratio in [1, 1e6]"),
+    ("data_parallel_size", 10**30, "an integer in [1, 65536]"),
+    ("batch_max", 10**30, "an integer in [1, 1048576]"),
+    ("batch_window_ms", float("nan"), "a number of milliseconds in [0, 1e9]"),
     ("batching", "eager", "one of continuous, static, dynamic"),
     ("router", "random", "one of round_robin, least_outstanding"),
     ("framework", "tgi", "one of vllm, sglang, trtllm, or a path to a framework profile YAML"),

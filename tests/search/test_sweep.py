@@ -191,7 +191,7 @@ def test_grid_times_samples_table_and_aggregate_by_grid():
     ({"grid": {"serving.max_num_seqs": []}}, "grid.serving.max_num_seqs", "non-empty list"),
     ({"grid": {"serving.max_num_seqs": 8}}, "grid.serving.max_num_seqs", "non-empty list"),
     ({"grid": {"serving.max_num_seqs": [8, "many"]}}, "grid.serving.max_num_seqs", "integer"),
-    ({"grid": {"serving.max_num_seqs": [0]}}, "grid.serving.max_num_seqs", "positive integer"),
+    ({"grid": {"serving.max_num_seqs": [0]}}, "grid.serving.max_num_seqs", "an integer in [1, "),
     ({"grid": {"serving.gpu_memory_utilization": [1.5]}}, "grid.serving.gpu_memory_utilization", "(0, 1]"),
     ({"grid": {"serving.dtype": ["fp7"]}}, "grid.serving.dtype", "fp8"),
     ({"grid": {"hardware.bandwidth_utilization": [1.2]}}, "grid.hardware.bandwidth_utilization", "(0, 1]"),
@@ -214,7 +214,8 @@ def test_grid_times_samples_table_and_aggregate_by_grid():
     ({"samples": {"hardware.compute_utilization": {"uniform": [0.5, 0.9]}}}, "num_samples", "num_samples"),
     ({"samples": {"hardware.compute_utilization": {"normal": [0.9, 0.5]}}, "num_samples": 50},
      "samples.hardware.compute_utilization", "(0, 1]"),  # a draw out of range
-    ({"seeds": 0}, "seeds", "positive number of seeds"),
+    ({"seeds": 0}, "seeds", "number of seeds in [1, 10000000]"),
+    ({"seeds": 10**8}, "seeds", "number of seeds in [1, 10000000]"),
     ({"seeds": [1, -2]}, "seeds", ">= 0"),
 ])
 def test_bad_specs_are_refused_before_any_simulation(kwargs, key, words):
@@ -316,7 +317,7 @@ def test_disaggregated_grid_reproduces_simulate_disagg():
 
 @pytest.mark.parametrize("kwargs, key, words", [
     ({"grid": {"disagg.prefill_instances": [0]}}, "grid.disagg.prefill_instances", "1 to 4096"),
-    ({"grid": {"decode.max_num_seqs": [0]}}, "grid.decode.max_num_seqs", "positive"),
+    ({"grid": {"decode.max_num_seqs": [0]}}, "grid.decode.max_num_seqs", "an integer in [1, "),
     ({"grid": {"decode.max_num_seq": [8]}}, "grid.decode.max_num_seq", "did you mean decode.max_num_seqs"),
     ({"grid": {"prefill": ["x"]}}, "grid.prefill", "no presets to swap"),
     ({"grid": {"disagg.first_token": ["later"]}}, "grid.disagg.first_token", "auto, prefill, decode"),

@@ -35,12 +35,18 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: command line: {message}\n")
 
 
+#: The largest count a flag takes (requests, seeds, clients, GPUs...): request ids are int32.
+MAX_COUNT = 2**31 - 1
+
+
 def positive_int(text):
-    return int(number(text, lambda v: math.isfinite(v) and v >= 1 and v == int(v), "a positive integer"))
+    return int(number(text, lambda v: math.isfinite(v) and 1 <= v <= MAX_COUNT and v == int(v),
+                      f"an integer in [1, {MAX_COUNT}]"))
 
 
 def nonnegative_int(text):
-    return int(number(text, lambda v: math.isfinite(v) and 0 <= v <= 2**31 and v == int(v), "an integer >= 0"))
+    return int(number(text, lambda v: math.isfinite(v) and 0 <= v <= MAX_COUNT and v == int(v),
+                      f"an integer in [0, {MAX_COUNT}]"))
 
 
 def fraction(text):
@@ -48,7 +54,7 @@ def fraction(text):
 
 
 def ratio(text):
-    return number(text, lambda v: v >= 1.0, "a number >= 1")
+    return number(text, lambda v: 1.0 <= v <= 1e6, "a number in [1, 1e6]")
 
 
 def number(text, ok, expected):
@@ -62,15 +68,23 @@ def number(text, ok, expected):
 
 
 def rate(text):
-    return number(text, lambda v: v > 0, "a positive number of requests per second, or inf")
+    return number(text, lambda v: MIN_RATE <= v <= MAX_RATE or v == math.inf,
+                  f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf")
+
+
+#: Bounds of a request rate (req/s) and of any other flag's number: a million years between
+#: requests, or a billion a second, is as far as a run means anything; 1e15 keeps products finite.
+MIN_RATE = 1e-6
+MAX_RATE = 1e9
+MAX_NUMBER = 1e15
 
 
 def positive_float(text):
-    return number(text, lambda v: v > 0 and math.isfinite(v), "a positive number")
+    return number(text, lambda v: 1e-12 <= v <= MAX_NUMBER, f"a positive number up to {MAX_NUMBER:.0e}")
 
 
 def nonneg_float(text):
-    return number(text, lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
+    return number(text, lambda v: 0 <= v <= MAX_NUMBER, f"a number in [0, {MAX_NUMBER:.0e}]")
 
 
 def unit(text):
@@ -78,7 +92,7 @@ def unit(text):
 
 
 def nonneg_int(text):
-    return int(number(text, lambda v: math.isfinite(v) and v >= 0 and v == int(v), "an integer >= 0"))
+    return nonnegative_int(text)
 
 
 def add_target(p):

@@ -1,6 +1,8 @@
 """The ``simllm`` command line: one parser with one subcommand per module of this package (each
 module has ``add_parser(sub)`` and ``cmd(args, out)``). Bad input exits with status 2 and one line
 on stderr, never a traceback."""
+import os
+import signal
 import sys
 
 from simllm.cli import (
@@ -19,6 +21,7 @@ from simllm.cli import (
     sweep,
     validate,
 )
+from simllm.config.sections import ALLOW_OUTSIDE_ENV
 from simllm.errors import ConfigError
 
 #: The subcommands in the order ``simllm --help`` lists them.
@@ -34,13 +37,28 @@ def build_parser():
     sub.required = True
     for module in COMMANDS.values():
         module.add_parser(sub)
+    for name, command in sub.choices.items():
+        command.add_argument("--allow-outside-paths", action="store_true",
+                             help="let spec files name files outside their own folder (traces, length files, "
+                                  f"outputs; also: {ALLOW_OUTSIDE_ENV}=1)")
     return parser
+
+
+def _interrupted(signum, frame):
+    """The first Ctrl-C unwinds (one line, exit 130); a second one exits at once."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    raise KeyboardInterrupt
 
 
 def main(argv=None):
     """Entry point of the ``simllm`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.allow_outside_paths:
+        os.environ[ALLOW_OUTSIDE_ENV] = "1"
+    previous = signal.getsignal(signal.SIGINT)
+    if argv is None:  # the console script: Ctrl-C is ours to report
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         return COMMANDS[args.command].cmd(args, sys.stdout)
     except ConfigError as exc:
@@ -48,3 +66,10 @@ def main(argv=None):
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt as exc:
+        detail = str(exc)
+        print(f"simllm: interrupted{'; ' + detail if detail else ''}", file=sys.stderr)
+        return 130
+    finally:
+        if argv is None:
+            signal.signal(signal.SIGINT, previous)

@@ -38,6 +38,11 @@ def add_parser(sub):
     common.add_band_args(out)
 
 
+def _no_progress(done, total):
+    """Still a progress callback: the kernel then runs on a worker thread and Ctrl-C stops the run
+    at once instead of when the kernel returns."""
+
+
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     model, hardware = common.target(args)
@@ -56,7 +61,7 @@ def cmd(args, out):
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
         kwargs = dict(fast_forward=not args.no_fast_forward, percentiles=percentiles,
                       goodput=parse_goodput(args.goodput), keep_requests=keep_requests,
-                      progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else None)
+                      progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else _no_progress)
         if disagg is None:
             result = simulate(model, hardware, serving, workload, **kwargs)
         else:

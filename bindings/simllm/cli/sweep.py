@@ -34,6 +34,12 @@ def cmd(args, out):
         result = sw.run_spec(spec, run_on["executor"] or "threads", workers=run_on["workers"],
                              scheduler=run_on["scheduler"], chunk_size=args.chunk_size, progress=bar,
                              output=args.output)
+    except KeyboardInterrupt:
+        done = f"{bar.done} of {bar.total} simulations done"
+        output = args.output or spec.output
+        if output:  # the journal next to the output keeps the finished chunks
+            raise KeyboardInterrupt(f"{done}, resume with the same command") from None
+        raise KeyboardInterrupt(f"{done}; pass -o FILE to journal a sweep and resume it") from None
     finally:
         bar.close()
     if args.plot:

@@ -113,6 +113,10 @@ class HardwareConfig:
         return None
 
 
+#: The most memory a GPU preset may give, in GB: a petabyte keeps the KV pool's block count well
+#: inside int64.
+MAX_MEMORY_GB = 1e6
+
 def _kernel_tables(sec, source):
     if not sec.has("kernel_tables"):
         return ()
@@ -156,9 +160,9 @@ def hardware_from_dict(data, source="<dict>", *, with_tables=True):
     if sec.has("memory_size_gb") and sec.has("memory_size_gib"):
         raise sec.error("memory_size_gib", sec.raw("memory_size_gib"), "only one of memory_size_gb and memory_size_gib")
     if sec.has("memory_size_gib"):
-        memory = sec.number("memory_size_gib", **positive) * GIB
+        memory = sec.number("memory_size_gib", maximum=MAX_MEMORY_GB, **positive) * GIB
     else:
-        memory = sec.number("memory_size_gb", **positive) * 1e9
+        memory = sec.number("memory_size_gb", maximum=MAX_MEMORY_GB, **positive) * 1e9
     given = sec.has("interconnect") or sec.has("interconnect_bandwidth_gbps")
     util = {"exclusive_minimum": 0, "maximum": 1}
     gpu = sec.string("gpu", Path(source).stem)

@@ -290,6 +290,10 @@ _FFN_ALIASES = {"swiglu": "gated", "geglu": "gated", "glu": "gated", "mlp": "pla
 _NORM_ALIASES = {"rms": "rmsnorm", "rms_norm": "rmsnorm", "layer_norm": "layernorm", "ln": "layernorm"}
 
 
+#: The longest context a model may declare: the engine keeps token counts in int32, and a
+#: request's prompt plus output (at most this) stays below 2**31.
+MAX_CONTEXT_TOKENS = 2**30
+
 def model_from_dict(data, source="<dict>"):
     """Validate a simllm/seed-form model mapping (``{"model": {...}}`` or the inner mapping).
 
@@ -367,7 +371,8 @@ def model_from_dict(data, source="<dict>"):
         head_dim=head_dim,
         intermediate_size=inter,
         vocab_size=sec.positive_int("vocab_size"),
-        max_sequence_length=sec.positive_int(first("max_sequence_length", "max_position_embeddings")),
+        max_sequence_length=sec.number(first("max_sequence_length", "max_position_embeddings"), integer=True,
+                                       minimum=1, maximum=MAX_CONTEXT_TOKENS),
         ffn=ffn,
         activation=sec.string("activation", "silu" if ffn == "gated" else "gelu"),
         norm=sec.choice("norm", ("rmsnorm", "layernorm"), "rmsnorm", _NORM_ALIASES),

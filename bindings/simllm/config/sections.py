@@ -2,11 +2,41 @@
 line, dotted key, value and what was expected."""
 import difflib
 import math
+import os
+from pathlib import Path
 
 from simllm.config.yamlio import line_of
 from simllm.errors import ConfigError
 
 _MISSING = object()
+#: Set (to anything but "" or "0") to let a spec file name files outside its own folder
+#: (``simllm ... --allow-outside-paths`` sets it).
+ALLOW_OUTSIDE_ENV = "SIMLLM_ALLOW_OUTSIDE_PATHS"
+
+
+def outside_paths_allowed():
+    return os.environ.get(ALLOW_OUTSIDE_ENV, "") not in ("", "0")
+
+
+def spec_path(name, source, *, key, line=None):
+    """The file ``name`` that a spec file ``source`` names at ``key``: relative to the spec's folder,
+    and inside it (subfolders too) unless :func:`outside_paths_allowed`. A mapping given in Python
+    (``source`` not a file) names paths relative to the working directory, unchecked."""
+    path = Path(name)
+    src = Path(source)
+    if not src.is_file():
+        return path
+    folder = src.resolve().parent
+    path = path if path.is_absolute() else folder / path
+    if not outside_paths_allowed() and not path.resolve().is_relative_to(folder):
+        raise ConfigError(f"a path inside {folder} (the spec's folder); pass --allow-outside-paths or set "
+                          f"{ALLOW_OUTSIDE_ENV}=1 to use files elsewhere", source=source, key=key, value=name, line=line)
+    return path
+#: Every number a config file gives is at most this large in magnitude (products the engine forms
+#: from them stay finite in float64), and a strictly positive one is at least MIN_STEP above its
+#: bound (1 / value stays finite); fields declare tighter ranges where physics gives one.
+MAX_MAGNITUDE = 1e15
+MIN_STEP = 1e-12
 
 
 class Section:
@@ -53,6 +83,8 @@ class Section:
             return default
         value = self.raw(key)
         kind = "an integer" if integer else "a number"
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_MAGNITUDE:
+            raise self.error(key, value, f"{kind} of magnitude at most {MAX_MAGNITUDE:.0e}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if isinstance(value, str):
                 try:
@@ -63,6 +95,10 @@ class Section:
                 raise self.error(key, value, kind)
         if not math.isfinite(value):
             raise self.error(key, value, f"{kind}, finite")
+        if abs(value) > MAX_MAGNITUDE:
+            raise self.error(key, self.data[key], f"{kind} of magnitude at most {MAX_MAGNITUDE:.0e}")
+        if exclusive_minimum is not None and value > exclusive_minimum and value - exclusive_minimum < MIN_STEP:
+            raise self.error(key, self.data[key], f"{kind} > {exclusive_minimum} by at least {MIN_STEP:.0e}")
         if integer:
             if value != int(value):
                 raise self.error(key, value, kind)
@@ -100,6 +136,10 @@ class Section:
         if name in choices:
             return name
         raise self.error(key, value, "one of " + ", ".join(choices))
+
+    def file(self, key):
+        """The file named at ``key`` (:func:`spec_path`)."""
+        return spec_path(self.string(key), self.source, key=self.path(key), line=line_of(self.data, key))
 
     def section(self, key):
         """The nested mapping under ``key`` (an empty section when absent)."""

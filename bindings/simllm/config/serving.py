@@ -12,9 +12,16 @@ EXPERT_ROUTINGS = ("balanced", "random")
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
 
-def _count(minimum):
-    """An integer >= ``minimum`` (bools refused)."""
-    return lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum
+#: Upper bounds of the integer settings: GPUs in one parallel dimension, sequences in one batch,
+#: tokens (a KV block's, a step's, a context's: the engine counts tokens in int32).
+MAX_GPUS = 65536
+MAX_SEQS = 2**20
+MAX_TOKENS = 2**30
+
+
+def _count(minimum, maximum=MAX_TOKENS):
+    """An integer in [``minimum``, ``maximum``] (bools refused)."""
+    return lambda v: not isinstance(v, bool) and isinstance(v, int) and minimum <= v <= maximum
 
 
 def _one_of(choices):
@@ -50,45 +57,45 @@ class ServingConfig:
     the flag.
     """
 
-    tensor_parallel_size: int = setting(1, "--tensor-parallel-size", _count(1), "a positive integer")
+    tensor_parallel_size: int = setting(1, "--tensor-parallel-size", _count(1, MAX_GPUS), f"an integer in [1, {MAX_GPUS}]")
     dtype: str = setting("auto", "--dtype", normalize=_dtype(dtypes.WEIGHT_DTYPES))
     kv_cache_dtype: str = setting("auto", "--kv-cache-dtype", normalize=_dtype(dtypes.KV_DTYPES))
     gpu_memory_utilization: float = setting(0.9, "--gpu-memory-utilization", lambda v: 0.0 < v <= 1.0,
                                             "a fraction in (0, 1]")
-    block_size: int = setting(16, "--block-size", _count(1), "a positive integer")
-    max_model_len: int = setting(0, "--max-model-len", _count(0), "a positive integer")  # 0 = the model's
-    max_num_seqs: int = setting(256, "--max-num-seqs", _count(1), "a positive integer")
+    block_size: int = setting(16, "--block-size", _count(1, 2**16), "an integer in [1, 65536]")
+    max_model_len: int = setting(0, "--max-model-len", _count(0), f"an integer in [1, {MAX_TOKENS}]")  # 0 = the model's
+    max_num_seqs: int = setting(256, "--max-num-seqs", _count(1, MAX_SEQS), f"an integer in [1, {MAX_SEQS}]")
     # 0 = vLLM's default: 8192 with chunked prefill, else max(max_model_len, 2048)
-    max_num_batched_tokens: int = setting(0, "--max-num-batched-tokens", _count(0), "a positive integer")
+    max_num_batched_tokens: int = setting(0, "--max-num-batched-tokens", _count(0), f"an integer in [1, {MAX_TOKENS}]")
     # 0 = the model's kv_cache.compression_ratio
-    kv_compression_ratio: float = setting(0.0, "--kv-compression-ratio", lambda v: not v or v >= 1.0, "a ratio >= 1")
+    kv_compression_ratio: float = setting(0.0, "--kv-compression-ratio", lambda v: not v or 1.0 <= v <= 1e6, "a ratio in [1, 1e6]")
     enable_chunked_prefill: bool = setting(True, "--enable-chunked-prefill")
     enable_prefix_caching: bool = setting(False, "--enable-prefix-caching")
     batching: str = setting("continuous", "--batching", _one_of(BATCHING), "one of " + ", ".join(BATCHING))
     # static/dynamic batching: pad prompts to the batch's longest
     pad_prompts: bool = setting(False, "--pad-prompts")
     # dynamic batching: longest wait of a batch's first request
-    batch_window_ms: float = setting(10.0, "--batch-window-ms", lambda v: v >= 0, "a number >= 0")
+    batch_window_ms: float = setting(10.0, "--batch-window-ms", lambda v: 0 <= v <= 1e9, "a number of milliseconds in [0, 1e9]")
     # dynamic batching: batch size that starts a batch at once (0 = max_num_seqs)
-    batch_max: int = setting(0, "--batch-max", _count(0), "a positive integer")
-    data_parallel_size: int = setting(1, "--data-parallel-size", _count(1), "a positive integer")
+    batch_max: int = setting(0, "--batch-max", _count(0, MAX_SEQS), f"an integer in [1, {MAX_SEQS}]")
+    data_parallel_size: int = setting(1, "--data-parallel-size", _count(1, MAX_GPUS), f"an integer in [1, {MAX_GPUS}]")
     # Pipeline parallelism: the layers split over this many stages of tensor-parallel GPUs, batches
     # in flight through them at once (vLLM's batch queue; simcore.pipeline)
-    pipeline_parallel_size: int = setting(1, "--pipeline-parallel-size", _count(1), "a positive integer")
+    pipeline_parallel_size: int = setting(1, "--pipeline-parallel-size", _count(1, MAX_GPUS), f"an integer in [1, {MAX_GPUS}]")
     # With pipeline parallelism, the most sequences one batch takes (SGLang's
     # --pp-max-micro-batch-size); 0 = vLLM's scheduler: a batch takes every request it can
-    pp_max_micro_batch_size: int = setting(0, "--pp-max-micro-batch-size", _count(0), "an integer >= 0")
+    pp_max_micro_batch_size: int = setting(0, "--pp-max-micro-batch-size", _count(0, MAX_SEQS), f"an integer in [0, {MAX_SEQS}]")
     # Expert parallelism of MoE layers: their experts spread over this many GPU groups (SGLang's
     # --ep-size, TensorRT-LLM's moe_expert_parallel_size); 1 = experts sharded by TP only. With
     # data parallelism it couples the replicas (attention data parallelism): every rank's tokens
     # meet in each MoE layer. The GPUs, tensor x data parallel, are expert x MoE-tensor parallel.
-    expert_parallel_size: int = setting(1, "--expert-parallel-size", _count(1), "a positive integer")
+    expert_parallel_size: int = setting(1, "--expert-parallel-size", _count(1, MAX_GPUS), f"an integer in [1, {MAX_GPUS}]")
     # Each expert's tensor-parallel split (TensorRT-LLM's moe_tensor_parallel_size); 0 = the
     # GPUs over EP when expert parallelism is on, else the tensor-parallel size. With attention
     # data parallelism and no expert parallelism, tensor x data parallel makes the MoE layers
     # tensor-parallel over every rank (SGLang's --enable-dp-attention without --ep-size): every
     # rank's tokens are gathered into each MoE layer, and the ranks step together.
-    moe_tensor_parallel_size: int = setting(0, "--moe-tensor-parallel-size", _count(0), "an integer >= 0")
+    moe_tensor_parallel_size: int = setting(0, "--moe-tensor-parallel-size", _count(0, MAX_GPUS), f"an integer in [0, {MAX_GPUS}]")
     # vLLM's --enable-expert-parallel: expert parallelism over every GPU (tensor x data parallel)
     enable_expert_parallel: bool = setting(False, "--enable-expert-parallel")
     # With expert parallelism, the most loaded GPU's routed tokens over the mean (1 = uniform
@@ -104,7 +111,7 @@ class ServingConfig:
     # --eplb-config num_redundant_experts, SGLang's --ep-num-redundant-experts): each GPU holds
     # (experts + N) / EP of them, more weights for a routing the balancer evens out (that balance
     # is --expert-load-imbalance's to state)
-    num_redundant_experts: int = setting(0, "--num-redundant-experts", _count(0), "an integer >= 0")
+    num_redundant_experts: int = setting(0, "--num-redundant-experts", _count(0, MAX_SEQS), f"an integer in [0, {MAX_SEQS}]")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
     # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the

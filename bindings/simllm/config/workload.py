@@ -307,6 +307,12 @@ _TRACE_COLUMNS = {
 }
 
 
+#: A trace's or lengths file's bounds: token counts within a model's longest context
+#: (``model.MAX_CONTEXT_TOKENS``), times within ~30,000 years of 0.
+MAX_LENGTH = 2**30
+MAX_TRACE_S = 1e12
+
+
 def _detect(columns, path):
     for name, (tcol, icol, ocol, _) in _TRACE_COLUMNS.items():
         if any(c in columns for c in tcol) and any(c in columns for c in icol) and any(c in columns for c in ocol):
@@ -363,6 +369,15 @@ def read_trace(path, fmt="auto", with_lines=False):
     path = Path(path)
     if not path.is_file():
         raise ConfigError("no such trace file", source=str(path))
+    try:
+        return _read_trace(path, fmt, with_lines)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"a UTF-8 text file (byte {exc.start} is not)", source=str(path)) from None
+    except csv.Error as exc:
+        raise ConfigError(f"a CSV file ({exc})", source=str(path)) from None
+
+
+def _read_trace(path, fmt, with_lines):
     times, inputs, outputs, lines = [], [], [], []
     cols = None
     for line, row in _rows(path):
@@ -398,11 +413,12 @@ def read_trace(path, fmt="auto", with_lines=False):
 def _trace_int(value, path, line, key, minimum):
     try:
         f = float(value)
-        if f != int(f) or f < minimum:
+        if not minimum <= f <= MAX_LENGTH or f != int(f):
             raise ValueError
         return int(f)
     except (TypeError, ValueError):
-        raise ConfigError(f"an integer >= {minimum}", source=str(path), line=line, key=key, value=value) from None
+        raise ConfigError(f"an integer in [{minimum}, {MAX_LENGTH}]", source=str(path), line=line, key=key,
+                          value=value) from None
 
 
 def _trace_time(value, unit, path, line, key):
@@ -418,12 +434,13 @@ def _trace_time(value, unit, path, line, key):
             raise ConfigError("a timestamp (YYYY-MM-DD HH:MM:SS.ffffff or seconds)", source=str(path), line=line,
                               key=key, value=value) from None
     try:
-        t = float(value)
-        if not math.isfinite(t):
+        t = float(value) * unit
+        if not abs(t) <= MAX_TRACE_S:
             raise ValueError
-        return t * unit
+        return t
     except (TypeError, ValueError):
-        raise ConfigError("a number (time)", source=str(path), line=line, key=key, value=value) from None
+        raise ConfigError(f"a time within {MAX_TRACE_S:.0e} s of 0", source=str(path), line=line, key=key,
+                          value=value) from None
 
 
 # ----------------------------------------------------------------------------- config files
@@ -460,9 +477,7 @@ def _length(sec, key, ratio):
     if kind == "lognormal":
         return LengthDist("lognormal", mean=d.number("mean", exclusive_minimum=0),
                           sigma=d.number("sigma", minimum=0), **bounds)
-    file = Path(d.string("file"))
-    if not file.is_absolute():
-        file = Path(sec.source).parent / file
+    file = d.file("file")
     return LengthDist("empirical", values=tuple(read_lengths(file, d.string("column", ""))), **bounds)
 
 
@@ -471,6 +486,18 @@ def read_lengths(path, column=""):
     path = Path(path)
     if not path.is_file():
         raise ConfigError("no such lengths file", source=str(path))
+    try:
+        values = _read_lengths(path, column)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"a UTF-8 text file (byte {exc.start} is not)", source=str(path)) from None
+    except csv.Error as exc:
+        raise ConfigError(f"a CSV file ({exc})", source=str(path)) from None
+    if not values:
+        raise ConfigError("at least one length, got none", source=str(path))
+    return values
+
+
+def _read_lengths(path, column):
     values = []
     if column:
         for line, row in _rows(path):
@@ -481,8 +508,6 @@ def read_lengths(path, column=""):
         for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if text.strip():
                 values.append(_trace_int(text.strip(), path, line, "length", minimum=1))
-    if not values:
-        raise ConfigError("at least one length, got none", source=str(path))
     return values
 
 
@@ -501,8 +526,7 @@ def workload_from_dict(data, source="<dict>"):
     ratio = sec.number("random_range_ratio", 0.0, minimum=0, maximum=1)
     trace = ""
     if sec.has("trace"):
-        trace_path = Path(sec.string("trace"))
-        trace = str(trace_path if trace_path.is_absolute() else Path(source).parent / trace_path)
+        trace = str(sec.file("trace"))
     burst = sec.number("burstiness", 1.0, exclusive_minimum=0)
     arrival = sec.choice("arrival", ARRIVALS, "gamma" if burst != 1.0 else "poisson")
     return Workload(

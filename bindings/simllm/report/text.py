@@ -1,9 +1,9 @@
 """Rendering results for people (aligned text tables) and machines (JSON)."""
-import json
 import math
 
 from simllm.calibration.fit import describe_bound_hit, describe_points
 from simllm.sim.results import percentile_key
+from simllm import text as text_mod
 from simllm.text import fixed, format_number, table
 
 
@@ -129,7 +129,8 @@ def format_estimate(est):
 
 
 def to_json(obj):
-    return json.dumps(obj, indent=2, ensure_ascii=False)
+    """Strict JSON (NaN and infinities as null): :func:`simllm.text.to_json` without its newline."""
+    return text_mod.to_json(obj).rstrip("\n")
 
 
 def band_range(band):

@@ -46,7 +46,7 @@ import numpy as np
 from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
 from simllm.config.model import ModelConfig, load_model, model_from_dict
-from simllm.config.sections import Section
+from simllm.config.sections import Section, spec_path
 from simllm.config.serving import ServingConfig
 from simllm.config.speculative import SpeculativeConfig, speculative_config
 from simllm.config.workload import LengthDist, Workload, load_workload, workload_from_dict
@@ -455,6 +455,9 @@ class SweepSpec:
         return self.num_configs * len(self.seeds)
 
 
+#: The most simulations one sweep runs (a table row each).
+MAX_RUNS = 10_000_000
+
 _SPEC_KEYS = {"base", "grid", "samples", "num_samples", "sample_seed", "seeds", "slo", "output"}
 _BASE_KEYS = set(SECTIONS) | {"disagg"}
 
@@ -463,9 +466,9 @@ def _seeds(value, source, line, base_seed):
     if value is None:
         return (base_seed,)
     if is_number(value) and not isinstance(value, float):
-        if value < 1:
-            raise ConfigError("a positive number of seeds, or a list of seeds", source=source, key="seeds",
-                              value=value, line=line)
+        if not 1 <= value <= MAX_RUNS:
+            raise ConfigError(f"a number of seeds in [1, {MAX_RUNS}], or a list of seeds", source=source,
+                              key="seeds", value=value, line=line)
         return tuple(range(int(value)))
     if isinstance(value, (list, tuple)) and value:
         out = []
@@ -587,10 +590,14 @@ def spec_from_dict(data, source="<sweep>", base_dir=None):
     output = data.get("output")
     if output is not None:
         output = top.string("output")
-        output = str(Path(base_dir) / output) if base_dir is not None else output
+        output = str(spec_path(output, source, key="output", line=line_of(data, "output"))
+                     if Path(source).is_file() else Path(base_dir) / output if base_dir is not None else output)
     spec = SweepSpec(model=model, hardware=hardware, serving=serving, workload=workload, grid=tuple(grid),
                      samples=tuple(samples), num_samples=num_samples if samples else 0, sample_seed=sample_seed,
                      seeds=seeds, slo=slo, output=output, source=source, lines=lines, disagg=disagg)
+    if len(spec) > MAX_RUNS:
+        raise ConfigError(f"at most {MAX_RUNS} simulations (configurations x seeds), got {len(spec)}",
+                          source=source, key="grid", line=line_of(data, "grid"))
     for role in ("prefill", "decode"):  # the pools' base settings, each field checked as ServingConfig does
         try:
             getattr(spec, role)

@@ -21,6 +21,7 @@ from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import SimResult
+from simllm.sim.slo import check_goodput
 from simllm.sim.speculative import check_speculative, pack_drafter, speculation
 
 log = logging.getLogger("simllm")
@@ -258,6 +259,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     """
     serving = serving or ServingConfig()
     workload = workload or Workload()
+    check_goodput(goodput)
     pool = prepare_pool(model, hardware, serving, framework)
     if requests is None:
         requests = generate(workload)

@@ -206,7 +206,23 @@ def parse_goodput(items, key="--goodput"):
             slos[metric] = float(value)
         except ValueError:
             raise ConfigError("KEY:MS with a number of milliseconds", source=CLI, key=key, value=item) from None
-    return slos
+    return check_goodput(slos, key)
+
+
+def check_goodput(goodput, key="goodput"):
+    """``goodput`` (``{"ttft": ms, ...}``, or None) if every key is one of :data:`GOODPUT_METRICS`
+    and every threshold a number of milliseconds in (0, 1e12]; else :class:`ConfigError`."""
+    if goodput is None:
+        return None
+    if not isinstance(goodput, dict):
+        raise ConfigError("a mapping of ttft, tpot or e2el to milliseconds", source=CLI, key=key, value=goodput)
+    for metric, ms in goodput.items():
+        if metric not in GOODPUT_METRICS:
+            raise ConfigError("ttft, tpot or e2el", source=CLI, key=key, value=metric)
+        ok = isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0.0 < ms <= 1e12
+        if not ok:
+            raise ConfigError(f"{metric}:MS with milliseconds in (0, 1e12]", source=CLI, key=key, value=f"{metric}:{ms}")
+    return goodput
 
 
 def latency_p99_slo(ms):
