@@ -21,7 +21,7 @@ MEASURED = [str(GOLDEN / f"vllm_run{i}.json") for i in range(4)]
 def measurement(**kw):
     base = dict(source="x/m.csv", line=3, model="meta-llama/Llama-3.1-8B", hardware="h100_sxm", backend="trtllm",
                 precision="fp8", mode="agg", tp=2, pp=1, dp=1, input_len=1024, output_len=128, concurrency=16,
-                request_rate=0.0, num_prompts=0, ttft_ms=100.0, tpot_ms=10.0)
+                request_rate=math.inf, num_prompts=0, ttft_ms=100.0, tpot_ms=10.0)
     base.update(kw)
     return Measurement(**base)
 

@@ -285,7 +285,8 @@ def _rejected_for_kv(summary, workload, max_model_len):
 # ----------------------------------------------------------------------------- diagnosis
 
 def _pct(x):
-    return float(x) * 100.0
+    """A fraction in percent; a figure that does not apply (None: no KV cache) counts as 0%."""
+    return float(x) * 100.0 if x is not None else 0.0
 
 
 def classify(ev):

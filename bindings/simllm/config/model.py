@@ -549,8 +549,10 @@ def model_from_hf_config(data, source="config.json"):
     out["name"] = data.get("_name_or_path") or (data.get("architectures") or [mtype or Path(source).parent.name])[0]
     torch_dtype = data.get("torch_dtype") or data.get("dtype") or "bfloat16"
     out["dtype"] = torch_dtype
-    for name in ("hidden_size", "layers", "num_attention_heads", "max_sequence_length"):
+    for name in ("hidden_size", "layers", "num_attention_heads"):
         out[name] = sec.positive_int(pick(name))
+    out["max_sequence_length"] = sec.number(pick("max_sequence_length"), integer=True, minimum=1,
+                                            maximum=MAX_CONTEXT_TOKENS)
     out["vocab_size"] = sec.positive_int("vocab_size")
     for name in ("num_key_value_heads", "head_dim"):
         if sec.has(name):

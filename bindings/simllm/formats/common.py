@@ -39,6 +39,18 @@ class WorkerPool:
     batch_size: int = 0
 
 
+#: The ranges a measured point's counts and figures must lie in: lengths within a model's longest
+#: context, GPUs per dimension, request counts within int32; rates in req/s; times in ms and
+#: throughputs in tokens/s.
+_COUNT_RANGES = {"input_len": (1, 2**30), "output_len": (1, 2**30), "tp": (1, 65536), "pp": (1, 65536),
+                 "dp": (1, 65536), "ep": (1, 65536), "moe_tp": (1, 65536), "concurrency": (0, 2**31 - 1),
+                 "num_prompts": (0, 2**31 - 1)}
+_ENGINE_GPUS = ("tp", "pp", "dp", "ep", "moe_tp")
+MIN_RATE = 1e-6
+MAX_RATE = 1e9
+MAX_MEASURED = 1e12
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One measured serving point. Times in ms (``nan`` when not measured); ``concurrency`` is a
@@ -79,6 +91,24 @@ class Measurement:
     # and ``ep`` above do not apply.
     prefill: WorkerPool = None
     decode: WorkerPool = None
+
+    def __post_init__(self):
+        for name, (lo, hi) in _COUNT_RANGES.items():
+            v = getattr(self, name)
+            if self.mode == "disagg" and name in _ENGINE_GPUS:
+                lo = 0  # a disaggregated point's own engine figures do not apply (its pools say)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise ConfigError(f"an integer in [{lo}, {hi}]", source=self.source, line=self.line or None,
+                                  key=name, value=v)
+        rate = self.request_rate
+        if not (isinstance(rate, (int, float)) and (MIN_RATE <= rate <= MAX_RATE or rate == math.inf)):
+            raise ConfigError(f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf", source=self.source,
+                              line=self.line or None, key="request_rate", value=rate)
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput", "client_overhead_ms"):
+            v = getattr(self, name)  # NaN: not measured
+            if not isinstance(v, (int, float)) or not (math.isnan(v) or 0.0 <= v <= MAX_MEASURED):
+                raise ConfigError(f"a number in [0, {MAX_MEASURED:.0e}] (or none)", source=self.source,
+                                  line=self.line or None, key=name, value=v)
 
     @property
     def where(self):

@@ -13,6 +13,7 @@ import numpy as np
 from simllm.analysis.compare import build_comparison
 from simllm.calibration.validate import METRICS
 from simllm.errors import ConfigError, optional_import
+from simllm.fileio import output_path
 from simllm.search import pareto as fr
 from simllm.search.sweep import format_cell
 from simllm.sim.stats import percentiles_inplace
@@ -80,8 +81,8 @@ def _save(fig, path):
         ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    with output_path(path) as tmp:  # a killed run leaves no half-written image under the name
+        fig.savefig(tmp, dpi=DPI, format=path.suffix.lstrip(".").lower() or None)
     fig.clear()
     return path
 

@@ -233,8 +233,11 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Compute utilization (MFU):", f"{s['compute_utilization']:.1%}"))
     out.append(_line("Memory bandwidth utilization:", f"{s['bandwidth_utilization']:.1%}"))
     out.append(_line("GPU busy:", f"{s['gpu_busy_fraction']:.1%}"))
-    out.append(_line("KV cache usage mean / peak:", f"{s['kv_cache_usage_mean']:.1%} / {s['kv_cache_usage_peak']:.1%} "
-                     f"of {s['kv_cache_capacity_tokens']:,} tokens"))
+    if s["kv_cache_usage_peak"] is None:
+        out.append(_line("KV cache usage mean / peak:", "no KV cache (kv_cache.enabled is false)"))
+    else:
+        out.append(_line("KV cache usage mean / peak:", f"{s['kv_cache_usage_mean']:.1%} / "
+                         f"{s['kv_cache_usage_peak']:.1%} of {s['kv_cache_capacity_tokens']:,} tokens"))
     out.append(_line("Mean / max batch size:", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"))
     out.append(_line("Preemptions:", s["num_preemptions"]))
     out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "

@@ -58,6 +58,19 @@ def stats_ms(values_s, percentiles, name):
     return out
 
 
+def clamp_rounding(delay_s, at_s, offset_s=0.0, ulps=8):
+    """Set to 0 the entries of ``delay_s`` (in place) that are below 0 by rounding alone: within
+    ``ulps`` units in the last place of the times they came from (``at_s``, plus ``offset_s``).
+    A delay the engine orders (scheduled at or after arrival) is >= 0 exactly; recomputed from
+    shifted times it can come out at -1e-13. Anything further below 0 is left for the invariant
+    tests to catch."""
+    neg = delay_s < 0.0
+    if neg.any():
+        tol = ulps * np.finfo(np.float64).eps * (np.abs(at_s) + abs(offset_s))
+        delay_s[neg & (delay_s >= -tol)] = 0.0
+    return delay_s
+
+
 def engine_figures(stats, params, engine, duration, batch_hist, accepted_per_pos=None):
     """What an engine's replicas did over ``duration`` seconds, from their ``stats`` (shape
     (replicas, N_STATS)) and batch-size histogram: preemptions, utilisation of one GPU's peaks
@@ -73,8 +86,11 @@ def engine_figures(stats, params, engine, duration, batch_hist, accepted_per_pos
         "compute_utilization": total[codes.STAT_FLOPS] / (gpu_s * params.gemm_flops) if gpu_s else 0.0,
         "bandwidth_utilization": total[codes.STAT_MEM_BYTES] / (gpu_s * params.mem_bw) if gpu_s else 0.0,
         "gpu_busy_fraction": busy / gpu_s if gpu_s else 0.0,
-        "kv_cache_usage_mean": total[codes.STAT_KV_BLOCK_SECONDS] / (gpu_s * blocks) if gpu_s else 0.0,
-        "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks,
+        # Without a KV cache (kv_cache.enabled false) there is no pool to fill: null, not a fraction
+        # of zero blocks.
+        "kv_cache_usage_mean": (total[codes.STAT_KV_BLOCK_SECONDS] / (gpu_s * blocks) if gpu_s else 0.0)
+        if engine.num_blocks else None,
+        "kv_cache_usage_peak": float(stats[:, codes.STAT_PEAK_BLOCKS].max()) / blocks if engine.num_blocks else None,
         "mean_batch_size": total[codes.STAT_SEQ_SECONDS] / busy if busy else 0.0,
         "max_batch_size": int(np.nonzero(batch_hist)[0].max()) if batch_hist.any() else 0,
         **{f"{percentile_key(q)}_batch_size": hist_quantile(batch_hist, q) for q in (50, 90, 99)},
@@ -191,6 +207,7 @@ class SimResult:
             elif name == "queue":  # in the engine's queue: from its arrival there, after the frontend
                 np.subtract(first_sched, arrival, out=buf)
                 np.subtract(buf, engine.frontend_s, out=buf)
+                clamp_rounding(buf, first_sched, engine.frontend_s)
             else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
                 np.subtract(finish, first_token, out=buf)
                 vals = buf[where]
@@ -224,7 +241,7 @@ class SimResult:
             }
         total = stats.sum(axis=0)
         replicas = stats.shape[0]
-        duration = float(stats[:, codes.STAT_END_S].max())
+        duration = run_s = float(stats[:, codes.STAT_END_S].max())  # engine figures: over the whole run
         if warm:  # the measured requests' span: from the first one's send to the last one's end
             duration = float(finish[warm:].max() - arrival[warm:].min())
         counted = status[warm:]
@@ -272,7 +289,7 @@ class SimResult:
             "error_rate": (n - completed) / n if n else 0.0,
             "num_rejected": rejected,
             "num_timed_out": timed_out,
-            **engine_figures(stats, params, engine, duration, batch_hist, accepted_per_pos),
+            **engine_figures(stats, params, engine, run_s, batch_hist, accepted_per_pos),
             "num_requests": n,
             **({"warmup_requests": warm} if warm else {}),
             "model": model.name,
@@ -311,7 +328,8 @@ class SimResult:
                 "arrival_rate": w[:, codes.WIN_ARRIVALS] / ws,
                 "gpu_busy": w[:, codes.WIN_BUSY_S] / (ws * replicas),
                 "mean_batch_size": np.where(w[:, codes.WIN_BUSY_S] > 0, w[:, codes.WIN_SEQ_SECONDS] / w[:, codes.WIN_BUSY_S], 0.0),
-                "kv_cache_usage": w[:, codes.WIN_KV_BLOCK_SECONDS] / (ws * replicas * blocks),
+                "kv_cache_usage": w[:, codes.WIN_KV_BLOCK_SECONDS] / (ws * replicas * blocks)
+                if engine.num_blocks else np.full(last, np.nan),
             }
         warnings = tuple(model.warnings) + tuple(resolved.warnings)
         return cls(s, per_request, itl_hist, edges, batch_hist, series, warnings)

@@ -16,7 +16,7 @@ from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import Workload, client_delays, generate
-from simllm.errors import ConfigError
+from simllm.errors import ConfigError, SimulatedOOM
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
@@ -116,6 +116,21 @@ class Pool(NamedTuple):
     pipeline: dict
 
 
+def static_slots(model, serving, resolved, memory):
+    """Sequences a static or dynamic batch can take: each reserves ``max_model_len`` tokens of KV
+    cache (whole blocks), as static-batching servers preallocate; ``max_num_seqs`` without a KV
+    cache. Raises :class:`SimulatedOOM` when the pool cannot hold one such sequence."""
+    if not model.kv_cache_enabled:
+        return serving.max_num_seqs
+    slots = memory.max_concurrent_sequences(resolved.max_model_len)
+    if slots < 1 and serving.batching != "continuous":
+        raise SimulatedOOM(
+            f"{serving.batching} batching reserves max_model_len ({resolved.max_model_len:,} tokens) of KV cache "
+            f"per sequence, and the pool holds {memory.kv_capacity_tokens:,} tokens: lower --max-model-len or "
+            f"raise --gpu-memory-utilization", memory)
+    return max(1, slots)
+
+
 def prepare_pool(model, hardware, serving, framework=None):
     """Validate ``serving`` for ``model`` on ``hardware`` and pack it (:class:`Pool`); raises
     :class:`SimulatedOOM` when it does not fit (a speculative drafter's weights and KV included)."""
@@ -167,7 +182,7 @@ def engine_inputs(model, pool, serving, workload, requests, fast_forward=True, a
         num_blocks=memory.num_blocks,
         prefix_blocks=prefix_blocks,
         max_model_len=resolved.max_model_len,
-        static_slots=max(1, memory.max_concurrent_sequences(resolved.max_model_len)),  # whole blocks per slot
+        static_slots=static_slots(model, serving, resolved, memory),
         pad_prompts=serving.pad_prompts,
         batch_max=(serving.batch_max or serving.max_num_seqs) if serving.batching == "dynamic" else 0,
         batch_window_s=serving.batch_window_ms / 1e3,
