@@ -151,7 +151,9 @@ STAT_MIN_FREE_BLOCKS = 15
 STAT_SPEC_DRAFTS = 16  # speculative decoding: request steps that verified drafts (vLLM's num_drafts) ...
 STAT_SPEC_DRAFT_TOKENS = 17  # ... the drafts they verified ...
 STAT_SPEC_ACCEPTED = 18  # ... and those accepted
-N_STATS = 19
+STAT_ENGINE_END_S = 19  # when the replica's last iteration ended (>= STAT_END_S: a batch can run on
+#                          after every client whose request it holds gave up)
+N_STATS = 20
 
 # Slots of a replica's clock in its accumulator (at Layout.off_clock).
 CLOCK_NOW = 0  # when the replica's next iteration starts

@@ -325,6 +325,6 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
         else:
             _step_pool_nb(pd, sp_d, ed, lay, td, t_event, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
     end = last_finish_nb(reqf)
-    close_replicas_nb(ws_p, acc_p, end)
-    close_replicas_nb(ws_d, acc_d, end)
+    close_replicas_nb(lay, ws_p, acc_p, end)
+    close_replicas_nb(lay, ws_d, acc_d, end)
     return end

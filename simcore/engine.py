@@ -63,6 +63,7 @@ from simcore.codes import (
     STATUS_WAITING,
     STAT_DECODE_TOKENS,
     STAT_END_S,
+    STAT_ENGINE_END_S,
     STAT_MIN_FREE_BLOCKS,
     STAT_PREEMPTIONS,
     STAT_PREFILL_TOKENS,
@@ -147,11 +148,13 @@ def last_finish_nb(reqf):
 
 
 @jit
-def close_replicas_nb(ws, acc, end):
-    """At the end of a run ending at ``end``: each replica's preemptions and end into its stats."""
+def close_replicas_nb(lay, ws, acc, end):
+    """At the end of a run whose last request ended at ``end``: each replica's preemptions, that
+    end and the end of its own last iteration into its stats."""
     for k in range(ws.shape[0]):
         acc[k, STAT_PREEMPTIONS] = ws[k, PREEMPTED_COUNT]
         acc[k, STAT_END_S] = end
+        acc[k, STAT_ENGINE_END_S] = max(end, acc[k, lay.off_clock + CLOCK_NOW])
 
 
 @jit_inline
@@ -595,5 +598,5 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
         else:
             acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
     end = last_finish_nb(reqf)
-    close_replicas_nb(ws, acc, end)
+    close_replicas_nb(lay, ws, acc, end)
     return end

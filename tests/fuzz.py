@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, tests/ is first on the path and its simcore/ folder would shadow the package.
-sys.path[:] = [str(ROOT), str(ROOT / "bindings")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "tests"]
+if __name__ == "__main__":  # run as a script, tests/ is first on the path and its simcore/ would shadow the package
+    sys.path[:] = [str(ROOT), str(ROOT / "bindings")] + [p for p in sys.path
+                                                         if Path(p or ".").resolve() != ROOT / "tests"]
 
 import simllm  # noqa: E402
 from simcore import codes  # noqa: E402

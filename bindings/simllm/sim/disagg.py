@@ -160,12 +160,12 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         batch_hist=batch_d, windows=windows, percentiles=tuple(percentiles), goodput=goodput, wall_s=elapsed,
         per_request_ints=ints, series_replicas=acc_d.shape[0], accepted_per_pos=accepted_p + accepted_d)
     s = result.summary
-    duration = float(stats_d[:, codes.STAT_END_S].max())
+    run_s = float(max(stats_p[:, codes.STAT_ENGINE_END_S].max(), stats_d[:, codes.STAT_ENGINE_END_S].max()))
     figures = {}
     for role, st, bh, e, params, gpus, inst, ac in (
             ("prefill", stats_p, batch_p, e_p, params_p, gpus_p, inst_p, accepted_p),
             ("decode", stats_d, batch_d, e_d, params_d, gpus_d, inst_d, accepted_d)):
-        f = engine_figures(st, params, e, duration, bh, ac)
+        f = engine_figures(st, params, e, run_s, bh, ac)
         f.update({"instances": inst, "num_gpus": gpus, "hardware": hw[role].gpu,
                   "tensor_parallel_size": sv[role].tensor_parallel_size,
                   "data_parallel_size": sv[role].data_parallel_size,
@@ -199,7 +199,7 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         "total_bytes": moved_bytes,
         "mean_bytes": moved_bytes / max(int(moved.sum()), 1),
         **stats_ms(transfer_s, percentiles, "transfer"),
-        "link_utilization": moved_bytes / (bandwidth * duration * inst_p) if duration else 0.0,
+        "link_utilization": moved_bytes / (bandwidth * run_s * inst_p) if run_s else 0.0,
     }
     if keep_requests:
         def column(col):

@@ -241,7 +241,10 @@ class SimResult:
             }
         total = stats.sum(axis=0)
         replicas = stats.shape[0]
-        duration = run_s = float(stats[:, codes.STAT_END_S].max())  # engine figures: over the whole run
+        duration = float(stats[:, codes.STAT_END_S].max())
+        # Engine figures: over the whole run, to the end of the last iteration (a static batch runs
+        # on after its clients gave up).
+        run_s = float(stats[:, codes.STAT_ENGINE_END_S].max())
         if warm:  # the measured requests' span: from the first one's send to the last one's end
             duration = float(finish[warm:].max() - arrival[warm:].min())
         counted = status[warm:]
