@@ -165,8 +165,11 @@ def test_allow_outside_paths_reads_the_file(tmp_path):
 
 
 def test_ctrl_c_prints_one_line_and_exits_130():
+    # ~15 s of kernel (speculative steps take the explicit path) in ~300 MB of request arrays
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2.0}'
     proc = subprocess.Popen([sys.executable, "-m", "simllm", "run", "--workload", "bench-1m", "--num-prompts",
-                             "20000000", "-q"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "3000000", "--speculative-config", spec, "-q"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(8.0)  # past the imports (before main() Ctrl-C is Python's own): generation, then the kernel
         proc.send_signal(signal.SIGINT)

@@ -546,7 +546,9 @@ def model_from_hf_config(data, source="config.json"):
         return _HF_ALIASES.get(name, (name,))[0]
 
     out = {}
-    out["name"] = data.get("_name_or_path") or (data.get("architectures") or [mtype or Path(source).parent.name])[0]
+    archs = data.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    out["name"] = data.get("_name_or_path") or arch or mtype or Path(source).parent.name
     torch_dtype = data.get("torch_dtype") or data.get("dtype") or "bfloat16"
     out["dtype"] = torch_dtype
     for name in ("hidden_size", "layers", "num_attention_heads"):
@@ -582,8 +584,8 @@ def model_from_hf_config(data, source="config.json"):
             if data.get(key) is not None:
                 out[key] = data[key]
         out.pop("head_dim", None)
-    out.update(_hf_windows(data, mtype, out["layers"]))
-    out.update(_hf_linear(data, mtype, out["layers"], out.get("layer_types")))
+    out.update(_hf_windows(sec, mtype, out["layers"]))
+    out.update(_hf_linear(sec, mtype, out["layers"], out.get("layer_types")))
     rope = data.get("rope_parameters") if isinstance(data.get("rope_parameters"), dict) else data
     factor = rope.get("partial_rotary_factor") or data.get("partial_rotary_factor")
     if factor and "rotary_dim" not in out and isinstance(factor, (int, float)) and 0 < factor < 1:
@@ -606,13 +608,15 @@ def model_from_hf_config(data, source="config.json"):
         moe["experts_per_token"] = sec.positive_int(pick("experts_per_token"), 2)
         if sec.has("moe_intermediate_size"):
             moe["moe_intermediate_size"] = sec.positive_int("moe_intermediate_size")
-        n_shared = data.get("n_shared_experts") or data.get("num_shared_experts") or 0
+        n_shared = _hf_count(sec, "n_shared_experts", 0, 0) or _hf_count(sec, "num_shared_experts", 0, 0)
         if sec.has("shared_expert_intermediate_size"):
             moe["shared_expert_intermediate_size"] = sec.number("shared_expert_intermediate_size", integer=True, minimum=0)
             n_shared = n_shared or (1 if moe["shared_expert_intermediate_size"] else 0)
         moe["num_shared_experts"] = int(n_shared)
-        dense_first = int(data.get("first_k_dense_replace") or 0)
+        dense_first = _hf_count(sec, "first_k_dense_replace", 0, 0)
         if data.get("mlp_only_layers"):
+            if not isinstance(data["mlp_only_layers"], list):
+                raise sec.error("mlp_only_layers", data["mlp_only_layers"], "a list of layer indices")
             dense_first = len(data["mlp_only_layers"])
         moe["moe_layers"] = out["layers"] - dense_first
         if mtype.startswith("llama4"):
@@ -626,13 +630,19 @@ def model_from_hf_config(data, source="config.json"):
     return model_from_dict(out, source)  # no "model." prefix: errors name config.json's own keys
 
 
-def _hf_windows(data, mtype, layers):
+def _hf_count(sec, key, default, minimum=1):
+    """An integer of a transformers config (``default`` when absent, null or 0), type-checked."""
+    return sec.number(key, integer=True, minimum=minimum) if sec.data.get(key) else default
+
+
+def _hf_windows(sec, mtype, layers):
     """Windowed attention from a transformers config: its ``layer_types`` list where it has one
     (gpt-oss, Gemma 3, recent exports); else Gemma 2/3's ``sliding_window_pattern`` (every n-th
     layer global), Llama 4's ``attention_chunk_size`` on its RoPE layers (``no_rope_layers``:
     1 = RoPE and chunked; default every 4th layer global), and a ``sliding_window`` on every
     layer where the architecture applies it to all (Mistral v0.1) and ``use_sliding_window`` is
     not false (Qwen2/3 configs carry an unused one)."""
+    data = sec.data
     sliding = data.get("sliding_window")
     chunk = data.get("attention_chunk_size")
     types = data.get("layer_types")
@@ -644,30 +654,31 @@ def _hf_windows(data, mtype, layers):
         if isinstance(nope, list) and len(nope) == layers:
             n = sum(1 for v in nope if v)
         else:
-            interval = int(data.get("no_rope_layer_interval") or 4)
+            interval = _hf_count(sec, "no_rope_layer_interval", 4)
             n = sum(1 for i in range(layers) if (i + 1) % interval)
         return {"attention_chunk_size": chunk, "windowed_layers": n}
     if not sliding or data.get("use_sliding_window") is False:
         return {}
     if mtype.startswith(("gemma2", "gemma3")):
-        pattern = int(data.get("sliding_window_pattern") or (6 if mtype.startswith("gemma3") else 2))
+        pattern = _hf_count(sec, "sliding_window_pattern", 6 if mtype.startswith("gemma3") else 2)
         return {"sliding_window": sliding, "windowed_layers": sum(1 for i in range(layers) if (i + 1) % pattern)}
     if mtype in ("mistral", "mixtral") or data.get("use_sliding_window"):
         return {"sliding_window": sliding, "windowed_layers": layers}
     return {}
 
 
-def _hf_linear(data, mtype, layers, types):
+def _hf_linear(sec, mtype, layers, types):
     """Linear-attention layers from a transformers config (Qwen3-Next, Qwen3.5): its
     ``layer_types`` (or every ``full_attention_interval``-th layer full), the ``linear_*`` head
     counts and dims, ``mamba_ssm_dtype`` for the state, ``attn_output_gate`` (Qwen3-Next's
     attention is always gated)."""
+    data = sec.data
     if not data.get("linear_num_value_heads"):
         return {}
     if not isinstance(types, list):
         types = data.get("layer_types")
     if not isinstance(types, list):
-        interval = int(data.get("full_attention_interval") or 4)
+        interval = _hf_count(sec, "full_attention_interval", 4)
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     lin = {"num_key_heads": data.get("linear_num_key_heads"), "num_value_heads": data.get("linear_num_value_heads"),
            "key_head_dim": data.get("linear_key_head_dim"), "value_head_dim": data.get("linear_value_head_dim"),
