@@ -478,7 +478,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
     moe_tp = tp * dp // ep if ep > 1 else tp
     shapes = _gemm_shapes(model, tp, moe_tp)
     kvh = 1 if model.is_mla else max(1, model.num_key_value_heads // tp)  # MLA: one latent per token
-    E, k = model.num_experts, model.experts_per_token
+    E = model.num_experts
     dtypes_kw = dict(tp=tp, weight_dtype=weight_dtype, act_dtype=act, kv_dtype=kv_dtype, kv_ratio=kv_ratio, ep=ep, dp=dp,
                      attention_dtype=attention_dtype, route=route)
 

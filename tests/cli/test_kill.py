@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from helpers import GOLDEN, ROOT
+from helpers import GOLDEN
 
 pytestmark = pytest.mark.slow
 FRACTIONS = (0.3, 0.55, 0.8, 0.95)
