@@ -562,3 +562,20 @@ def test_client_delays_come_from_their_own_stream():
     assert d.mean() == pytest.approx(0.020, rel=0.03) and d.std() == pytest.approx(0.020, rel=0.05)
     assert client_delays(dataclasses.replace(w, client_jitter_ms=0.0), 10) is None
     assert client_delays(dataclasses.replace(w, max_concurrency=0), 10) is None  # open loop
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("num_prompts", 10**30, "an integer in [0, 2147483647]"),
+    ("request_rate", 1e-300, "requests per second in [1e-06, 1e+09], or inf"),
+    ("request_rate", float("nan"), "requests per second in [1e-06, 1e+09], or inf"),
+    ("burstiness", float("inf"), "a number in [1e-6, 1e6]"),
+    ("seed", -1, "an integer in [0, 2**63)"),
+    ("timeout_s", float("inf"), "seconds in [0, 1e+12]"),
+    ("prefix_hit_ratio", 1.5, "a fraction in [0, 1]"),
+    ("arrival", "bursty", "one of poisson, gamma, constant"),
+])
+def test_workload_fields_declare_their_ranges(field, value, expected):
+    """The Python API refuses what the YAML reader and the flags refuse (one validation layer)."""
+    with pytest.raises(simllm.ConfigError) as err:
+        simllm.Workload(**{field: value})
+    assert str(err.value).endswith(f"workload.{field} = {value!r}: expected {expected}")

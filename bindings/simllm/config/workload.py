@@ -119,7 +119,23 @@ def checked(default, key, check, expected):
 
 
 def _nonneg(v):
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= MAX_NUMBER
+
+
+def _int_in(lo, hi):
+    return lambda v: not isinstance(v, bool) and isinstance(v, (int, np.integer)) and lo <= v <= hi
+
+
+def _number_in(lo, hi):
+    return lambda v: not isinstance(v, bool) and isinstance(v, (int, float, np.floating)) and lo <= v <= hi
+
+
+#: The workload's ranges: request counts within int32 (request ids), rates in req/s (inf: all
+#: at once), times in seconds, prefix lengths within a context (2**30 tokens).
+MAX_COUNT = 2**31 - 1
+MIN_RATE = 1e-6
+MAX_RATE = 1e9
+MAX_NUMBER = 1e12
 
 
 @dataclass(frozen=True)
@@ -134,27 +150,34 @@ class Workload:
     as ``vllm bench serve --ramp-up-strategy`` (``request_rate`` must stay inf).
     ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary."""
 
-    num_prompts: int = 1000
-    request_rate: float = math.inf
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    max_concurrency: int = 0
+    num_prompts: int = checked(1000, "num_prompts", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
+    request_rate: float = checked(math.inf, "request_rate", lambda v: _number_in(MIN_RATE, MAX_RATE)(v) or v == math.inf,
+                                  f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf")
+    arrival: str = checked("poisson", "arrival", lambda v: v in ARRIVALS, "one of " + ", ".join(ARRIVALS))
+    burstiness: float = checked(1.0, "burstiness", _number_in(1e-6, 1e6), "a number in [1e-6, 1e6]")
+    max_concurrency: int = checked(0, "max_concurrency", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
     input_len: LengthDist = field(default_factory=lambda: fixed(1024))
     output_len: LengthDist = field(default_factory=lambda: fixed(128))
-    seed: int = 0
-    timeout_s: float = 0.0  # client timeout; 0 = none
-    prefix_len: int = 0  # shared prompt prefix (system prompt) tokens
-    prefix_hit_ratio: float = 0.0  # fraction of requests whose prefix is in the prefix cache
+    seed: int = checked(0, "seed", _int_in(0, 2**63 - 1), "an integer in [0, 2**63)")
+    # client timeout; 0 = none
+    timeout_s: float = checked(0.0, "timeout_s", _nonneg, f"seconds in [0, {MAX_NUMBER:g}]")
+    # shared prompt prefix (system prompt) tokens
+    prefix_len: int = checked(0, "prefix_len", _int_in(0, 2**30), "an integer in [0, 2**30]")
+    # fraction of requests whose prefix is in the prefix cache
+    prefix_hit_ratio: float = checked(0.0, "prefix_hit_ratio", _number_in(0.0, 1.0), "a fraction in [0, 1]")
     trace: str = ""  # path of a replayed trace (its lengths and times replace the sampled ones)
     trace_format: str = "auto"
-    time_scale: float = 1.0  # trace replay: multiply inter-arrival times by this
-    client_jitter_ms: float = checked(DEFAULT_CLIENT_JITTER_MS, "client_jitter_ms", _nonneg, "a number >= 0")
+    # trace replay: multiply inter-arrival times by this
+    time_scale: float = checked(1.0, "time_scale", _number_in(1e-6, 1e6), "a number in [1e-6, 1e6]")
+    client_jitter_ms: float = checked(DEFAULT_CLIENT_JITTER_MS, "client_jitter_ms", _nonneg,
+                                      f"milliseconds in [0, {MAX_NUMBER:g}]")
     ramp_up_strategy: str = checked("", "ramp_up_strategy", lambda v: v in ("",) + RAMP_UP_STRATEGIES,
                                     "one of " + ", ".join(RAMP_UP_STRATEGIES))
-    ramp_up_start_rps: float = checked(0.0, "ramp_up_start_rps", _nonneg, "a number >= 0")
-    ramp_up_end_rps: float = checked(0.0, "ramp_up_end_rps", _nonneg, "a number >= 0")
-    warmup_requests: int = checked(0, "warmup_requests", lambda v: not isinstance(v, bool) and isinstance(v, int)
-                                   and v >= 0, "an integer >= 0")
+    ramp_up_start_rps: float = checked(0.0, "ramp_up_start_rps", _number_in(0.0, MAX_RATE),
+                                       f"requests per second in [0, {MAX_RATE:g}]")
+    ramp_up_end_rps: float = checked(0.0, "ramp_up_end_rps", _number_in(0.0, MAX_RATE),
+                                     f"requests per second in [0, {MAX_RATE:g}]")
+    warmup_requests: int = checked(0, "warmup_requests", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
     name: str = "workload"
     source: str = "<dict>"
 
