@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simllm.errors import ConfigError, optional_import
+from simllm.errors import CLI, ConfigError, optional_import
 
 NEW_FILE_MODE = 0o644
 
@@ -61,6 +61,22 @@ def output_path(path):
             yield tmp
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def check_output(path, key):
+    """Raise a one-line :class:`ConfigError` naming ``key`` (a flag) unless ``path`` can be
+    written: not a folder, and its nearest existing parent a writable folder. Called before a
+    long run so that it does not fail at its end."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError("a file name, not a folder", source=CLI, key=key, value=str(path))
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"a path under a folder ({parent} is a file)", source=CLI, key=key, value=str(path))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"a path in a folder you can write ({parent} is not)", source=CLI, key=key, value=str(path))
 
 
 def write_output(path, text):

@@ -32,6 +32,11 @@ def _write(tmp_path, name, text):
     return path
 
 
+def _folder(path):
+    path.mkdir()
+    return path
+
+
 def _model(tmp_path, old, new, name="model.yaml"):
     assert old in MODEL
     return _write(tmp_path, name, MODEL.replace(old, new))
@@ -115,7 +120,14 @@ CASES = {
                                    ["--goodput", "ttft:-5", "(0, 1e12]"]),
     "goodput_nan": lambda t: (["run", "--num-prompts", "5", "-q", "--goodput", "ttft:nan"], ["--goodput", "ttft:nan"]),
     "save_detailed_onto_folder": lambda t: (["run", "--num-prompts", "5", "-q", "--save-detailed", t],
-                                            ["--save-detailed", ".csv or .parquet"]),
+                                            ["--save-detailed", "not a folder"]),
+    "save_detailed_onto_folder_named_csv": lambda t: (["run", "--num-prompts", "5", "-q", "--save-detailed",
+                                                       _folder(t / "d.csv")], ["--save-detailed", "not a folder"]),
+    "calibrate_output_under_a_file": lambda t: (["calibrate", str(ROOT / "tests/data/golden/vllm_run0.json"),
+                                                 "--hardware", "h100-sxm", "-o", _write(t, "f", "x") / "cal.yaml"],
+                                                ["-o", "a path under a folder"]),
+    "sweep_output_under_a_file": lambda t: (["sweep", str(ROOT / "tests/data/golden/sweep.yaml"), "--output",
+                                             _write(t, "f", "x") / "r.csv"], ["--output", "a path under a folder"]),
     "validate_isl_negative": lambda t: (["validate", _write(t, "m.json", json.dumps(dict(VLLM_RESULT, total_input_tokens=-40))),
                                          "--hardware", "h100-sxm"], ["m.json", "input_len", "-10", "[1, 1073741824]"]),
     "validate_prompts_1e30": lambda t: (["validate", _write(t, "m.json", json.dumps(dict(VLLM_RESULT, num_prompts=10**30))),

@@ -38,7 +38,7 @@ from simllm.calibration import validate as accuracy
 from simllm.config.framework import BOUNDS, framework_from_dict, load_framework
 from simllm.config.hardware import FRAMEWORK_OVERRIDE_KEYS, hardware_from_dict
 from simllm.errors import ConfigError
-from simllm.fileio import write_text_atomic
+from simllm.fileio import write_output
 from simllm.sim.stats import abs_error_stats
 
 HUBER = 0.25  # log-error beyond which a residual counts linearly (about 28%)
@@ -414,7 +414,7 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
     if output is not None:
         hardware_from_dict(yaml.safe_load(text), str(output))  # refuse to write what would not load
         out = Path(output)
-        write_text_atomic(out, text)
+        write_output(out, text)
     elif gpu:
         raise ConfigError("an output hardware YAML (-o) for the fitted GPU factors", key="-o")
     fw_out = None
@@ -432,5 +432,5 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
             raise ConfigError("a block-style YAML framework profile to edit", source=str(fw_path))
         fw_out = Path(framework_output) if framework_output else fw_path
         framework_from_dict(yaml.safe_load(fw_text), str(fw_out))
-        write_text_atomic(fw_out, fw_text)
+        write_output(fw_out, fw_text)
     return out, fw_out

@@ -9,6 +9,7 @@ from simllm.cli import common
 from simllm.config.framework import load_framework
 from simllm.config.hardware import load_hardware
 from simllm.config.serving import FRAMEWORKS
+from simllm.fileio import check_output
 from simllm.report import text as report
 
 
@@ -35,6 +36,9 @@ def add_parser(sub):
 
 
 def cmd(args, out):
+    for path, flag in ((args.output, "-o"), (args.framework_output, "--framework-output")):
+        if path:
+            check_output(path, flag)  # before the fit, not after it
     bases = [load_hardware(h) for h in args.hardware]
     base = bases[0]
     points, shape = common.measured_points(args, args.hardware[0] if len(args.hardware) == 1 else "")

@@ -66,6 +66,10 @@ def main(argv=None):
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file the command was given could not be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"simllm: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         detail = str(exc)
         print(f"simllm: interrupted{'; ' + detail if detail else ''}", file=sys.stderr)

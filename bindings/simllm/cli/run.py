@@ -5,6 +5,7 @@ import sys
 from simllm.analysis.diagnose import diagnose, format_run_section
 from simllm.cli import common
 from simllm.errors import ConfigError
+from simllm.fileio import check_output
 from simllm.formats import exports
 from simllm.report import text as report
 from simllm.report.plots import plot_run
@@ -53,6 +54,9 @@ def cmd(args, out):
         raise ConfigError("--export-format needs --output FILE", source="command line")
     if args.output:
         exports.resolve_format(args.output, args.export_format)  # a bad name fails before simulating
+        check_output(args.output, "--output")
+    if args.save_detailed:
+        check_output(args.save_detailed, "--save-detailed")
     record = None if args.quiet else common.band_record(args)  # a bad record fails before simulating
     keep_requests = bool(args.save_detailed or args.plot or args.export_format in ("guidellm", "requests"))
     # A progress bar for long runs only (a million requests and more), on a terminal.

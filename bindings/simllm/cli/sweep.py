@@ -2,6 +2,7 @@
 import logging
 
 from simllm.cli import common
+from simllm.fileio import check_output
 from simllm.report.plots import plot_sweep
 from simllm.report.progress import Progress
 from simllm.search import sweep as sw
@@ -29,6 +30,8 @@ def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     run_on = common.executor(args)
     spec = load_sweep_spec(args.spec)
+    if args.output:
+        check_output(args.output, "--output")
     bar = Progress(0, "simllm sweep", enabled=not args.quiet)  # run_spec sets its total
     try:
         result = sw.run_spec(spec, run_on["executor"] or "threads", workers=run_on["workers"],
