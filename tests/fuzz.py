@@ -52,12 +52,12 @@ def random_case(rng, extreme=False):
     serving = dict(
         tensor_parallel_size=_choice(rng, tps),
         data_parallel_size=int(_choice(rng, (1, 1, 2, 3))),
-        max_num_seqs=int(_choice(rng, (1, 4, 32, 256) if not extreme else (1, 2, 1024, 2**20))),
-        max_num_batched_tokens=int(_choice(rng, (0, 512, 2048, 8192) if not extreme else (0, 1, 16, 2**30))),
-        block_size=int(_choice(rng, (16, 16, 32, 1) if not extreme else (1, 16, 4096))),
+        max_num_seqs=int(_choice(rng, (1, 4, 32, 256) + ((2, 1024, 2**20) if extreme else ()))),
+        max_num_batched_tokens=int(_choice(rng, (0, 512, 2048, 8192) + ((1, 16, 2**30) if extreme else ()))),
+        block_size=int(_choice(rng, (16, 16, 32, 1) + ((4096, 65536) if extreme else ()))),
         enable_chunked_prefill=bool(rng.random() < 0.8),
         enable_prefix_caching=bool(rng.random() < 0.3),
-        gpu_memory_utilization=float(_choice(rng, (0.9, 0.5, 0.95, 0.3) if not extreme else (1e-3, 1.0))),
+        gpu_memory_utilization=float(_choice(rng, (0.9, 0.5, 0.95, 0.3) + ((1e-3, 1.0) if extreme else ()))),
         batching=batching,
         batch_window_ms=float(_choice(rng, (0.0, 10.0, 100.0))),
         batch_max=int(_choice(rng, (0, 4, 16))),
@@ -68,16 +68,16 @@ def random_case(rng, extreme=False):
                                          "synthetic_acceptance_length": float(rng.uniform(1.0, 3.0))}
     elif batching == "continuous" and rng.random() < 0.1:
         serving["pipeline_parallel_size"] = 2
-    n = int(rng.integers(1, 120)) if not extreme else int(_choice(rng, (1, 2, 5000)))
-    rate = _choice(rng, (math.inf, 1.0, 10.0, 100.0) if not extreme else (math.inf, 1e-6, 1e9))
+    n = int(rng.integers(1, 120)) if not extreme or rng.random() < 0.5 else int(_choice(rng, (1, 2, 5000)))
+    rate = _choice(rng, (math.inf, 1.0, 10.0, 100.0) + ((1e-6, 1e9) if extreme else ()))
     longest = 4096 if not extreme else 131072
     lengths = [int(_choice(rng, (1, 16, 100, 1000, longest))) for _ in range(2)]
     ratio = float(_choice(rng, (0.0, 0.5, 0.9)))
     workload = dict(
-        num_prompts=n, request_rate=rate, max_concurrency=int(_choice(rng, (0, 0, 1, 8, 64))),
+        num_prompts=n, request_rate=rate, max_concurrency=int(_choice(rng, (0, 0, 1, 8, 64) + ((100_000,) if extreme else ()))),
         input_len=random_range(lengths[0], ratio) if ratio else fixed(lengths[0]),
         output_len=random_range(lengths[1], ratio) if ratio else fixed(lengths[1]),
-        seed=int(rng.integers(0, 2**31)), timeout_s=float(_choice(rng, (0.0, 0.0, 0.5, 30.0))),
+        seed=int(rng.integers(0, 2**31)), timeout_s=float(_choice(rng, (0.0, 0.0, 0.5, 30.0) + ((1e-6, 1e9) if extreme else ()))),
         prefix_len=int(_choice(rng, (0, 0, 64))), prefix_hit_ratio=float(_choice(rng, (0.0, 0.5, 1.0))),
         warmup_requests=int(_choice(rng, (0, 0, 3))))
     return model, hardware, serving, workload
