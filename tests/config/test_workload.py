@@ -579,3 +579,60 @@ def test_workload_fields_declare_their_ranges(field, value, expected):
     with pytest.raises(simllm.ConfigError) as err:
         simllm.Workload(**{field: value})
     assert str(err.value).endswith(f"workload.{field} = {value!r}: expected {expected}")
+
+
+def _row_read(path, fmt="auto"):
+    from simllm.config.workload import _read_rows_trace
+    return _read_rows_trace(Path(path), fmt, True)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_csv_trace_column_reader_matches_the_row_reader(tmp_path, seed):
+    """The column-wise CSV reader gives the row-wise reader's arrays (the reference) on random
+    traces of every CSV format, and the same one-line error for the first bad value."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    t = np.sort(rng.uniform(0, 1000, n))
+    i = rng.integers(1, 5000, n)
+    o = rng.integers(0, 500, n)  # some 0: failed upstream, skipped
+    fmt = ["simple", "burstgpt", "mooncake", "azure"][seed % 4]
+    if fmt == "simple":
+        rows = ["arrival_s,input_len,output_len"] + [f"{float(a)!r},{b},{c}" for a, b, c in zip(t, i, o)]
+    elif fmt == "burstgpt":
+        rows = ["Timestamp,Model,Request tokens,Response tokens"] + [f"{a},ChatGPT,{b},{c}" for a, b, c in zip(t, i, o)]
+    elif fmt == "mooncake":
+        rows = ["timestamp,input_length,output_length"] + [f"{int(a * 1000)},{b},{c}" for a, b, c in zip(t, i, o)]
+    else:
+        stamps = np.datetime64("2023-11-16T18:00:00") + (t * 1e6).astype("timedelta64[us]")
+        rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [f"{str(s).replace('T', ' ')},{b},{c}"
+                                                              for s, b, c in zip(stamps, i, o)]
+    if seed >= 4:
+        rows.insert(5, "")  # a blank line: skipped, later lines keep their numbers
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    got = simllm.read_trace(path, with_lines=True)
+    want = _row_read(path)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    for k, bad in ((17, "x"), (40, "nan"), (90, "1e31"), (121, "-3"), (151, "2.5")):
+        broken = list(rows)
+        cells = broken[k].split(",")
+        cells[-1 if k % 2 else 0] = bad
+        broken[k] = ",".join(cells)
+        path.write_text("\n".join(broken) + "\n", encoding="utf-8")
+        with pytest.raises(ConfigError) as got_err:
+            simllm.read_trace(path)
+        with pytest.raises(ConfigError) as want_err:
+            _row_read(path)
+        assert str(got_err.value) == str(want_err.value)
+
+
+def test_csv_trace_cache_sees_a_changed_file(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_len,output_len\n0,100,10\n1,200,20\n", encoding="utf-8")
+    first = simllm.read_trace(path)
+    path.write_text("arrival_s,input_len,output_len\n0,100,10\n1,200,20\n2,300,30\n", encoding="utf-8")
+    second = simllm.read_trace(path)
+    assert len(first[0]) == 2 and list(second[1]) == [100, 200, 300]
+    second[1][0] = 7  # the caller's copy: the cached arrays stay as read
+    assert simllm.read_trace(path)[1][0] == 100

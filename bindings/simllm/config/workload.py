@@ -5,6 +5,7 @@ and output lengths fixed, uniform, normal, lognormal or drawn from a file.
 Sampling uses ``np.random.Generator`` seeded from ``seed`` only: same seed, same requests.
 """
 import csv
+import functools
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -372,9 +373,10 @@ def _rows(path):
                 yield reader.line_num, row
 
 
-def read_trace(path, fmt="auto", with_lines=False):
+def read_trace(path, fmt="auto", with_lines=False, cached=True):
     """Read a request trace. Rows with 0 output tokens (requests that failed in the traced
-    service) are skipped.
+    service) are skipped. A CSV trace is read column-wise and kept (two files at most, by path,
+    modification time and size; ``cached`` False reads it anew).
 
     Returns
     -------
@@ -393,14 +395,98 @@ def read_trace(path, fmt="auto", with_lines=False):
     if not path.is_file():
         raise ConfigError("no such trace file", source=str(path))
     try:
-        return _read_trace(path, fmt, with_lines)
+        return _read_trace(path, fmt, with_lines, cached)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"a UTF-8 text file (byte {exc.start} is not)", source=str(path)) from None
     except csv.Error as exc:
         raise ConfigError(f"a CSV file ({exc})", source=str(path)) from None
 
 
-def _read_trace(path, fmt, with_lines):
+def _read_trace(path, fmt, with_lines, cached=True):
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        stat = path.stat()
+        read = _read_csv_trace if cached else _read_csv_trace.__wrapped__
+        t, i, o, lines = read(str(path), str(path.resolve()), stat.st_mtime_ns, stat.st_size, fmt)
+        arrays = (t.copy(), i.copy(), o.copy())
+        return arrays + (lines.copy(),) if with_lines else arrays
+    return _read_rows_trace(path, fmt, with_lines)
+
+
+def _columns_of(header, fmt, path):
+    """(format name, time unit, the time, input and output columns) of a trace's header."""
+    name = fmt if fmt != "auto" else _detect(list(header), path)
+    tcol, icol, ocol, unit = _TRACE_COLUMNS[name]
+    cols = []
+    for options in (tcol, icol, ocol):
+        found = next((c for c in options if c in header), None)
+        if found is None:
+            raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path), line=1)
+        cols.append(found)
+    return name, unit, cols
+
+
+@functools.lru_cache(maxsize=2)
+def _read_csv_trace(path, resolved, mtime_ns, size, fmt):
+    """A CSV trace read once, column-wise by numpy's C reader (``np.loadtxt``) and checked a
+    column at a time. Anything it does not take (a bad or missing value, a value out of range,
+    blank lines or quoted line breaks, which move the line numbers) goes to the row-wise reader
+    (:func:`_read_rows_trace`), which names the first bad value's line. Cached by path,
+    modification time, size and format: loading a workload validates its trace and generating it
+    reads it again. Returns read-only (times, inputs, outputs, lines), sorted by time, 0-output
+    rows dropped."""
+    with open(resolved, encoding="utf-8-sig", newline="") as f:
+        header = [c.strip() for c in next(csv.reader(f), [])]
+        text = f.read()
+    name, unit, cols = _columns_of(header, fmt, path)
+    idx = [header.index(c) for c in cols]
+    regular = "\n\n" not in text and "\r\n\r\n" not in text and '"' not in text and text.strip()
+    out = _csv_columns(resolved, idx, unit) if regular else None
+    if out is None:
+        return _freeze(_read_rows_trace(Path(path), fmt, True))
+    times, inputs, outputs = out
+    lines = np.arange(2, len(times) + 2, dtype=np.int64)
+    keep = outputs > 0  # requests that failed in the traced service (BurstGPT logs them with 0 tokens)
+    if not keep.any():
+        raise ConfigError("a trace with at least one request, got none", source=path)
+    times, inputs, outputs, lines = times[keep], inputs[keep], outputs[keep], lines[keep]
+    order = np.argsort(times, kind="stable")
+    return _freeze((times[order], inputs[order], outputs[order], lines[order]))
+
+
+def _freeze(arrays):
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
+def _csv_columns(path, idx, unit):
+    """(times in s, inputs, outputs) of a regular CSV trace's columns ``idx``, or None when some
+    value does not parse or is out of range (the row-wise reader then says which)."""
+    load = dict(delimiter=",", skiprows=1, encoding="utf-8-sig", ndmin=1)
+    try:
+        lengths = np.loadtxt(path, usecols=idx[1:], dtype=np.float64, ndmin=2, **{k: v for k, v in load.items()
+                                                                                 if k != "ndmin"})
+        if unit == "datetime":
+            try:
+                times = np.loadtxt(path, usecols=idx[0], dtype=np.float64, **load)
+            except ValueError:  # timestamps: "YYYY-MM-DD HH:MM:SS.ffffff"
+                stamps = np.char.replace(np.char.strip(np.loadtxt(path, usecols=idx[0], dtype=str, **load)), " ", "T")
+                times = stamps.astype("datetime64[us]").astype(np.int64) / 1e6
+                times[stamps == "NaT"] = np.nan
+        else:
+            times = np.loadtxt(path, usecols=idx[0], dtype=np.float64, **load) * unit
+    except ValueError:
+        return None
+    inputs, outputs = lengths[:, 0], lengths[:, 1]
+    ok = np.abs(times) <= MAX_TRACE_S
+    ok &= (inputs >= 1) & (inputs <= MAX_LENGTH) & (np.floor(inputs) == inputs)
+    ok &= (outputs >= 0) & (outputs <= MAX_LENGTH) & (np.floor(outputs) == outputs)
+    if len(times) != len(inputs) or not ok.all():
+        return None
+    return times.astype(np.float64), inputs.astype(np.int64), outputs.astype(np.int64)
+
+
+def _read_rows_trace(path, fmt, with_lines):
     times, inputs, outputs, lines = [], [], [], []
     cols = None
     for line, row in _rows(path):
@@ -445,25 +531,28 @@ def _trace_int(value, path, line, key, minimum):
 
 
 def _trace_time(value, unit, path, line, key):
+    bound = f"within {MAX_TRACE_S:.0e} s of 0"
     if unit == "datetime":
         try:
-            return float(value)  # already seconds
+            t = float(value)  # already seconds
         except (TypeError, ValueError):
-            pass
-        try:
-            text = str(value).strip().replace(" ", "T")
-            return np.datetime64(text, "us").astype(np.int64) / 1e6
-        except (TypeError, ValueError):
-            raise ConfigError("a timestamp (YYYY-MM-DD HH:MM:SS.ffffff or seconds)", source=str(path), line=line,
-                              key=key, value=value) from None
+            try:
+                text = str(value).strip().replace(" ", "T")
+                t = np.datetime64(text, "us").astype(np.int64) / 1e6
+            except (TypeError, ValueError):
+                raise ConfigError(f"a timestamp (YYYY-MM-DD HH:MM:SS.ffffff or seconds {bound})", source=str(path),
+                                  line=line, key=key, value=value) from None
+        if not abs(t) <= MAX_TRACE_S:  # NaN, NaT and far dates too
+            raise ConfigError(f"a timestamp (YYYY-MM-DD HH:MM:SS.ffffff or seconds {bound})", source=str(path),
+                              line=line, key=key, value=value)
+        return t
     try:
         t = float(value) * unit
         if not abs(t) <= MAX_TRACE_S:
             raise ValueError
         return t
     except (TypeError, ValueError):
-        raise ConfigError(f"a time within {MAX_TRACE_S:.0e} s of 0", source=str(path), line=line, key=key,
-                          value=value) from None
+        raise ConfigError(f"a time {bound}", source=str(path), line=line, key=key, value=value) from None
 
 
 # ----------------------------------------------------------------------------- config files
