@@ -13,6 +13,7 @@ import simllm
 import simllm.cli
 from helpers import ROOT
 from simllm.report import text as report
+from simllm.sim.results import TIMING_KEYS
 
 MODEL = str(ROOT / "configs" / "model.yaml")
 HARDWARE = str(ROOT / "configs" / "hardware.yaml")
@@ -24,7 +25,7 @@ BENCH_KEYS = [
 ] + [f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
      for stat in ("mean", "median", "std", "p99")]
 SIMLLM_KEYS = ["compute_utilization", "bandwidth_utilization", "kv_cache_usage_mean", "memory"]
-WALL_KEYS = {"simulation_wall_s", "simulated_requests_per_s"}
+WALL_KEYS = set(TIMING_KEYS)
 
 
 def run_cli(*args, timeout=120):

@@ -16,6 +16,7 @@ from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.search import optimize as sla
 from simllm.search import pareto as fr
+from simllm.sim.results import TIMING_KEYS
 
 SLO_TEXT = "ttft_p99<=2000,tpot_p99<=50"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -278,7 +279,7 @@ def test_rejections_executor_and_no_answer():
     assert status == {"tp=1 gpu_memory_utilization=0.9": "ok", "tp=1 gpu_memory_utilization=0.15": "oom",
                       "tp=3 gpu_memory_utilization=0.9": "invalid", "tp=3 gpu_memory_utilization=0.15": "invalid"}
     assert status == {c.label: c.status for c in serial.candidates}
-    timing = ("simulation_wall_s", "simulated_requests_per_s")
+    timing = TIMING_KEYS
     assert {k: v for k, v in res.answer.summary.items() if k not in timing} == \
         {k: v for k, v in serial.answer.summary.items() if k not in timing}
     assert "num_attention_heads" in res.candidates[2].reason

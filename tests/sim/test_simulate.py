@@ -10,6 +10,7 @@ import simllm
 from helpers import build
 from simcore import iteration_time_nb
 from simllm.config.workload import fixed, random_range
+from simllm.sim.results import TIMING_KEYS
 
 MODEL, HW, SERVING, _, P = build("llama-3.1-8b", "h100-sxm")
 
@@ -123,7 +124,7 @@ def test_jitter_is_seeded_bit_for_bit():
     b = simllm.simulate(MODEL, HW, SERVING, w)
     for k, v in a.requests.items():
         assert np.array_equal(v, b.requests[k], equal_nan=True), k
-    skip = {"simulation_wall_s", "simulated_requests_per_s"}
+    skip = set(TIMING_KEYS)
     assert {k: v for k, v in a.summary.items() if k not in skip} == {k: v for k, v in b.summary.items() if k not in skip}
     c = simllm.simulate(MODEL, HW, SERVING, dataclasses.replace(w, seed=6))
     assert not np.array_equal(a.requests["finish_s"], c.requests["finish_s"])

@@ -15,6 +15,7 @@ from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import simulate_nb
 from simcore.layout import make_layout, split_accumulator
 from simcore.params import EngineSettings
+from simllm.sim.results import TIMING_KEYS
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
 
@@ -276,7 +277,7 @@ def test_same_seed_same_result_bit_for_bit():
     b = simllm.simulate(model, hw, s, w)
     for k, v in a.requests.items():
         assert np.array_equal(v, b.requests[k], equal_nan=True), k
-    skip = {"simulation_wall_s", "simulated_requests_per_s"}
+    skip = set(TIMING_KEYS)
     assert {k: v for k, v in a.summary.items() if k not in skip} == {k: v for k, v in b.summary.items() if k not in skip}
     c = simllm.simulate(model, hw, s, dataclasses.replace(w, seed=8))
     assert not np.array_equal(a.requests["finish_s"], c.requests["finish_s"])
@@ -429,7 +430,7 @@ def test_summary_only_run_gives_the_same_summary():
                         output_len=simllm.config.workload.random_range(200, 0.9), seed=4, timeout_s=30.0)
     full = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20})
     lean = simllm.simulate(model, hw, s, w, goodput={"ttft": 200, "tpot": 20}, keep_requests=False)
-    skip = {"simulation_wall_s", "simulated_requests_per_s"}
+    skip = set(TIMING_KEYS)
     assert {k: v for k, v in lean.summary.items() if k not in skip} == {
         k: v for k, v in full.summary.items() if k not in skip}
     assert lean.requests is None

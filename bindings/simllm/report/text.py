@@ -242,7 +242,9 @@ def format_run(result, percentiles=(50, 90, 95, 99), title="Serving Benchmark Re
     out.append(_line("Preemptions:", s["num_preemptions"]))
     out.append(_line("Errors (rejected / timed out):", f"{s['num_rejected']} / {s['num_timed_out']} "
                      f"({s['error_rate']:.1%})"))
-    out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"))
+    compiled = s.get("compile_wall_s") or 0.0
+    out.append(_line("Simulation wall time (s):", f"{s['simulation_wall_s']:.3f}"
+                     + (f" (+ {compiled:.3f} compiling or loading the kernel)" if compiled >= 5e-4 else "")))
     out += _disagg_lines(s, _line)
     if diagnosis:
         out.append(diagnosis)

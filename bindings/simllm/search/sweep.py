@@ -78,7 +78,7 @@ from simllm.search.store import (
     table_csv,
     write_record,
 )
-from simllm.sim.results import summary_gpus
+from simllm.sim.results import TIMING_KEYS, summary_gpus
 from simllm.sim.runner import (  # the executors, warm-up and chunking figures are this module's API too
     COST_FIXED_S,  # noqa: F401
     COST_PER_REQUEST_S,  # noqa: F401
@@ -104,7 +104,7 @@ log = logging.getLogger("simllm")
 #: Percentiles of TTFT, TPOT, ITL and E2E latency in the table.
 PERCENTILES = (50, 90, 99)
 #: Summary keys left out of the table: wall-clock measurements, which differ run to run.
-NONDETERMINISTIC = ("simulation_wall_s", "simulated_requests_per_s")
+NONDETERMINISTIC = TIMING_KEYS
 _STATS = (("mean", None), ("p5", 5.0), ("p50", 50.0), ("p95", 95.0))
 
 

@@ -19,7 +19,8 @@ from simllm.config.serving import CLI, ServingConfig, moe_parallel_keys
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
 from simllm.sim.results import SimResult, engine_figures, stats_ms
-from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, pool_speculation, prepare_pool, run_reporting
+from simllm.sim.simulate import (ITL_BINS, N_WINDOWS, compile_for, engine_inputs, pool_speculation, prepare_pool,
+                                 run_reporting)
 
 log = logging.getLogger("simllm")
 
@@ -128,8 +129,11 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
     params_p, params_d = pools["prefill"].params, pools["decode"].params
     sp_p, sp_d = (pool_speculation(pools[role], workload) for role in ("prefill", "decode"))
 
+    args = (params_p, sp_p, e_p, params_d, sp_d, e_d, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d)
+    compile_s = compile_for(simulate_disagg_nb, *args)
+
     def kernel():
-        simulate_disagg_nb(params_p, sp_p, e_p, params_d, sp_d, e_d, x, lay, reqi, reqf, xfer, glob, acc_p, acc_d)
+        simulate_disagg_nb(*args)
 
     log.info("simulating %d requests on %d prefill and %d decode instance(s)", n, inst_p, inst_d)
     start = time.perf_counter()
@@ -158,6 +162,7 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
         workload=workload, memory=pools["decode"].memory, params=params_d, engine=e_d, requests=requests,
         status=status, out_tok=out_tok, reqf=reqf, stats=np.vstack([stats_p, stats_d]), itl_hist=itl_p + itl_d,
         batch_hist=batch_d, windows=windows, percentiles=tuple(percentiles), goodput=goodput, wall_s=elapsed,
+        compile_s=compile_s,
         per_request_ints=ints, series_replicas=acc_d.shape[0], accepted_per_pos=accepted_p + accepted_d)
     s = result.summary
     run_s = float(max(stats_p[:, codes.STAT_ENGINE_END_S].max(), stats_d[:, codes.STAT_ENGINE_END_S].max()))

@@ -13,6 +13,10 @@ from simllm.fileio import write_table
 from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplace
 
 
+#: Summary keys that time this machine, not the simulated system: left out of sweep tables and of
+#: any comparison of two runs.
+TIMING_KEYS = ("simulation_wall_s", "compile_wall_s", "simulated_requests_per_s")
+
 def summary_gpus(summary):
     """GPUs a run used: its ``num_gpus`` (a disaggregated run's pools together), else
     ``tensor_parallel_size`` x ``pipeline_parallel_size`` x ``data_parallel_size`` of its summary (1
@@ -169,7 +173,8 @@ class SimResult:
 
     @classmethod
     def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
-              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, per_request_ints=None,
+              out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, compile_s=0.0,
+              per_request_ints=None,
               series_replicas=None, accepted_per_pos=None):
         """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
         ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
@@ -313,7 +318,8 @@ class SimResult:
             **({"speculative_config": serving.speculative_config.to_dict()} if serving.speculative_config else {}),
             "kv_cache_capacity_tokens": memory.kv_capacity_tokens,
             "memory": {k: float(v) if isinstance(v, float) else v for k, v in memory.to_dict().items()},
-            "simulation_wall_s": wall_s,
+            "simulation_wall_s": wall_s,  # the kernel's run; compiling it (or loading it) is apart:
+            "compile_wall_s": compile_s,
             "simulated_requests_per_s": n / wall_s if wall_s else None,
         })
         w = windows
