@@ -54,7 +54,8 @@ def main(argv=None):
     """Entry point of the ``simllm`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.allow_outside_paths:
+    allowed = os.environ.get(ALLOW_OUTSIDE_ENV)
+    if args.allow_outside_paths:  # for this command only (main() may run in a caller's process)
         os.environ[ALLOW_OUTSIDE_ENV] = "1"
     previous = signal.getsignal(signal.SIGINT)
     if argv is None:  # the console script: Ctrl-C is ours to report
@@ -77,3 +78,8 @@ def main(argv=None):
     finally:
         if argv is None:
             signal.signal(signal.SIGINT, previous)
+        if args.allow_outside_paths:
+            if allowed is None:
+                os.environ.pop(ALLOW_OUTSIDE_ENV, None)
+            else:
+                os.environ[ALLOW_OUTSIDE_ENV] = allowed
