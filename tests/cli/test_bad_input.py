@@ -166,7 +166,6 @@ def test_allow_outside_paths_reads_the_file(tmp_path):
     lengths = tmp_path / "elsewhere" / "lengths.txt"
     lengths.parent.mkdir()
     lengths.write_text("100\n200\n", encoding="utf-8")
-    spec = _workload(tmp_path / "elsewhere", "")  # a folder for the spec that does not hold the file
     spec = _write(tmp_path, "w.yaml", f"workload:\n  num_prompts: 4\n  input_len: {{distribution: empirical, "
                                       f"file: {lengths}}}\n  output_len: 8\n")
     inside = run_cli("run", "--workload", spec, "-q")  # the file is in a subfolder of the spec's: allowed

@@ -13,9 +13,13 @@ from simllm.config.disagg import DisaggConfig, parse_pool_config, parse_transfer
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import BATCHING, EXPERT_ROUTINGS, FRAMEWORKS, ROUTERS, ServingConfig
+from simllm.config.sections import MAX_MAGNITUDE, MIN_STEP
 from simllm.config.workload import (
     ARRIVALS,
     DEFAULT_CLIENT_JITTER_MS,
+    MAX_COUNT,
+    MAX_RATE,
+    MIN_RATE,
     RAMP_UP_STRATEGIES,
     Workload,
     load_workload,
@@ -33,10 +37,6 @@ PROGRESS_MIN_REQUESTS = 1_000_000  # simllm run shows a progress bar from this m
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: command line: {message}\n")
-
-
-#: The largest count a flag takes (requests, seeds, clients, GPUs...): request ids are int32.
-MAX_COUNT = 2**31 - 1
 
 
 def positive_int(text):
@@ -72,27 +72,16 @@ def rate(text):
                   f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf")
 
 
-#: Bounds of a request rate (req/s) and of any other flag's number: a million years between
-#: requests, or a billion a second, is as far as a run means anything; 1e15 keeps products finite.
-MIN_RATE = 1e-6
-MAX_RATE = 1e9
-MAX_NUMBER = 1e15
-
-
 def positive_float(text):
-    return number(text, lambda v: 1e-12 <= v <= MAX_NUMBER, f"a positive number up to {MAX_NUMBER:.0e}")
+    return number(text, lambda v: MIN_STEP <= v <= MAX_MAGNITUDE, f"a positive number up to {MAX_MAGNITUDE:.0e}")
 
 
 def nonneg_float(text):
-    return number(text, lambda v: 0 <= v <= MAX_NUMBER, f"a number in [0, {MAX_NUMBER:.0e}]")
+    return number(text, lambda v: 0 <= v <= MAX_MAGNITUDE, f"a number in [0, {MAX_MAGNITUDE:.0e}]")
 
 
 def unit(text):
     return number(text, lambda v: 0 <= v <= 1, "a number in [0, 1]")
-
-
-def nonneg_int(text):
-    return nonnegative_int(text)
 
 
 def add_target(p):
@@ -177,14 +166,14 @@ def add_workload_args(p, load=True):
     g.add_argument("--input-len", type=positive_int, help="prompt tokens (default 1024)")
     g.add_argument("--output-len", type=positive_int, help="output tokens (default 128)")
     g.add_argument("--random-range-ratio", type=unit, help="lengths uniform in len*(1-r)..len*(1+r)")
-    g.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
-    g.add_argument("--prefix-len", type=nonneg_int, help="shared prompt prefix tokens")
+    g.add_argument("--seed", type=nonnegative_int, help="random seed (default 0)")
+    g.add_argument("--prefix-len", type=nonnegative_int, help="shared prompt prefix tokens")
     g.add_argument("--prefix-hit-ratio", type=unit, help="fraction of requests whose prefix is cached")
     g.add_argument("--timeout", type=positive_float, help="client timeout in seconds (unfinished = error)")
     g.add_argument("--client-jitter-ms", type=nonneg_float,
                    help="closed loop: mean of each client's exponential delay before a send, which keeps identical "
                         f"clients from staying in step (default {DEFAULT_CLIENT_JITTER_MS:g}; 0 turns it off)")
-    g.add_argument("--warmup-requests", type=nonneg_int,
+    g.add_argument("--warmup-requests", type=nonnegative_int,
                    help="leave the first N requests sent out of the summary (they stay in --save-detailed, marked)")
 
 

@@ -9,6 +9,11 @@ from simllm.config.yamlio import line_of
 from simllm.errors import ConfigError
 
 _MISSING = object()
+#: Every number a config file gives is at most this large in magnitude (products the engine forms
+#: from them stay finite in float64), and a strictly positive one is at least MIN_STEP above its
+#: bound (1 / value stays finite); fields declare tighter ranges where physics gives one.
+MAX_MAGNITUDE = 1e15
+MIN_STEP = 1e-12
 #: Set (to anything but "" or "0") to let a spec file name files outside its own folder
 #: (``simllm ... --allow-outside-paths`` sets it).
 ALLOW_OUTSIDE_ENV = "SIMLLM_ALLOW_OUTSIDE_PATHS"
@@ -32,11 +37,6 @@ def spec_path(name, source, *, key, line=None):
         raise ConfigError(f"a path inside {folder} (the spec's folder); pass --allow-outside-paths or set "
                           f"{ALLOW_OUTSIDE_ENV}=1 to use files elsewhere", source=source, key=key, value=name, line=line)
     return path
-#: Every number a config file gives is at most this large in magnitude (products the engine forms
-#: from them stay finite in float64), and a strictly positive one is at least MIN_STEP above its
-#: bound (1 / value stays finite); fields declare tighter ranges where physics gives one.
-MAX_MAGNITUDE = 1e15
-MIN_STEP = 1e-12
 
 
 class Section:

@@ -3,6 +3,7 @@ model and a GPU (tensor-parallel divisibility, dtypes)."""
 from dataclasses import dataclass, field, fields
 
 from simllm.config import dtypes
+from simllm.config.model import MAX_CONTEXT_TOKENS
 from simllm.config.speculative import speculative_config
 from simllm.errors import CLI, ConfigError
 
@@ -16,7 +17,7 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 #: tokens (a KV block's, a step's, a context's: the engine counts tokens in int32).
 MAX_GPUS = 65536
 MAX_SEQS = 2**20
-MAX_TOKENS = 2**30
+MAX_TOKENS = MAX_CONTEXT_TOKENS
 
 
 def _count(minimum, maximum=MAX_TOKENS):

@@ -6,6 +6,7 @@ Sampling uses ``np.random.Generator`` seeded from ``seed`` only: same seed, same
 """
 import csv
 import functools
+import io
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.config import presets
+from simllm.config.model import MAX_CONTEXT_TOKENS
 from simllm.config.sections import Section
 from simllm.config.yamlio import load_file
 from simllm.errors import ConfigError
@@ -131,9 +133,11 @@ def _number_in(lo, hi):
     return lambda v: not isinstance(v, bool) and isinstance(v, (int, float, np.floating)) and lo <= v <= hi
 
 
-#: The workload's ranges: request counts within int32 (request ids), rates in req/s (inf: all
-#: at once), times in seconds, prefix lengths within a context (2**30 tokens).
+#: The workload's ranges, which the flags and measured results share: request counts within int32
+#: (request ids), rates in req/s (inf: all at once), times in seconds, token lengths within a
+#: model's longest context.
 MAX_COUNT = 2**31 - 1
+MAX_LENGTH = MAX_CONTEXT_TOKENS
 MIN_RATE = 1e-6
 MAX_RATE = 1e9
 MAX_NUMBER = 1e12
@@ -163,7 +167,7 @@ class Workload:
     # client timeout; 0 = none
     timeout_s: float = checked(0.0, "timeout_s", _nonneg, f"seconds in [0, {MAX_NUMBER:g}]")
     # shared prompt prefix (system prompt) tokens
-    prefix_len: int = checked(0, "prefix_len", _int_in(0, 2**30), "an integer in [0, 2**30]")
+    prefix_len: int = checked(0, "prefix_len", _int_in(0, MAX_LENGTH), f"an integer in [0, {MAX_LENGTH}]")
     # fraction of requests whose prefix is in the prefix cache
     prefix_hit_ratio: float = checked(0.0, "prefix_hit_ratio", _number_in(0.0, 1.0), "a fraction in [0, 1]")
     trace: str = ""  # path of a replayed trace (its lengths and times replace the sampled ones)
@@ -331,9 +335,7 @@ _TRACE_COLUMNS = {
 }
 
 
-#: A trace's or lengths file's bounds: token counts within a model's longest context
-#: (``model.MAX_CONTEXT_TOKENS``), times within ~30,000 years of 0.
-MAX_LENGTH = 2**30
+#: A trace's times lie within ~30,000 years of 0 (its lengths within MAX_LENGTH).
 MAX_TRACE_S = 1e12
 
 
@@ -412,15 +414,16 @@ def _read_trace(path, fmt, with_lines, cached=True):
     return _read_rows_trace(path, fmt, with_lines)
 
 
-def _columns_of(header, fmt, path):
-    """(format name, time unit, the time, input and output columns) of a trace's header."""
+def _columns_of(header, fmt, path, line=1):
+    """(format name, time unit, the time, input and output columns) of a trace's header (its
+    column names; a JSONL trace's first row, at ``line``)."""
     name = fmt if fmt != "auto" else _detect(list(header), path)
     tcol, icol, ocol, unit = _TRACE_COLUMNS[name]
     cols = []
     for options in (tcol, icol, ocol):
         found = next((c for c in options if c in header), None)
         if found is None:
-            raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path), line=1)
+            raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path), line=line)
         cols.append(found)
     return name, unit, cols
 
@@ -437,10 +440,10 @@ def _read_csv_trace(path, resolved, mtime_ns, size, fmt):
     with open(resolved, encoding="utf-8-sig", newline="") as f:
         header = [c.strip() for c in next(csv.reader(f), [])]
         text = f.read()
-    name, unit, cols = _columns_of(header, fmt, path)
+    _, unit, cols = _columns_of(header, fmt, path)
     idx = [header.index(c) for c in cols]
     regular = "\n\n" not in text and "\r\n\r\n" not in text and '"' not in text and text.strip()
-    out = _csv_columns(resolved, idx, unit) if regular else None
+    out = _csv_columns(text, idx, unit) if regular else None
     if out is None:
         return _freeze(_read_rows_trace(Path(path), fmt, True))
     times, inputs, outputs = out
@@ -459,29 +462,31 @@ def _freeze(arrays):
     return arrays
 
 
-def _csv_columns(path, idx, unit):
-    """(times in s, inputs, outputs) of a regular CSV trace's columns ``idx``, or None when some
-    value does not parse or is out of range (the row-wise reader then says which)."""
-    load = dict(delimiter=",", skiprows=1, encoding="utf-8-sig", ndmin=1)
+def _csv_columns(text, idx, unit):
+    """(times in s, inputs, outputs) of the rows ``text`` (a regular CSV trace after its header) in
+    columns ``idx``, or None when some value does not parse or is out of range (the row-wise
+    reader then says which)."""
     try:
-        lengths = np.loadtxt(path, usecols=idx[1:], dtype=np.float64, ndmin=2, **{k: v for k, v in load.items()
-                                                                                 if k != "ndmin"})
-        if unit == "datetime":
-            try:
-                times = np.loadtxt(path, usecols=idx[0], dtype=np.float64, **load)
-            except ValueError:  # timestamps: "YYYY-MM-DD HH:MM:SS.ffffff"
-                stamps = np.char.replace(np.char.strip(np.loadtxt(path, usecols=idx[0], dtype=str, **load)), " ", "T")
-                times = stamps.astype("datetime64[us]").astype(np.int64) / 1e6
-                times[stamps == "NaT"] = np.nan
-        else:
-            times = np.loadtxt(path, usecols=idx[0], dtype=np.float64, **load) * unit
+        try:  # one pass over the text when every cell is a number
+            values = np.loadtxt(io.StringIO(text), delimiter=",", usecols=idx, dtype=np.float64, ndmin=2)
+            times = values[:, 0] * (1.0 if unit == "datetime" else unit)
+        except ValueError:
+            if unit != "datetime":
+                return None
+            # Azure timestamps, "YYYY-MM-DD HH:MM:SS.ffffff": the lengths, then the times as text
+            values = np.loadtxt(io.StringIO(text), delimiter=",", usecols=idx, dtype=str, ndmin=2)
+            stamps = np.char.replace(np.char.strip(values[:, 0]), " ", "T")
+            times = stamps.astype("datetime64[us]").astype(np.int64) / 1e6
+            times[stamps == "NaT"] = np.nan
+            values = values[:, 1:].astype(np.float64)
+            values = np.column_stack([times, values])
     except ValueError:
         return None
-    inputs, outputs = lengths[:, 0], lengths[:, 1]
+    inputs, outputs = values[:, 1], values[:, 2]
     ok = np.abs(times) <= MAX_TRACE_S
     ok &= (inputs >= 1) & (inputs <= MAX_LENGTH) & (np.floor(inputs) == inputs)
     ok &= (outputs >= 0) & (outputs <= MAX_LENGTH) & (np.floor(outputs) == outputs)
-    if len(times) != len(inputs) or not ok.all():
+    if not ok.all():
         return None
     return times.astype(np.float64), inputs.astype(np.int64), outputs.astype(np.int64)
 
@@ -491,16 +496,7 @@ def _read_rows_trace(path, fmt, with_lines):
     cols = None
     for line, row in _rows(path):
         if cols is None:
-            name = fmt if fmt != "auto" else _detect(list(row), path)
-            tcol, icol, ocol, unit = _TRACE_COLUMNS[name]
-            cols = []
-            for options in (tcol, icol, ocol):
-                found = next((c for c in options if c in row), None)
-                if found is None:
-                    header = 1 if path.suffix.lower() not in (".jsonl", ".json") else line
-                    raise ConfigError(f"a column {' or '.join(options)} ({name} trace format)", source=str(path),
-                                      line=header)
-                cols.append(found)
+            _, unit, cols = _columns_of(row, fmt, path, 1 if path.suffix.lower() not in (".jsonl", ".json") else line)
         tk, ik, ok = cols
         t = _trace_time(row.get(tk), unit, path, line, tk)
         i_len = _trace_int(row.get(ik), path, line, ik, minimum=1)

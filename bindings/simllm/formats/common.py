@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simllm.config.serving import MAX_GPUS
+from simllm.config.workload import MAX_COUNT, MAX_LENGTH, MAX_RATE, MIN_RATE
 from simllm.errors import ConfigError
 
 NAN = float("nan")
@@ -42,12 +44,10 @@ class WorkerPool:
 #: The ranges a measured point's counts and figures must lie in: lengths within a model's longest
 #: context, GPUs per dimension, request counts within int32; rates in req/s; times in ms and
 #: throughputs in tokens/s.
-_COUNT_RANGES = {"input_len": (1, 2**30), "output_len": (1, 2**30), "tp": (1, 65536), "pp": (1, 65536),
-                 "dp": (1, 65536), "ep": (1, 65536), "moe_tp": (1, 65536), "concurrency": (0, 2**31 - 1),
-                 "num_prompts": (0, 2**31 - 1)}
+_COUNT_RANGES = {"input_len": (1, MAX_LENGTH), "output_len": (1, MAX_LENGTH), "tp": (1, MAX_GPUS),
+                 "pp": (1, MAX_GPUS), "dp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "moe_tp": (1, MAX_GPUS),
+                 "concurrency": (0, MAX_COUNT), "num_prompts": (0, MAX_COUNT)}
 _ENGINE_GPUS = ("tp", "pp", "dp", "ep", "moe_tp")
-MIN_RATE = 1e-6
-MAX_RATE = 1e9
 MAX_MEASURED = 1e12
 
 

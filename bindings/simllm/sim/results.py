@@ -17,6 +17,7 @@ from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplac
 #: any comparison of two runs.
 TIMING_KEYS = ("simulation_wall_s", "compile_wall_s", "simulated_requests_per_s")
 
+
 def summary_gpus(summary):
     """GPUs a run used: its ``num_gpus`` (a disaggregated run's pools together), else
     ``tensor_parallel_size`` x ``pipeline_parallel_size`` x ``data_parallel_size`` of its summary (1
