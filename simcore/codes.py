@@ -214,6 +214,18 @@ MEMO_ATTN_FLOPS_SLOPE = 5  # ... and per token of context sum
 MEMO_ATTN_BYTES_SLOPE = 6
 N_MEMO = 7
 
+# Slots of the memo of a batch's cost but attention's (at Layout.off_rest: two tables, the model's
+# then a speculative drafter's, of REST_SLOTS entries of N_REST slots, direct-mapped by the key;
+# NaN until set). Every operator but attention depends on the batch's tokens and rows with logits
+# alone (``cost.rest_totals_nb``), and a run meets few distinct pairs of them.
+REST_TOKENS = 0  # the key: tokens ...
+REST_EMIT = 1  # ... and rows with logits
+REST_S = 2
+REST_FLOPS = 3
+REST_BYTES = 4
+N_REST = 5
+REST_SLOTS = 64  # a power of two
+
 # Slots of a replica's int64 workspace ``ws`` (then, at the offsets of Layout: the cohort's
 # block-phase counts, the running list, the schedule rows and the waiting queue).
 QUEUE_HEAD = 0  # ring-buffer head of the waiting queue

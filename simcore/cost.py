@@ -65,6 +65,13 @@ from simcore.codes import (
     EFF_PREFILL,
     EFF_SIZE,
     N_OPS,
+    N_REST,
+    REST_BYTES,
+    REST_EMIT,
+    REST_FLOPS,
+    REST_S,
+    REST_SLOTS,
+    REST_TOKENS,
     ROUTE_ASSIGN,
     ROUTE_HIT,
     ROUTE_POINTS,
@@ -585,82 +592,56 @@ def op_runs_nb(op, n_tokens, n_emit):
 
 
 @jit_inline
-def _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`iteration_totals_nb` with the tables (same times as :func:`shaped_time_nb`, the
-    elementwise divisions hoisted and the weight GEMMs over the batch's tokens read off their
-    summed curve ``EFF_GEMM_SUM`` in one lookup)."""
+def _rest_totals_nb(p, n_tokens, n_emit):
+    """:func:`rest_totals_nb` (``n_tokens`` > 0)."""
     total = 0.0
     total_flops = 0.0
     total_bytes = 0.0
-    tab = p.eff
-    per_vector = 1.0 / (p.vector_flops * p.eff_compute)
-    per_byte = 1.0 / (p.mem_bw * p.eff_bw)
-    att_count = 0
-    att_flops = 0.0
-    att_bytes = 0.0
-    for op in range(N_OPS):
-        count = op_count_nb(p, op)
-        if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
-            continue
-        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        if unit == UNIT_GEMM or unit == UNIT_PROJ:
-            # The LM head's M is the emitting rows, routed experts are held at the roofline; the
-            # others are in the summed curve below.
-            if op == OP_LM_HEAD:
-                seconds = gemm_seconds_nb(tab, op, n_emit)
-            elif op == OP_MOE_UP or op == OP_MOE_DOWN:
-                seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_tokens)
-            else:
-                seconds = 0.0
-        elif unit == UNIT_ATTN:
-            # Looked up once after the loop: inlined here, the lookups slowed the whole loop ~3x.
-            att_count = count
-            att_flops = flops
-            att_bytes = nbytes
-            seconds = 0.0
-        elif unit == UNIT_LINK:
-            seconds = link_seconds_nb(tab, nbytes)
-        elif unit == UNIT_A2A:
-            seconds = a2a_seconds_nb(p, nbytes)
-        else:
-            seconds = max(flops * per_vector, nbytes * per_byte) + p.launch_s
-        total += count * seconds
-        total_flops += count * flops
-        if unit != UNIT_LINK and unit != UNIT_A2A:
-            total_bytes += count * nbytes
-    total += gemm_curve_nb(tab, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
-    if att_count > 0:
-        att, _ = shaped_attention_nb(p, att_flops, att_bytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-        total += att_count * att
-    return total + p.iter_overhead_s, total_flops, total_bytes
-
-
-@jit
-def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """Seconds, FLOPs and memory bytes of one engine iteration, summed over its operators.
-
-    Interconnect bytes of collectives are not memory bytes and are left out of the third value.
-    Allocates nothing; an empty batch costs 0. Same times as :func:`op_seconds_nb`; without tables
-    the divisions by peak rates are hoisted out of the operator loop (they dominated its cost).
-    """
-    total = 0.0
-    total_flops = 0.0
-    total_bytes = 0.0
-    if n_tokens <= 0.0:
-        return total, total_flops, total_bytes
     if shaped_nb(p):
-        return _shaped_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        # The tables' times (as :func:`shaped_time_nb`), the elementwise divisions hoisted and the
+        # weight GEMMs over the batch's tokens read off their summed curve ``EFF_GEMM_SUM`` in one
+        # lookup.
+        tab = p.eff
+        per_vector = 1.0 / (p.vector_flops * p.eff_compute)
+        per_byte = 1.0 / (p.mem_bw * p.eff_bw)
+        for op in range(N_OPS):
+            count = op_count_nb(p, op)
+            if op == OP_ATTENTION or count == 0 or not op_runs_nb(op, n_tokens, n_emit):
+                continue
+            flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
+            if unit == UNIT_GEMM or unit == UNIT_PROJ:
+                # The LM head's M is the emitting rows, routed experts are held at the roofline;
+                # the others are in the summed curve below.
+                if op == OP_LM_HEAD:
+                    seconds = gemm_seconds_nb(tab, op, n_emit)
+                elif op == OP_MOE_UP or op == OP_MOE_DOWN:
+                    seconds = gemm_op_seconds_nb(p, op, flops, nbytes, n_tokens)
+                else:
+                    seconds = 0.0
+            elif unit == UNIT_LINK:
+                seconds = link_seconds_nb(tab, nbytes)
+            elif unit == UNIT_A2A:
+                seconds = a2a_seconds_nb(p, nbytes)
+            else:
+                seconds = max(flops * per_vector, nbytes * per_byte) + p.launch_s
+            total += count * seconds
+            total_flops += count * flops
+            if unit != UNIT_LINK and unit != UNIT_A2A:
+                total_bytes += count * nbytes
+        total += gemm_curve_nb(tab, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
+        return total, total_flops, total_bytes
+    # The scalar roofline, the divisions by peak rates hoisted out of the operator loop (they
+    # dominated its cost).
     per_gemm = 1.0 / (p.gemm_flops * p.eff_compute)
-    per_attn = 1.0 / (p.attn_flops * p.eff_compute)
     per_proj = 1.0 / (p.proj_flops * p.eff_compute)
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
     per_byte = 1.0 / (p.mem_bw * p.eff_bw)
     per_link_byte = 1.0 / (p.link_bw * p.eff_link)
     for op in range(N_OPS):
         count = op_count_nb(p, op)
-        if count == 0 or not op_runs_nb(op, n_tokens, n_emit):
+        if op == OP_ATTENTION or count == 0 or not op_runs_nb(op, n_tokens, n_emit):
             continue
-        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
         if unit == UNIT_LINK:
             seconds = p.link_latency_s + nbytes * per_link_byte + p.launch_s
         elif unit == UNIT_A2A:
@@ -671,14 +652,90 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
             elif unit == UNIT_PROJ:
                 per_flop = per_proj
             else:
-                per_flop = per_attn if unit == UNIT_ATTN else per_vector
+                per_flop = per_vector
             seconds = max(flops * per_flop, nbytes * per_byte) + p.launch_s
         total += count * seconds
         total_flops += count * flops
         if unit != UNIT_LINK and unit != UNIT_A2A:
             total_bytes += count * nbytes
-    total += p.iter_overhead_s  # the framework's per-step CPU time (the batch is not empty here)
     return total, total_flops, total_bytes
+
+
+@jit_inline
+def _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`attention_totals_nb` (``n_tokens`` > 0)."""
+    count = op_count_nb(p, OP_ATTENTION)
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    flops, nbytes, _ = op_cost_nb(p, OP_ATTENTION, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    if shaped_nb(p):
+        seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    else:
+        seconds = max(flops * (1.0 / (p.attn_flops * p.eff_compute)), nbytes * (1.0 / (p.mem_bw * p.eff_bw))) \
+            + p.launch_s
+    return count * seconds, count * flops, count * nbytes
+
+
+@jit
+def rest_totals_nb(p, n_tokens, n_emit):
+    """Seconds, FLOPs and memory bytes of every operator of an iteration but attention, without the
+    per-step overhead: what depends on the batch's ``n_tokens`` and ``n_emit`` alone. With
+    :func:`attention_totals_nb` and ``p.iter_overhead_s`` it makes :func:`iteration_totals_nb`."""
+    if n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    return _rest_totals_nb(p, n_tokens, n_emit)
+
+
+@jit
+def attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Seconds, FLOPs and memory bytes of an iteration's attention over every layer it runs in."""
+    if n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    return _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit
+def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """Seconds, FLOPs and memory bytes of one engine iteration, summed over its operators: every
+    operator but attention (:func:`rest_totals_nb`), then attention (looked up apart: inside the
+    operator loop its table lookups slowed the whole loop ~3x), then the framework's per-step CPU
+    time ``p.iter_overhead_s``.
+
+    Interconnect bytes of collectives are not memory bytes and are left out of the third value.
+    Allocates nothing; an empty batch costs 0. Same times as :func:`op_seconds_nb`.
+    """
+    if n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    rs, rf, rb = _rest_totals_nb(p, n_tokens, n_emit)
+    a_s, af, ab = _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return rs + a_s + p.iter_overhead_s, rf + af, rb + ab
+
+
+@jit_inline
+def rest_memo_nb(p, acc, off, n_tokens, n_emit):
+    """:func:`rest_totals_nb` through the memo table at ``acc[off]`` (``REST_SLOTS`` entries of
+    ``N_REST`` slots, NaN until set: ``simcore.layout.Layout.off_rest``), computed on a miss.
+    Returns the same three numbers."""
+    slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (REST_SLOTS - 1)) * N_REST
+    if acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit:
+        s, f, b = _rest_totals_nb(p, n_tokens, n_emit)
+        acc[slot + REST_TOKENS] = n_tokens
+        acc[slot + REST_EMIT] = n_emit
+        acc[slot + REST_S] = s
+        acc[slot + REST_FLOPS] = f
+        acc[slot + REST_BYTES] = b
+    return acc[slot + REST_S], acc[slot + REST_FLOPS], acc[slot + REST_BYTES]
+
+
+@jit
+def iteration_totals_memo_nb(p, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`iteration_totals_nb`, the same numbers, with the part but attention kept in the memo
+    table at ``acc[off]`` (:func:`rest_memo_nb`)."""
+    if n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    rs, rf, rb = rest_memo_nb(p, acc, off, n_tokens, n_emit)
+    a_s, af, ab = _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return rs + a_s + p.iter_overhead_s, rf + af, rb + ab
 
 
 @jit

@@ -30,6 +30,7 @@ from simcore.codes import (
     NEVER,
     N_GLOBALS,
     N_PLAN,
+    N_REST,
     PLAN_BYTES,
     PLAN_FLOPS,
     PLAN_SCHED,
@@ -40,6 +41,7 @@ from simcore.codes import (
     QUEUE_ENTRIES,
     QUEUE_HEAD,
     QUEUE_WAITING,
+    REST_SLOTS,
     RF_ARRIVAL,
     RF_FINISH,
     RF_FIRST_TOKEN,
@@ -73,7 +75,7 @@ from simcore.codes import (
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
+from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
@@ -92,7 +94,7 @@ from simcore.scheduler import (
     schedule_continuous_nb,
     schedule_row_nb,
 )
-from simcore.speculative import accepted_nb, draft_totals_nb
+from simcore.speculative import accepted_nb, draft_totals_memo_nb
 
 
 @jit_inline
@@ -350,7 +352,7 @@ def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, req
 
 
 @jit
-def _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched):
+def _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched):
     """Seconds, FLOPs, bytes and tokens of a speculative step of schedule rows 0..n_sched-1, in one
     pass over them: the target's forward (``scheduler.schedule_aggregates_nb``'s aggregates) with
     logits at every draft too (a row's drafts are the tokens it schedules past its tokens so far),
@@ -376,10 +378,12 @@ def _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched):
             n_sample += 1.0
             ctx_sample += after
             logits += 1.0 + over
-    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, logits)
+    # Each pass's cost but attention's is looked up in the replica's memo (steps repeat their
+    # tokens and rows: Layout.off_rest).
+    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_rest, n_tokens, pairs, kv_read, logits)
     if sp.has_drafter:
-        ddt, dflops, dbytes = draft_totals_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample,
-                                              ctx_sample)
+        ddt, dflops, dbytes = draft_totals_memo_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample,
+                                                   ctx_sample, acc, lay.off_rest + REST_SLOTS * N_REST)
         dt += ddt
         flops += dflops
         nbytes += dbytes
@@ -434,7 +438,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, None, 0)
     else:
-        dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, n_sched)  # continuous batching only
+        dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched)  # continuous batching only
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, sp.rates, sp.seed)
@@ -474,7 +478,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
             n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
             dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
-            dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], n_sched)
+            dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], acc[k], n_sched)
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)

@@ -15,7 +15,7 @@ offsets here depend on sizes.
 from typing import NamedTuple
 
 from simcore._jit import jit_inline
-from simcore.codes import N_CLOCK, N_MEMO, N_SCHED_ROWS, N_STATS, N_WIN, N_WORKSPACE_SLOTS
+from simcore.codes import N_CLOCK, N_MEMO, N_REST, N_SCHED_ROWS, N_STATS, N_WIN, N_WORKSPACE_SLOTS, REST_SLOTS
 
 
 class Layout(NamedTuple):
@@ -33,6 +33,7 @@ class Layout(NamedTuple):
     off_spec: int  # speculative decoding: verified drafts accepted at each position (one slot a
     #                position, up to off_memo; none without it)
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
+    off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x REST_SLOTS each)
     acc_len: int
     # int64 workspace
     sched_cap: int  # entries of a schedule row and of the running list
@@ -53,6 +54,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     off_pipe = off_clock + N_CLOCK
     off_spec = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
     off_memo = off_spec + spec_positions
+    off_rest = off_memo + (max_num_seqs + 1) * N_MEMO
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
@@ -61,7 +63,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
-                  off_memo=off_memo, acc_len=off_memo + (max_num_seqs + 1) * N_MEMO,
+                  off_memo=off_memo, off_rest=off_rest, acc_len=off_rest + 2 * REST_SLOTS * N_REST,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

@@ -23,7 +23,7 @@ May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.cost`.
 """
 from simcore._jit import jit, jit_inline
 from simcore.codes import UNIT_GEMM
-from simcore.cost import iteration_totals_nb, op_time_nb
+from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, op_time_nb
 
 MASK32 = 0xFFFFFFFF
 SEED_SALT = 0x9E3779B9  # the golden ratio's 32 bits: seed 0 does not start the chain at 0
@@ -72,6 +72,36 @@ def _proj_totals_nb(d, proj_params, tokens):
     return op_time_nb(d, flops, nbytes, UNIT_GEMM)[0], flops, nbytes
 
 
+@jit_inline
+def _pass_totals_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """One drafter pass's totals, through the memo at ``acc[off]`` unless ``acc`` is None."""
+    if acc is None:
+        return iteration_totals_nb(d, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return iteration_totals_memo_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit_inline
+def _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off):
+    if not sp.has_drafter or n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    d = sp.drafter
+    t, flops, nbytes = _pass_totals_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_sample)
+    pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_tokens)
+    t += pt
+    flops += pf
+    nbytes += pb
+    if n_sample <= 0.0:
+        return t, flops, nbytes
+    pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_sample)  # the same for each later pass
+    for i in range(1, k):
+        ctx = ctx_sample + n_sample * i
+        st, sf, sb = _pass_totals_nb(d, acc, off, n_sample, ctx, ctx, n_sample)
+        t += st + pt
+        flops += sf + pf
+        nbytes += sb + pb
+    return t, flops, nbytes
+
+
 @jit
 def draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample):
     """Seconds, FLOPs and memory bytes of the drafter's ``k`` passes in one step.
@@ -90,21 +120,11 @@ def draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_s
 
     Returns (0, 0, 0) without a GPU drafter or tokens.
     """
-    if not sp.has_drafter or n_tokens <= 0.0:
-        return 0.0, 0.0, 0.0
-    d = sp.drafter
-    t, flops, nbytes = iteration_totals_nb(d, n_tokens, attn_pairs, kv_read_tokens, n_sample)
-    pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_tokens)
-    t += pt
-    flops += pf
-    nbytes += pb
-    if n_sample <= 0.0:
-        return t, flops, nbytes
-    for i in range(1, k):
-        ctx = ctx_sample + n_sample * i
-        st, sf, sb = iteration_totals_nb(d, n_sample, ctx, ctx, n_sample)
-        pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_sample)
-        t += st + pt
-        flops += sf + pf
-        nbytes += sb + pb
-    return t, flops, nbytes
+    return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, None, 0)
+
+
+@jit
+def draft_totals_memo_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off):
+    """:func:`draft_totals_nb`, the same numbers, each pass's cost but attention's kept in the memo
+    table at ``acc[off]`` (``simcore.cost.rest_memo_nb``)."""
+    return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off)

@@ -19,8 +19,12 @@ from simcore import (
     codes,
     decode_run_time_nb,
     experts_hit_nb,
+    attention_totals_nb,
     iteration_costs_nb,
     iteration_time_nb,
+    iteration_totals_memo_nb,
+    iteration_totals_nb,
+    rest_totals_nb,
     moe_experts_seconds_nb,
     kv_bytes_per_token_nb,
     new_cost_arrays,
@@ -241,6 +245,32 @@ def test_chunk_that_does_not_finish_its_prompt_skips_lm_head_and_sampler():
     p = build("llama-3.1-8b", "h100-sxm")[4]
     ops, _, _ = costs(p, [(512, 0, False)])
     assert "lm_head" not in ops and "sampling" not in ops
+
+
+@pytest.mark.parametrize("tables", [False, True])
+def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
+    """An iteration's cost is its cost but attention's (kept per (tokens, rows with logits) in the
+    engine's memo), attention's and the step overhead: bit for bit, on hits, misses and slots that
+    two keys share."""
+    p = shaped("llama-3.1-8b", "h100-sxm", "vllm", 1, "auto", "auto")[4] if tables else \
+        build("llama-3.1-8b", "h100-sxm")[4]
+    memo = np.full(codes.REST_SLOTS * codes.N_REST, np.nan)
+    rng = np.random.default_rng(0)
+    keys = [(t, e) for t in (1.0, 7.0, 64.0, 65.0, 1000.0) for e in (1.0, min(t, 5.0))]
+    for i in range(300):
+        n_tokens, n_emit = keys[rng.integers(len(keys))]
+        pairs = n_tokens * rng.integers(1, 5000)
+        kv = n_tokens + rng.integers(0, 5000)
+        want = iteration_totals_nb(p, n_tokens, pairs, kv, n_emit)
+        assert iteration_totals_memo_nb(p, memo, 0, n_tokens, pairs, kv, n_emit) == want
+        rest = rest_totals_nb(p, n_tokens, n_emit)
+        att = attention_totals_nb(p, n_tokens, pairs, kv, n_emit)
+        assert rest[0] + att[0] + p.iter_overhead_s == want[0]
+        assert (rest[1] + att[1], rest[2] + att[2]) == want[1:]
+        assert iteration_costs_nb(p, n_tokens, pairs, kv, n_emit, *new_cost_arrays()) == pytest.approx(want[0],
+                                                                                                      rel=1e-12)
+    assert np.isfinite(memo).sum() > 5 * codes.N_REST
+    assert iteration_totals_memo_nb(p, memo, 0, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
 
 
 def test_decode_run_is_the_sum_of_its_iterations():
