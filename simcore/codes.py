@@ -250,7 +250,8 @@ SCHED_REQUEST = 0  # this iteration's requests ...
 SCHED_NEW_TOKENS = 1  # ... and the tokens each computes in it
 SCHED_JOINER = 2  # cohort members that joined since the last advance
 SCHED_PREFILLING = 3  # running requests outside the cohort, in admission order
-N_SCHED_ROWS = 4
+SCHED_NEW_BLOCKS = 4  # a speculative iteration's blocks for each running row (scheduler.py)
+N_SCHED_ROWS = 5
 
 # Slots of the counters all replicas share (int64, ``glob``): another thread may read
 # GLOBAL_ENDED while the kernel runs.

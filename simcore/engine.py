@@ -30,7 +30,6 @@ from simcore.codes import (
     NEVER,
     N_GLOBALS,
     N_PLAN,
-    N_REST,
     PLAN_BYTES,
     PLAN_FLOPS,
     PLAN_SCHED,
@@ -41,7 +40,6 @@ from simcore.codes import (
     QUEUE_ENTRIES,
     QUEUE_HEAD,
     QUEUE_WAITING,
-    REST_SLOTS,
     RF_ARRIVAL,
     RF_FINISH,
     RF_FIRST_TOKEN,
@@ -75,7 +73,7 @@ from simcore.codes import (
     WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, moe_experts_seconds_nb
+from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
@@ -93,8 +91,9 @@ from simcore.scheduler import (
     schedule_aggregates_nb,
     schedule_continuous_nb,
     schedule_row_nb,
+    schedule_speculative_nb,
 )
-from simcore.speculative import accepted_nb, draft_totals_memo_nb
+from simcore.speculative import accepted_nb, step_totals_nb
 
 
 @jit_inline
@@ -205,7 +204,7 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
     return nxt
 
 
-@jit
+@jit_inline
 def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rates, seed):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
     finished (their number goes to ``ws[FINISHED_LAST_STEP]``). Static batches keep finished rows
@@ -241,8 +240,8 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
             if rates is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped
                     accepted = accepted_nb(rates, seed, r, g, new - 1)
-                    for i in range(accepted):  # drafts 1..a passed
-                        acc[lay.off_spec + i] += 1.0
+                    for i in range(new - 1):  # drafts 1..a passed (every draft visited: no branch)
+                        acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
                     drafts += 1
                     draft_tokens += new - 1
                     accepted_tokens += accepted
@@ -320,10 +319,10 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
             if handled:
                 return t
         materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
-        t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+    t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+    if cohort:
         rebuild_nb(e, lay, reqi, ws)
-        return t
-    return _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+    return t
 
 
 @jit
@@ -380,13 +379,8 @@ def _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched):
             logits += 1.0 + over
     # Each pass's cost but attention's is looked up in the replica's memo (steps repeat their
     # tokens and rows: Layout.off_rest).
-    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_rest, n_tokens, pairs, kv_read, logits)
-    if sp.has_drafter:
-        ddt, dflops, dbytes = draft_totals_memo_nb(sp, e.num_speculative_tokens, n_tokens, pairs, kv_read, n_sample,
-                                                   ctx_sample, acc, lay.off_rest + REST_SLOTS * N_REST)
-        dt += ddt
-        flops += dflops
-        nbytes += dbytes
+    dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay.off_rest, n_tokens, pairs, kv_read,
+                                       logits, n_sample, ctx_sample)
     return dt, flops, nbytes, n_tokens
 
 
@@ -398,8 +392,16 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         return now
     continuous = e.policy == POLICY_CONTINUOUS
     pad_to = 0
+    fused = False  # a speculative step scheduled with its aggregates (scheduler.schedule_speculative_nb)
+    n_tokens = pairs = kv_read = logits = n_sample = ctx_sample = 0.0
     if continuous:
-        n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc)
+        n_sched = 0
+        if sp is not None and e.fast_forward and e.chunked_prefill and e.pipeline_stages == 1:
+            n_sched, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = schedule_speculative_nb(
+                e, lay, now, reqi, reqf, ws)
+            fused = n_sched > 0
+        if not fused:
+            n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc)
         if n_sched == 0:
             if e.pipeline_stages > 1:  # every runnable request is in flight: wait for a batch
                 return pipeline_wait_nb(e, lay, acc, now)
@@ -438,7 +440,11 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, None, 0)
     else:
-        dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched)  # continuous batching only
+        if fused:
+            dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay.off_rest, n_tokens, pairs,
+                                               kv_read, logits, n_sample, ctx_sample)
+        else:  # continuous batching only
+            dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched)
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, sp.rates, sp.seed)

@@ -43,6 +43,7 @@ from simcore.codes import (
     RI_PREEMPTIONS,
     RI_STATUS,
     RUNNING_COUNT,
+    SCHED_NEW_BLOCKS,
     SCHED_NEW_TOKENS,
     SCHED_REQUEST,
     STATUS_DONE,
@@ -91,6 +92,18 @@ def blocks_for_nb(tokens, cached, fixed, block_size):
     ``fixed`` blocks (``RI_FIXED_BLOCKS``: what its windowed layers and recurrent states hold,
     reserved at its first block, see ``simllm.sim.memory``)."""
     return (tokens + block_size - 1) // block_size - cached // block_size + fixed
+
+
+@jit_inline
+def extra_blocks_nb(tokens, cached, fixed, blocks, block_size):
+    """Blocks a request that owns ``blocks`` needs besides them to hold ``tokens`` tokens
+    (:func:`blocks_for_nb` less ``blocks``; negative: it could give some back). Without a
+    division when it needs none: ``blocks`` hold up to ``cap`` tokens, ``cached`` being whole
+    blocks."""
+    cap = (blocks - fixed) * block_size + cached
+    if cap - block_size < tokens <= cap:
+        return 0
+    return blocks_for_nb(tokens, cached, fixed, block_size) - blocks
 
 
 @jit_inline
@@ -234,10 +247,17 @@ def running_need_nb(e, reqi, r):
     decoding, its drafts: ``num_speculative_tokens``, but no more than the output tokens it has
     left after this step's own (drafts past the request's end would be discarded, and the request
     then never holds more than prompt + output - 1 tokens' KV, the arrival rule's bound)."""
-    g = reqi[r, RI_GENERATED]
-    need = reqi[r, RI_INPUT] + g - reqi[r, RI_COMPUTED]
-    if e.num_speculative_tokens > 0 and g >= 1 and need == 1:
-        left = reqi[r, RI_OUTPUT] - g - 1
+    return need_nb(e, reqi[r, RI_INPUT] + reqi[r, RI_GENERATED], reqi[r, RI_COMPUTED], reqi[r, RI_GENERATED],
+                   reqi[r, RI_OUTPUT])
+
+
+@jit_inline
+def need_nb(e, total, computed, generated, output):
+    """:func:`running_need_nb` of a request with ``total`` tokens so far (prompt + generated),
+    ``computed`` of them computed, ``generated`` output tokens of ``output``."""
+    need = total - computed
+    if e.num_speculative_tokens > 0 and generated >= 1 and need == 1:
+        left = output - generated - 1
         need += e.num_speculative_tokens if e.num_speculative_tokens < left else left
     return need
 
@@ -298,8 +318,8 @@ def _allocate_running_nb(e, lay, reqi, ws, r, new):
     """Blocks for running request ``r`` to compute ``new`` more tokens, preempting the most
     recently admitted requests while they are short. Returns (``r`` got them, anything was
     preempted); ``r`` itself may be the last one preempted."""
-    extra = blocks_for_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS],
-                          e.block_size) - reqi[r, RI_BLOCKS]
+    extra = extra_blocks_nb(reqi[r, RI_COMPUTED] + new, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS],
+                            reqi[r, RI_BLOCKS], e.block_size)
     victim = -1
     preempted = False
     while extra > ws[FREE_BLOCKS] and victim != r:
@@ -401,6 +421,87 @@ def schedule_continuous_nb(sp, e, lay, now, reqi, reqf, ws):
         n += 1
         i += 1
     return n, preempted
+
+
+@jit
+def schedule_speculative_nb(e, lay, now, reqi, reqf, ws):
+    """:func:`schedule_continuous_nb` under speculative decoding with chunked prefill (no pipeline)
+    when it preempts nobody, in one pass that also sums the batch aggregates the speculative
+    step's cost takes (as ``engine._spec_step_nb`` sums them over the rows: same order, same
+    numbers).
+
+    Returns
+    -------
+    n_scheduled : int
+        -1, with nothing changed but the schedule rows, when a running request would need more
+        blocks than are free: :func:`schedule_continuous_nb` then preempts.
+    n_tokens, attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample : float
+        The target's aggregates (``logits``: one per sampling row plus its drafts), the rows that
+        sample and their tokens computed after the step.
+    """
+    bs = e.block_size
+    free = ws[FREE_BLOCKS]
+    budget = e.max_num_batched_tokens
+    n_tokens = 0.0
+    pairs = 0.0
+    kv_read = 0.0
+    logits = 0.0
+    n_sample = 0.0
+    ctx_sample = 0.0
+    n = 0
+    n_run = ws[RUNNING_COUNT]
+    any_blocks = False
+    while n < n_run and budget > 0:
+        r = running_nb(lay, ws, n)
+        c = reqi[r, RI_COMPUTED]
+        g = reqi[r, RI_GENERATED]
+        total = reqi[r, RI_INPUT] + g
+        need = need_nb(e, total, c, g, reqi[r, RI_OUTPUT])
+        new = need if need < budget else budget
+        after = c + new
+        x = extra_blocks_nb(after, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], reqi[r, RI_BLOCKS], bs)
+        if x > free:
+            return -1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        free -= x
+        any_blocks = any_blocks or x != 0
+        schedule_row_nb(lay, ws, n, r, new)
+        set_sched_nb(lay, ws, SCHED_NEW_BLOCKS, n, x)
+        budget -= new
+        n += 1
+        q = float(new)
+        cf = float(c)
+        n_tokens += q
+        pairs += q * cf + q * (q + 1.0) * 0.5
+        kv_read += cf + q
+        over = after - total
+        if over >= 0:  # it samples: 1 + its drafts logits
+            n_sample += 1.0
+            ctx_sample += after
+            logits += 1.0 + over
+    if any_blocks:  # no preemption: the blocks are taken
+        for j in range(n):
+            x = sched_nb(lay, ws, SCHED_NEW_BLOCKS, j)
+            if x != 0:
+                reqi[sched_nb(lay, ws, SCHED_REQUEST, j), RI_BLOCKS] += x
+    ws[FREE_BLOCKS] = free
+    n_run = n
+    n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, False)
+    for j in range(n_run, n):  # the admitted: their first chunk
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        c = reqi[r, RI_COMPUTED]
+        q = float(new)
+        cf = float(c)
+        n_tokens += q
+        pairs += q * cf + q * (q + 1.0) * 0.5
+        kv_read += cf + q
+        after = c + new
+        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
+        if over >= 0:
+            n_sample += 1.0
+            ctx_sample += after
+            logits += 1.0 + over
+    return n, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample
 
 
 @jit

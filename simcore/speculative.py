@@ -22,7 +22,7 @@ request that samples; its next ``k - 1`` passes run over one token of each such 
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.cost`.
 """
 from simcore._jit import jit, jit_inline
-from simcore.codes import UNIT_GEMM
+from simcore.codes import N_REST, REST_SLOTS, UNIT_GEMM
 from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, op_time_nb
 
 MASK32 = 0xFFFFFFFF
@@ -57,8 +57,8 @@ def accepted_nb(rates, seed, r, g, drafts):
     prefix, the rates being non-increasing: ``Speculation.rates``)."""
     u = uniform_nb(seed, r, g)
     a = 0
-    while a < drafts and u < rates[a]:
-        a += 1
+    for i in range(drafts):  # counted without a branch on where the prefix ends (a coin toss)
+        a += u < rates[i]
     return a
 
 
@@ -123,8 +123,17 @@ def draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_s
     return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, None, 0)
 
 
-@jit
-def draft_totals_memo_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off):
-    """:func:`draft_totals_nb`, the same numbers, each pass's cost but attention's kept in the memo
-    table at ``acc[off]`` (``simcore.cost.rest_memo_nb``)."""
-    return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off)
+@jit_inline
+def step_totals_nb(p, sp, k, acc, off, n_tokens, attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample):
+    """Seconds, FLOPs and memory bytes of a speculative step: the target's forward over the batch
+    with ``logits`` rows of logits (one per sampling row plus its drafts), then the drafter's ``k``
+    passes (:func:`draft_totals_nb`), each with its cost but attention's in the memo tables at
+    ``acc[off]`` (the target's, then the drafter's: ``simcore.layout.Layout.off_rest``)."""
+    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, off, n_tokens, attn_pairs, kv_read_tokens, logits)
+    if sp.has_drafter:
+        ddt, dflops, dbytes = _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample,
+                                               acc, off + REST_SLOTS * N_REST)
+        dt += ddt
+        flops += dflops
+        nbytes += dbytes
+    return dt, flops, nbytes

@@ -64,6 +64,23 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, blocks
     assert_same(e, arrival, ready, prompt, output, sp=spec(k, rates, seed=seed))
 
 
+@pytest.mark.parametrize("blocks", [400, 70])
+def test_prefix_cache_and_fixed_blocks_match_the_reference(blocks):
+    """The speculative scheduler's blocks check without a division (scheduler.extra_blocks_nb)
+    against the reference, with cached prefixes (whole blocks) and per-request fixed blocks."""
+    rng = np.random.default_rng(11 + blocks)
+    n = 80
+    arrival, ready, prompt, output = workload(rng, n, 40.0, 500, 150)
+    prefix = 6
+    cached = np.where(rng.random(n) < 0.5, np.minimum(prefix * 16, ((prompt - 1) // 16) * 16), 0)
+    fixed = rng.integers(0, 3, n)
+    e = engine(num_blocks=blocks, prefix_blocks=prefix, max_num_batched_tokens=256, max_model_len=800,
+               num_speculative_tokens=4)
+    ref, _ = assert_same(e, arrival, ready, prompt, output, cached, fixed=fixed, sp=spec(4, [0.9, 0.6, 0.4, 0.2]))
+    if blocks == 70:
+        assert sum(r.preemptions for r in ref) > 0
+
+
 def test_drafts_accepted_by_position_match_the_reference():
     """The kernel counts the drafts accepted at each position (vLLM's num_accepted_tokens_per_pos):
     the reference engine's counts, non-increasing, adding up to the accepted drafts."""
