@@ -96,3 +96,38 @@ class SweepSpeedup:
         return _run(self.spec, self.one) / _run(self.spec, self.two)
 
     track_speedup_1_to_2_threads.unit = "x"
+
+
+class SweepOverhead:
+    """The runner's cost per configuration apart from the simulation: 1,000 configurations of 10
+    requests each (their simulations take ~0.1 ms), on one thread and on a pool of two processes
+    made for the sweep (``executor="processes"``: the processes start, import simllm, load the
+    numba cache and get the base configuration once; a task ships only its overrides and seed).
+    ``track_`` results are milliseconds per configuration."""
+
+    params = [["threads", "processes"]]
+    param_names = ["executor"]
+    number = 1
+    repeat = 3
+    timeout = 600
+    CONFIGS = 1000
+
+    def setup(self, executor):
+        sw.warm_up()
+        self.spec = mixed_spec(configs=self.CONFIGS, requests=10)
+        sw.plan(self.spec)
+        self.pool = ThreadPoolExecutor(1) if executor == "threads" else "processes"
+        self.kwargs = {} if executor == "threads" else {"workers": 2}
+
+    def teardown(self, executor):
+        if executor == "threads":
+            self.pool.shutdown()
+
+    def track_ms_per_config(self, executor):
+        start = time.perf_counter()
+        res = sw.run_spec(self.spec, executor=self.pool, **self.kwargs)
+        elapsed = time.perf_counter() - start
+        assert not res.table["error"].any()
+        return 1e3 * elapsed / self.CONFIGS
+
+    track_ms_per_config.unit = "ms"

@@ -1,5 +1,6 @@
 """Finding configuration files: a preset name (``llama-3.1-8b``) or a path."""
 import difflib
+import functools
 from pathlib import Path
 
 from simllm.errors import ConfigError
@@ -7,6 +8,7 @@ from simllm.errors import ConfigError
 KINDS = ("models", "hardware", "workloads", "frameworks")
 
 
+@functools.lru_cache(maxsize=1)
 def configs_dir():
     """The directory holding the shipped presets: ``simllm/configs`` when installed from a wheel
     (package data), ``configs/`` at the root of a source checkout or editable install."""
@@ -44,8 +46,11 @@ def resolve(kind, name_or_path, *, flag):
                 source="command line", key=flag, value=text,
             )
         return path
-    names = preset_names(kind)
     wanted = _key(path.stem if path.suffix in (".yaml", ".yml", ".json") else text)
+    direct = configs_dir() / kind / f"{wanted}.yaml"  # presets are named by their key: no listing
+    if not any(sep in wanted for sep in "/\\") and direct.is_file():
+        return direct
+    names = preset_names(kind)
     for name in names:
         if _key(name) == wanted:
             return configs_dir() / kind / f"{name}.yaml"
