@@ -260,7 +260,9 @@ GLOBAL_NEXT_SEND = 1  # closed loop: next request to hand to a free client
 GLOBAL_NEXT_ARRIVAL = 2  # next request to reach the engine (those before it have arrived)
 GLOBAL_HANDOFFS = 3  # disaggregated serving: prefilled requests listed at N_GLOBALS + 0, 1, ... (the
 #                      prefill pool's EngineSettings.handoff), drained after every prefill step
-N_GLOBALS = 4
+GLOBAL_ROUTED = 4  # requests routed to a replica so far (round robin's turn)
+GLOBAL_BASE = 5  # a streamed run (simcore.stream): rows dropped so far; row r is request GLOBAL_BASE + r
+N_GLOBALS = 6
 
 # Columns of a disaggregated run's per-request transfer state (``xfer``, float64, shape (n, N_XF);
 # simcore.disagg).

@@ -24,9 +24,11 @@ from simcore.codes import (
     COHORT_NEXT_DONE,
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
+    GLOBAL_BASE,
     GLOBAL_ENDED,
     GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
+    GLOBAL_ROUTED,
     NEVER,
     N_GLOBALS,
     N_PLAN,
@@ -239,7 +241,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
             decode_tokens += new
             if rates is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped
-                    accepted = accepted_nb(rates, seed, r, g, new - 1)
+                    accepted = accepted_nb(rates, seed, r + glob[GLOBAL_BASE], g, new - 1)
                     for i in range(new - 1):  # drafts 1..a passed (every draft visited: no branch)
                         acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
                     drafts += 1
@@ -564,21 +566,50 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
     the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
     report progress while this one (which holds no GIL) simulates."""
     n = reqi.shape[0]
-    R = e.n_replicas
-    continuous = e.policy == POLICY_CONTINUOUS
-    ws = np.zeros((R, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
-    glob[GLOBAL_NEXT_SEND] = e.n_clients if e.n_clients < n else n
-    clk = lay.off_clock
+    ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
+    start_run_nb(e, lay, n, ws, glob, acc)
+    plan = np.zeros((e.n_replicas if e.lockstep else 0, N_PLAN))  # lockstep_step_nb's per-rank rows
+    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, False)
+    end = last_finish_nb(reqf)
+    close_replicas_nb(lay, ws, acc, end)
+    return end
+
+
+@jit
+def start_run_nb(e, lay, n_requests, ws, glob, acc):
+    """Set up a run of ``n_requests`` requests in all: the replicas' zeroed workspaces ``ws`` (shape
+    (n_replicas, lay.ws_len)) and accumulators ``acc``, and the counters ``glob``. The request rows'
+    ``RI_EPOCH`` must be -1 (not in a cohort)."""
+    glob[GLOBAL_NEXT_SEND] = e.n_clients if e.n_clients < n_requests else n_requests
+    glob[GLOBAL_NEXT_ARRIVAL] = 0  # requests arrive in index order
     init_replicas_nb(e, lay, ws, acc)
+
+
+@jit
+def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, more):
+    """The event loop of :func:`simulate_nb` after :func:`start_run_nb`: route each arrival, step the
+    replica whose next iteration starts first, until every request of ``reqi``/``reqf`` has ended.
+    ``plan`` (float64, shape (n_replicas, N_PLAN) with lockstep ranks, else (0, N_PLAN)) is the
+    lockstep step's scratch.
+
+    With ``more`` (a streamed run, ``simcore.stream``: rows after these are still to come), it
+    returns True instead, before anything else happens, once the next arrival is not among the
+    rows, or a closed loop's clients could send past them (``e.n_clients`` requests can end in
+    one step, each sending the next). Called again with the rows extended, it goes on exactly as
+    one call over all the rows would. Returns True when it stopped for more rows, False when
+    every request of the rows has ended (or none can arrive any more)."""
+    n = reqi.shape[0]
+    R = e.n_replicas
+    continuous = e.policy == POLICY_CONTINUOUS
+    clk = lay.off_clock
     ws0, acc0 = ws[0], acc[0]
     lockstep = e.lockstep and R > 1 and continuous
-    plan = np.zeros((R if lockstep else 0, N_PLAN))
-    glob[GLOBAL_NEXT_ARRIVAL] = 0  # requests arrive in index order
-    routed = 0
-    while glob[GLOBAL_ENDED] < n:
+    while glob[GLOBAL_ENDED] - glob[GLOBAL_BASE] < n:
         nxt = glob[GLOBAL_NEXT_ARRIVAL]
+        if more and (nxt >= n or (e.n_clients > 0 and glob[GLOBAL_NEXT_SEND] + e.n_clients >= n)):
+            return True
         a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
         best, t_best = earliest_nb(lay, ws, acc)
         if best < 0 or a <= t_best:
@@ -590,8 +621,8 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
             if never_fits_nb(e, reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT], reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]):
                 finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)
                 continue
-            k = route_nb(e, lay, a, ws, acc, routed)
-            routed += 1
+            k = route_nb(e, lay, a, ws, acc, glob[GLOBAL_ROUTED])
+            glob[GLOBAL_ROUTED] += 1
             reqi[r, RI_REPLICA] = k
             wake_nb(lay, a, ws, acc, k, t_best if lockstep and best >= 0 else -np.inf)
             enqueue_nb(lay, reqi, ws[k], r)
@@ -607,6 +638,4 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
             acc[0, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
         else:
             acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
-    end = last_finish_nb(reqf)
-    close_replicas_nb(lay, ws, acc, end)
-    return end
+    return False

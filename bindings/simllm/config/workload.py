@@ -261,67 +261,131 @@ class Requests:
     def __len__(self):
         return len(self.input_len)
 
+    def chunk(self, start, stop):
+        """Requests ``start .. stop - 1`` (views)."""
+        lines = None if self.trace_lines is None else self.trace_lines[start:stop]
+        return Requests(self.arrival_s[start:stop], self.input_len[start:stop], self.output_len[start:stop],
+                        self.prefix_hit[start:stop], lines)
+
+
+#: Requests are drawn in chunks of this many, chunk i from its own generator (chunk 0 from the
+#: seed itself, chunk i >= 1 from ``[seed, i]``), so that a streamed run can draw them as it goes
+#: and still serve the very requests :func:`generate` returns.
+CHUNK_REQUESTS = 1 << 20
+
+
+def _chunk_rng(seed, i):
+    return np.random.default_rng(seed if i == 0 else [seed, i])
+
 
 def generate(workload):
-    """Draw the requests of ``workload`` (or read its trace).
+    """Draw the requests of ``workload`` (or read its trace): :func:`generate_chunks` joined.
 
     Returns
     -------
     Requests
     """
-    rng = np.random.default_rng(workload.seed)
+    chunks = list(generate_chunks(workload))
+    if len(chunks) == 1:
+        return chunks[0]
+    lines = None if chunks[0].trace_lines is None else np.concatenate([c.trace_lines for c in chunks])
+    return Requests(*(np.concatenate([getattr(c, f) for c in chunks])
+                      for f in ("arrival_s", "input_len", "output_len", "prefix_hit")), lines)
+
+
+def generate_chunks(workload):
+    """The requests of ``workload`` in send order, :data:`CHUNK_REQUESTS` at a time (one chunk, maybe
+    empty, at least): an iterator of :class:`Requests`. A chunk's lengths, send-time gaps and prefix
+    hits are drawn from the chunk's own generator (a trace's lengths and times are read)."""
     if workload.trace:
         arrival, inp, out, lines = read_trace(workload.trace, workload.trace_format, with_lines=True)
         n = min(workload.num_prompts, len(inp)) if workload.num_prompts else len(inp)
-        arrival, inp, out, lines = arrival[:n], inp[:n], out[:n], lines[:n]
-        arrival = (arrival - arrival[0]) * workload.time_scale
+        arrival = (arrival[:n] - arrival[0]) * workload.time_scale if n else arrival[:0]
     else:
         n = workload.num_prompts
-        inp = workload.input_len.sample(rng, n)
-        out = workload.output_len.sample(rng, n)
-        arrival = _arrivals(workload, rng, n)
-        lines = None
-    hit = rng.random(n) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(n, dtype=bool)
-    return Requests(np.ascontiguousarray(arrival, dtype=np.float64), np.ascontiguousarray(inp, dtype=np.int64),
-                    np.ascontiguousarray(out, dtype=np.int64), hit, lines)
+    last = 0.0
+    for i, first in enumerate(range(0, max(n, 1), CHUNK_REQUESTS)):
+        m = min(CHUNK_REQUESTS, n - first)
+        rng = _chunk_rng(workload.seed, i)
+        if workload.trace:
+            c_arr, c_in, c_out = arrival[first:first + m], inp[first:first + m], out[first:first + m]
+            c_lines = lines[first:first + m]
+        else:
+            c_in = workload.input_len.sample(rng, m)
+            c_out = workload.output_len.sample(rng, m)
+            c_arr = _arrivals(workload, rng, n, first, m, last)
+            c_lines = None
+        if m:
+            last = float(c_arr[-1])
+        hit = rng.random(m) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(m, dtype=bool)
+        yield Requests(np.ascontiguousarray(c_arr, dtype=np.float64), np.ascontiguousarray(c_in, dtype=np.int64),
+                       np.ascontiguousarray(c_out, dtype=np.int64), hit, c_lines)
 
 
-def ramp_up_rates(w, n):
+def expected_last_send_s(w, n):
+    """When the last of ``n`` requests of ``w`` is expected to be sent: the sum of the mean gaps
+    (0 when all are sent at once, or by clients)."""
+    if n <= 1 or not (math.isfinite(w.request_rate) or w.ramp_up_strategy):
+        return 0.0
+    if not w.ramp_up_strategy:
+        return (n - 1) / w.request_rate
+    return float(sum((1.0 / ramp_up_rates(w, n, f, min(CHUNK_REQUESTS, n - f))).sum()
+                     for f in range(1, n, CHUNK_REQUESTS)))
+
+
+def ramp_up_rates(w, n, first=0, count=None):
     """Request i's rate under ``w``'s ramp-up, vLLM's rule: with progress ``i / (n - 1)``,
-    linear ``start + (end - start) * progress``, exponential ``start * (end / start) ** progress``."""
-    progress = np.arange(n) / max(n - 1, 1)
+    linear ``start + (end - start) * progress``, exponential ``start * (end / start) ** progress``;
+    for requests ``first .. first + count - 1`` of ``n`` (default: all)."""
+    count = n - first if count is None else count
+    progress = np.arange(first, first + count) / max(n - 1, 1)
     start, end = w.ramp_up_start_rps, w.ramp_up_end_rps
     if w.ramp_up_strategy == "linear":
         return start + (end - start) * progress
     return start * (end / start) ** progress
 
 
-def _arrivals(w, rng, n):
-    """Send times: vLLM's semantics (the first request at 0, then gaps of 1/rate on average;
-    gamma gaps have shape ``burstiness`` and scale ``1 / (rate * burstiness)``). Under a ramp-up
-    the gap before request i is drawn at request i's rate (:func:`ramp_up_rates`); vLLM also
-    delays the first request by a gap at the start rate, which only shifts the whole run."""
-    if n == 0 or not (math.isfinite(w.request_rate) or w.ramp_up_strategy):
-        return np.zeros(n)
-    rate = ramp_up_rates(w, n)[1:] if w.ramp_up_strategy else w.request_rate
+def _arrivals(w, rng, n, first=0, m=None, last=0.0):
+    """Send times of requests ``first .. first + m - 1`` of ``n`` (default: all), the one before
+    them sent at ``last``: vLLM's semantics (the first request at 0, then gaps of 1/rate on
+    average; gamma gaps have shape ``burstiness`` and scale ``1 / (rate * burstiness)``). Under a
+    ramp-up the gap before request i is drawn at request i's rate (:func:`ramp_up_rates`); vLLM
+    also delays the first request by a gap at the start rate, which only shifts the whole run."""
+    m = n - first if m is None else m
+    if m == 0 or not (math.isfinite(w.request_rate) or w.ramp_up_strategy):
+        return np.zeros(m)
+    lead = 1 if first == 0 else 0  # the first request has no gap before it
+    k = m - lead
+    rate = ramp_up_rates(w, n, first + lead, k) if w.ramp_up_strategy else w.request_rate
     if w.arrival == "constant":
-        gaps = np.broadcast_to(1.0 / rate, (n - 1,)).astype(np.float64)
+        gaps = np.broadcast_to(1.0 / rate, (k,)).astype(np.float64)
     elif w.arrival == "gamma":
-        gaps = rng.gamma(w.burstiness, 1.0 / (rate * w.burstiness), n - 1)
+        gaps = rng.gamma(w.burstiness, 1.0 / (rate * w.burstiness), k)
     else:
-        gaps = rng.exponential(1.0 / rate, n - 1)
-    return np.concatenate([[0.0], np.cumsum(gaps)])
+        gaps = rng.exponential(1.0 / rate, k)
+    if lead:
+        return np.concatenate([[0.0], np.cumsum(gaps)])
+    gaps[0] += last
+    return np.cumsum(gaps)
 
 
-def client_delays(workload, n):
+def client_delays(workload, n, first=0, m=None):
     """A closed loop's client delays, seconds, one per request in send order (exponential, mean
-    ``client_jitter_ms``), or None when the workload has none (open loop, or jitter 0). Drawn
-    from the workload seed's first child stream, so the lengths and send times drawn from the
-    seed itself stay the same with or without jitter."""
-    if not workload.max_concurrency or not workload.client_jitter_ms or n == 0:
+    ``client_jitter_ms``), for requests ``first .. first + m - 1`` of ``n`` (default: all; ``first``
+    a multiple of :data:`CHUNK_REQUESTS`), or None when the workload has none (open loop, or
+    jitter 0). Drawn per chunk from the first child stream of the chunk's seed, so the lengths and
+    send times drawn from the seed itself stay the same with or without jitter."""
+    m = n - first if m is None else m
+    if not workload.max_concurrency or not workload.client_jitter_ms or m == 0:
         return None
-    rng = np.random.default_rng(np.random.SeedSequence(workload.seed).spawn(1)[0])
-    return rng.exponential(workload.client_jitter_ms / 1e3, n)
+    out = np.empty(m)
+    for start in range(first, first + m, CHUNK_REQUESTS):
+        i = start // CHUNK_REQUESTS
+        seq = np.random.SeedSequence(workload.seed if i == 0 else [workload.seed, i])
+        rng = np.random.default_rng(seq.spawn(1)[0])
+        size = min(CHUNK_REQUESTS, first + m - start)
+        out[start - first:start - first + size] = rng.exponential(workload.client_jitter_ms / 1e3, size)
+    return out
 
 
 # ----------------------------------------------------------------------------- traces

@@ -10,7 +10,7 @@ from simcore import codes
 from simllm.config.serving import moe_parallel_keys
 from simllm.errors import ConfigError
 from simllm.fileio import write_table
-from simllm.sim.stats import hist_percentiles, hist_quantile, percentiles_inplace
+from simllm.sim.stats import StreamingStats, hist_percentiles, hist_quantile, log_bin_edges, percentiles_inplace
 
 
 #: Summary keys that time this machine, not the simulated system: left out of sweep tables and of
@@ -131,11 +131,178 @@ def spec_decode_figures(total, accepted_per_pos=None):
 def itl_bin_edges(n_bins, min_exp, sub_bits):
     """Lower edges (seconds) of the ITL histogram bins (see ``simcore.metrics.itl_bin_nb``); one
     read-only array per layout, shared by every result (a sweep builds thousands)."""
-    b = np.arange(n_bins + 1)
-    sub = 1 << sub_bits
-    edges = (1.0 + (b % sub) / sub) * np.exp2(b // sub + min_exp - 1)
+    edges = log_bin_edges(n_bins, min_exp, sub_bits)
     edges.flags.writeable = False
     return edges
+
+
+def _request_figures(workload, engine, requests, status, out_tok, reqf, percentiles, goodput, per_request_ints):
+    """The summary's per-request figures from the per-request arrays, exactly (percentiles as
+    numpy's), and the per-request table when ``per_request_ints`` is given: ``(figures, table)``,
+    the figures as :meth:`RequestTally.figures`'s."""
+    n = len(status)
+    warm = min(workload.warmup_requests, n)
+    done = status == codes.STATUS_DONE  # the per-request table's, warm-up included
+    ok = done  # the summary's: measured requests only
+    if warm:
+        ok = done.copy()
+        ok[:warm] = False
+    arrival = reqf[:, codes.RF_ARRIVAL]
+    first_sched = reqf[:, codes.RF_FIRST_SCHED]
+    first_token = reqf[:, codes.RF_FIRST_TOKEN]
+    finish = reqf[:, codes.RF_FINISH]
+    multi = ok & (out_tok > 1)
+    buf = np.empty(len(status))
+
+    def metric(name, where=ok):
+        """Seconds of ``name`` for the requests selected by ``where``, computed in ``buf``
+        (one metric at a time keeps a summary-only run lean)."""
+        if name == "ttft":
+            np.subtract(first_token, arrival, out=buf)
+        elif name == "e2el":
+            np.subtract(finish, arrival, out=buf)
+        elif name == "queue":  # in the engine's queue: from its arrival there, after the frontend
+            np.subtract(first_sched, arrival, out=buf)
+            np.subtract(buf, engine.frontend_s, out=buf)
+            clamp_rounding(buf, first_sched, engine.frontend_s)
+        else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
+            np.subtract(finish, first_token, out=buf)
+            vals = buf[where]
+            vals /= out_tok[where] - 1.0 if not isinstance(where, slice) else np.maximum(out_tok, 2) - 1.0
+            return vals
+        return buf[where]
+
+    per_request = None
+    if per_request_ints is not None:
+        def full(name, where):
+            out = np.full(len(status), np.nan)
+            out[where] = metric(name, where)
+            return out
+
+        per_request = {
+            "arrival_s": arrival,
+            "first_scheduled_s": first_sched,
+            "first_token_s": first_token,
+            "finish_s": finish,
+            "input_tokens": requests.input_len,
+            "output_tokens": out_tok,
+            "cached_tokens": per_request_ints["cached_tokens"],
+            "ttft_s": full("ttft", done),
+            "tpot_s": full("tpot", done & (out_tok > 1) if warm else multi),
+            "e2el_s": full("e2el", done),
+            "queue_s": full("queue", first_sched >= 0),
+            "preemptions": per_request_ints["preemptions"],
+            "replica": per_request_ints["replica"],
+            "status": status,
+            "warmup": np.arange(n) < warm,
+        }
+    counted = status[warm:]
+    fig = {
+        "warmup": warm,
+        "n": len(counted),
+        # the measured requests' span with a warm-up: from the first one's send to the last one's end
+        "duration": float(finish[warm:].max() - arrival[warm:].min()) if warm else None,
+        "completed": int(ok.sum()),
+        "input_tokens": int(requests.input_len[ok].sum()),
+        "output_tokens": int(out_tok[ok].sum()),
+        "rejected": int((counted == codes.STATUS_REJECTED).sum()),
+        "timed_out": int((counted == codes.STATUS_TIMED_OUT).sum()),
+    }
+    if goodput:
+        good = ok.copy()
+        for key in ("ttft", "tpot", "e2el"):
+            if key in goodput:
+                met = metric(key, slice(None)) * 1e3 <= goodput[key]
+                good &= met | ~multi if key == "tpot" else met
+        fig["good"] = int(good.sum())
+    fig["ttft"] = stats_ms(metric("ttft"), percentiles, "ttft")
+    fig["tpot"] = stats_ms(metric("tpot", multi), percentiles, "tpot")
+    fig["e2el"] = stats_ms(metric("e2el"), percentiles, "e2el")
+    fig["queue"] = stats_ms(metric("queue"), percentiles, "queue")
+    return fig, per_request
+
+
+#: A streamed summary's latency histograms (:class:`RequestTally`), in milliseconds: 512 bins per
+#: octave (each 0.2% of its values or less) from 2**-11 ms (0.5 us) to 2**41 ms (70 years).
+TALLY_MIN_EXP = -10
+TALLY_SUB_BITS = 9
+TALLY_BINS = 52 << TALLY_SUB_BITS
+
+
+class RequestTally:
+    """The summary's per-request figures of a streamed run, gathered as its requests end (in send
+    order, a batch of rows at a time) in memory that does not grow with them: exact counts, token
+    sums, means, standard deviations and extremes; percentiles from :class:`StreamingStats`
+    histograms, within one bin (0.2%) of the exact ones. Warm-up, goodput and the queue time follow
+    :func:`_request_figures`' rules."""
+
+    def __init__(self, n, warmup, frontend_s, goodput):
+        self.warm = min(warmup, n)
+        self.frontend_s = frontend_s
+        self.goodput = goodput or {}
+        self.n = self.completed = self.input_tokens = self.output_tokens = 0
+        self.rejected = self.timed_out = self.good = 0
+        self.first_send = math.inf
+        self.last_end = -math.inf
+        self.stats = {k: StreamingStats(TALLY_BINS, TALLY_MIN_EXP, TALLY_SUB_BITS)
+                      for k in ("ttft", "tpot", "e2el", "queue")}
+
+    def add(self, reqi, reqf, first):
+        """Rows ``reqi``/``reqf`` (``simcore.codes.RI_*``/``RF_*``, arrival as the engine saw it) of the
+        ended requests ``first, first + 1, ...``."""
+        skip = min(max(self.warm - first, 0), len(reqi))
+        reqi, reqf = reqi[skip:], reqf[skip:]
+        if not len(reqi):
+            return
+        status = reqi[:, codes.RI_STATUS]
+        out_tok = reqi[:, codes.RI_GENERATED].astype(np.float64)
+        arrival = reqf[:, codes.RF_ARRIVAL] - self.frontend_s
+        first_sched = reqf[:, codes.RF_FIRST_SCHED]
+        first_token = reqf[:, codes.RF_FIRST_TOKEN]
+        finish = reqf[:, codes.RF_FINISH]
+        ok = status == codes.STATUS_DONE
+        self.n += len(status)
+        self.completed += int(ok.sum())
+        self.rejected += int((status == codes.STATUS_REJECTED).sum())
+        self.timed_out += int((status == codes.STATUS_TIMED_OUT).sum())
+        self.input_tokens += int(reqi[ok, codes.RI_INPUT].sum(dtype=np.int64))
+        self.output_tokens += int(reqi[ok, codes.RI_GENERATED].sum(dtype=np.int64))
+        self.first_send = min(self.first_send, float(arrival.min()))
+        self.last_end = max(self.last_end, float(finish.max()))
+        ttft = (first_token - arrival) * 1e3
+        e2el = (finish - arrival) * 1e3
+        multi = ok & (out_tok > 1)
+        tpot = (finish - first_token) * 1e3 / np.maximum(out_tok - 1.0, 1.0)
+        queue = first_sched - arrival
+        queue -= self.frontend_s
+        clamp_rounding(queue, first_sched, self.frontend_s)
+        if self.goodput:
+            good = ok.copy()
+            for key, values in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
+                if key in self.goodput:
+                    met = values <= self.goodput[key]
+                    good &= met | ~multi if key == "tpot" else met
+            self.good += int(good.sum())
+        self.stats["ttft"].add(ttft[ok])
+        self.stats["tpot"].add(tpot[multi])
+        self.stats["e2el"].add(e2el[ok])
+        self.stats["queue"].add(queue[ok] * 1e3)
+
+    def figures(self, percentiles):
+        """The figures :meth:`SimResult.build` takes (as :func:`_request_figures`')."""
+        fig = {"warmup": self.warm, "n": self.n,
+               "duration": self.last_end - self.first_send if self.warm and self.n else None,
+               "completed": self.completed, "input_tokens": self.input_tokens,
+               "output_tokens": self.output_tokens, "rejected": self.rejected, "timed_out": self.timed_out,
+               "good": self.good}
+        for name, st in self.stats.items():
+            out = {f"mean_{name}_ms": st.mean, f"std_{name}_ms": st.std}
+            qs = st.percentiles((50.0, *percentiles))
+            out[f"median_{name}_ms"] = qs[0]
+            for p, v in zip(percentiles, qs[1:]):
+                out[f"{percentile_key(p)}_{name}_ms"] = v
+            fig[name] = out
+        return fig
 
 
 @dataclass
@@ -176,11 +343,12 @@ class SimResult:
     def build(cls, *, model, hardware, serving, resolved, workload, memory, params, engine, requests, status,
               out_tok, reqf, stats, itl_hist, batch_hist, windows, percentiles, goodput, wall_s, compile_s=0.0,
               per_request_ints=None,
-              series_replicas=None, accepted_per_pos=None):
+              series_replicas=None, accepted_per_pos=None, tally=None):
         """Summarise a simulation. ``status`` (int8) and ``out_tok`` are per request;
         ``per_request_ints`` (cached tokens, preemptions, replica), when given, keeps the
         per-request table; ``series_replicas`` (default: the rows of ``stats``) divides the time
-        series' busy and KV-cache columns.
+        series' busy and KV-cache columns. A streamed run gives its :class:`RequestTally` instead
+        of the per-request arrays (``requests``, ``status``, ``out_tok``, ``reqf``: None).
 
         The first ``workload.warmup_requests`` requests sent (rows 0..N-1: rows are in send
         order) are a warm-up: the per-request table marks them (``warmup``) and the summary's
@@ -188,76 +356,19 @@ class SimResult:
         throughputs leave them out, its duration being the measured requests' span (first send
         to last end). Engine-wide figures (utilisation, KV cache, batch sizes, iterations,
         preemptions) and the time series cover the whole run."""
-        keep_requests = per_request_ints is not None
-        n = len(status)
-        warm = min(workload.warmup_requests, n)
-        done = status == codes.STATUS_DONE  # the per-request table's, warm-up included
-        ok = done  # the summary's: measured requests only
-        if warm:
-            ok = done.copy()
-            ok[:warm] = False
-        arrival = reqf[:, codes.RF_ARRIVAL]
-        first_sched = reqf[:, codes.RF_FIRST_SCHED]
-        first_token = reqf[:, codes.RF_FIRST_TOKEN]
-        finish = reqf[:, codes.RF_FINISH]
-        multi = ok & (out_tok > 1)
-        buf = np.empty(len(status))
-
-        def metric(name, where=ok):
-            """Seconds of ``name`` for the requests selected by ``where``, computed in ``buf``
-            (one metric at a time keeps a summary-only run lean)."""
-            if name == "ttft":
-                np.subtract(first_token, arrival, out=buf)
-            elif name == "e2el":
-                np.subtract(finish, arrival, out=buf)
-            elif name == "queue":  # in the engine's queue: from its arrival there, after the frontend
-                np.subtract(first_sched, arrival, out=buf)
-                np.subtract(buf, engine.frontend_s, out=buf)
-                clamp_rounding(buf, first_sched, engine.frontend_s)
-            else:  # tpot: (e2el - ttft) / (output - 1), as vLLM
-                np.subtract(finish, first_token, out=buf)
-                vals = buf[where]
-                vals /= out_tok[where] - 1.0 if not isinstance(where, slice) else np.maximum(out_tok, 2) - 1.0
-                return vals
-            return buf[where]
-
-        per_request = None
-        if keep_requests:
-            def full(name, where):
-                out = np.full(len(status), np.nan)
-                out[where] = metric(name, where)
-                return out
-
-            per_request = {
-                "arrival_s": arrival,
-                "first_scheduled_s": first_sched,
-                "first_token_s": first_token,
-                "finish_s": finish,
-                "input_tokens": requests.input_len,
-                "output_tokens": out_tok,
-                "cached_tokens": per_request_ints["cached_tokens"],
-                "ttft_s": full("ttft", done),
-                "tpot_s": full("tpot", done & (out_tok > 1) if warm else multi),
-                "e2el_s": full("e2el", done),
-                "queue_s": full("queue", first_sched >= 0),
-                "preemptions": per_request_ints["preemptions"],
-                "replica": per_request_ints["replica"],
-                "status": status,
-                "warmup": np.arange(n) < warm,
-            }
         total = stats.sum(axis=0)
         replicas = stats.shape[0]
-        duration = float(stats[:, codes.STAT_END_S].max())
         # Engine figures: over the whole run, to the end of the last iteration (a static batch runs
         # on after its clients gave up).
         run_s = float(stats[:, codes.STAT_ENGINE_END_S].max())
-        if warm:  # the measured requests' span: from the first one's send to the last one's end
-            duration = float(finish[warm:].max() - arrival[warm:].min())
-        counted = status[warm:]
-        n = len(counted)
-        completed = int(ok.sum())
-        in_tok = int(requests.input_len[ok].sum())
-        out_sum = int(out_tok[ok].sum())
+        if tally is None:
+            fig, per_request = _request_figures(workload, engine, requests, status, out_tok, reqf, percentiles,
+                                                goodput, per_request_ints)
+        else:
+            fig, per_request = tally.figures(percentiles), None
+        duration = fig["duration"] if fig["duration"] is not None else float(stats[:, codes.STAT_END_S].max())
+        n, completed = fig["n"], fig["completed"]
+        in_tok, out_sum = fig["input_tokens"], fig["output_tokens"]
         edges = itl_bin_edges(len(itl_hist), engine.itl_min_exp, engine.itl_sub_bits)
         s = {
             "duration": duration,
@@ -273,14 +384,9 @@ class SimResult:
             "burstiness": workload.burstiness,
         }
         if goodput:
-            good = ok.copy()
-            for key in ("ttft", "tpot", "e2el"):
-                if key in goodput:
-                    met = metric(key, slice(None)) * 1e3 <= goodput[key]
-                    good &= met | ~multi if key == "tpot" else met
-            s["request_goodput"] = float(good.sum()) / duration if duration else 0.0
-        s.update(stats_ms(metric("ttft"), percentiles, "ttft"))
-        s.update(stats_ms(metric("tpot", multi), percentiles, "tpot"))
+            s["request_goodput"] = float(fig["good"]) / duration if duration else 0.0
+        s.update(fig["ttft"])
+        s.update(fig["tpot"])
         itl_n = total[codes.STAT_ITL_COUNT]
         itl_mean = total[codes.STAT_ITL_SUM] / itl_n if itl_n else 0.0
         itl_var = max(total[codes.STAT_ITL_SQSUM] / itl_n - itl_mean**2, 0.0) if itl_n else 0.0
@@ -289,10 +395,10 @@ class SimResult:
         s["std_itl_ms"] = math.sqrt(itl_var) * 1e3
         for p, v in zip(percentiles, hist_percentiles(itl_hist, edges, percentiles)):
             s[f"{percentile_key(p)}_itl_ms"] = v * 1e3
-        s.update(stats_ms(metric("e2el"), percentiles, "e2el"))
-        s.update(stats_ms(metric("queue"), percentiles, "queue"))
-        rejected = int((counted == codes.STATUS_REJECTED).sum())
-        timed_out = int((counted == codes.STATUS_TIMED_OUT).sum())
+        s.update(fig["e2el"])
+        s.update(fig["queue"])
+        rejected, timed_out = fig["rejected"], fig["timed_out"]
+        warm = fig["warmup"]
         blocks = max(engine.num_blocks, 1)
         s.update({
             "error_rate": (n - completed) / n if n else 0.0,
