@@ -1,6 +1,7 @@
 """asv benchmarks of the serving engine: the bench-1m workload on Llama-3.1-8B / H100 SXM.
 
 Each benchmark compiles (a tiny run) in ``setup`` and times only ``simllm.simulate``."""
+import dataclasses
 import time
 
 import simllm
@@ -126,6 +127,31 @@ class PeakMemory:
 
     def peakmem_per_request_rows_1m(self):
         simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=True)
+
+
+class EngineStreamed:
+    """A summary-only run of 10^7 bench-1m requests, streamed (``simllm.sim.stream``): drawn a chunk
+    at a time and forgotten once ended. Peak memory stays that of a chunk plus the requests in
+    flight; the rate counts drawing and summarising with the kernel."""
+
+    timeout = 900
+    repeat = 1
+    number = 1
+
+    def setup(self):
+        self.m, self.h, self.s, _ = configs()
+        self.w = dataclasses.replace(simllm.load_workload("bench-1m"), num_prompts=10_000_000)
+        _warm(self.m, self.h, self.s)
+        small = dataclasses.replace(self.w, num_prompts=2_000_000)  # compiles the streamed kernels
+        simllm.simulate(self.m, self.h, self.s, small, keep_requests=False)
+
+    def peakmem_summary_only_10m(self):
+        simllm.simulate(self.m, self.h, self.s, self.w, keep_requests=False)
+
+    def track_requests_per_second_10m(self):
+        return simllm.simulate(self.m, self.h, self.s, self.w, keep_requests=False).summary["simulated_requests_per_s"]
+
+    track_requests_per_second_10m.unit = "requests/s"
 
 
 class ColdStart:

@@ -139,10 +139,9 @@ def write_table(path, columns, *, cell=None, metadata=None, lineterminator="\n")
     """
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
-        values = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns.values()]
-        if cell is not None:
-            values = [[cell(v) for v in col] for col in values]
-        return write_output(path, csv_text(list(columns), zip(*values), lineterminator=lineterminator))
+        with TableWriter(path, list(columns), cell=cell, lineterminator=lineterminator) as writer:
+            writer.add(columns)
+        return Path(path)
     if suffix == ".parquet":
         pa = optional_import("pyarrow", "writing Parquet")
         parquet = optional_import("pyarrow.parquet", "writing Parquet", package="pyarrow")
@@ -153,3 +152,66 @@ def write_table(path, columns, *, cell=None, metadata=None, lineterminator="\n")
             parquet.write_table(table, str(tmp))
         return Path(path)
     raise ConfigError("a .csv or .parquet file name", key="table file", value=str(path))
+
+
+class TableWriter:
+    """A table written a batch of rows at a time, atomically (the file appears complete when the
+    ``with`` block ends, and not at all if it raises): ``.csv`` by :func:`csv_text`'s rules (the
+    same text as :func:`write_table`'s for the same rows) or ``.parquet`` (one row group per batch;
+    needs pyarrow).
+
+    Parameters
+    ----------
+    path : str or Path
+    header : list of str
+        The column names, in order; every batch gives them all.
+    cell : callable, optional
+        CSV only: as :func:`write_table`'s.
+    lineterminator : str
+        CSV only: the end of each line.
+    """
+
+    def __init__(self, path, header, *, cell=None, lineterminator="\n"):
+        self.path, self.header, self.cell, self.lineterminator = path, list(header), cell, lineterminator
+        self.suffix = Path(path).suffix.lower()
+        if self.suffix not in TABLE_SUFFIXES:
+            raise ConfigError("a .csv or .parquet file name", key="table file", value=str(path))
+        if self.suffix == ".parquet":
+            self._pa = optional_import("pyarrow", "writing Parquet")
+            self._pq = optional_import("pyarrow.parquet", "writing Parquet", package="pyarrow")
+        self._stack = contextlib.ExitStack()
+        self._file = self._writer = None
+
+    def __enter__(self):
+        tmp = self._stack.enter_context(output_path(self.path))
+        if self.suffix == ".csv":
+            self._file = self._stack.enter_context(open(tmp, "w", encoding="utf-8", newline=""))
+            self._writer = csv.writer(self._file, lineterminator=self.lineterminator)
+            self._writer.writerow(self.header)
+        else:
+            self._tmp = tmp
+        return self
+
+    def add(self, columns):
+        """Append rows: ``columns`` maps each header name to its values (numpy arrays or
+        sequences, all of one length)."""
+        cols = [columns[name] for name in self.header]
+        try:
+            if self.suffix == ".csv":
+                values = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in cols]
+                if self.cell is not None:
+                    values = [[self.cell(v) for v in col] for col in values]
+                self._writer.writerows(zip(*values))
+                return
+            table = self._pa.table({name: self._pa.array(_parquet_values(col)) for name, col in zip(self.header, cols)})
+            if self._writer is None:
+                self._writer = self._stack.enter_context(self._pq.ParquetWriter(str(self._tmp), table.schema))
+            self._writer.write_table(table)
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot write ({exc.strerror or exc})") from None
+
+    def __exit__(self, *exc):
+        if exc[0] is None and self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        return self._stack.__exit__(*exc)

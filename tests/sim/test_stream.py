@@ -207,3 +207,35 @@ def test_streamed_memory_does_not_grow_with_the_run(monkeypatch):
         tracemalloc.stop()
         assert summary["completed"] == n
     assert peaks[2] < 1.2 * peaks[1], peaks
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_streamed_detailed_rows_are_the_in_memory_file(monkeypatch, tmp_path, suffix):
+    """``save_detailed`` of a streamed run writes, a batch at a time, the file the in-memory run
+    writes for the same requests: byte for byte as CSV, row for row as Parquet."""
+    if suffix == ".parquet":
+        pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(workload_mod, "CHUNK_REQUESTS", 500)
+    model, hw = simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm")
+    w = simllm.Workload(num_prompts=1800, request_rate=100.0, warmup_requests=20, timeout_s=3.0,
+                        output_len=random_range(64, 0.9))
+    serving = simllm.ServingConfig(max_num_seqs=32)
+    requests = simllm.generate(w)
+    whole = simllm.simulate(model, hw, serving, w, requests=requests)
+    assert whole.summary["num_timed_out"] > 0  # NaN latencies in the file too
+    path = tmp_path / f"streamed{suffix}"
+    streamed = simllm.simulate(model, hw, serving, w, keep_requests=False, save_detailed=path)
+    assert streamed.requests is None
+    if suffix == ".csv":
+        whole.save_detailed(tmp_path / "whole.csv")
+        assert path.read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    else:
+        table = pq.read_table(path).to_pydict()
+        assert table["request"] == list(range(1800))
+        for name, values in whole.requests.items():
+            got = np.asarray(table[name])
+            if name == "status":
+                np.testing.assert_array_equal(got, np.asarray(codes.STATUS_NAMES)[values.astype(int)])
+            else:
+                np.testing.assert_array_equal(got, values)
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary left

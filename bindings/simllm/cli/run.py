@@ -58,19 +58,22 @@ def cmd(args, out):
     if args.save_detailed:
         check_output(args.save_detailed, "--save-detailed")
     record = None if args.quiet else common.band_record(args)  # a bad record fails before simulating
-    keep_requests = bool(args.save_detailed or args.plot or args.export_format in ("guidellm", "requests"))
+    disagg = common.disagg_config(args)
+    # --save-detailed alone does not keep the rows in memory: simulate writes them (a long
+    # summary-only run streams them to the file as its requests end).
+    keep_requests = bool(args.plot or args.export_format in ("guidellm", "requests")
+                         or (args.save_detailed and (args.output or disagg is not None)))
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= common.PROGRESS_MIN_REQUESTS and not args.quiet
-    disagg = common.disagg_config(args)
     with Progress(workload.num_prompts, "simllm run", enabled=long_run) as bar:
         kwargs = dict(fast_forward=not args.no_fast_forward, percentiles=percentiles,
                       goodput=parse_goodput(args.goodput), keep_requests=keep_requests,
                       progress=(lambda done, _total: bar.advance(done - bar.done)) if bar.active else _no_progress)
         if disagg is None:
-            result = simulate(model, hardware, serving, workload, **kwargs)
+            result = simulate(model, hardware, serving, workload, save_detailed=args.save_detailed, **kwargs)
         else:
             result = simulate_disagg(model, hardware, serving, workload, disagg, **kwargs)
-    if args.save_detailed:
+    if args.save_detailed and disagg is not None:
         result.save_detailed(args.save_detailed)
     if args.output:  # vLLM JSON: the per-request lists only with --save-detailed, as vllm bench serve
         exports.export(result, args.output, args.export_format, detailed=bool(args.save_detailed))

@@ -9,7 +9,7 @@ import numpy as np
 from simcore import codes
 from simllm.config.serving import moe_parallel_keys
 from simllm.errors import ConfigError
-from simllm.fileio import write_table
+from simllm.fileio import TableWriter, write_table
 from simllm.sim.stats import StreamingStats, hist_percentiles, hist_quantile, log_bin_edges, percentiles_inplace
 
 
@@ -174,28 +174,9 @@ def _request_figures(workload, engine, requests, status, out_tok, reqf, percenti
 
     per_request = None
     if per_request_ints is not None:
-        def full(name, where):
-            out = np.full(len(status), np.nan)
-            out[where] = metric(name, where)
-            return out
-
-        per_request = {
-            "arrival_s": arrival,
-            "first_scheduled_s": first_sched,
-            "first_token_s": first_token,
-            "finish_s": finish,
-            "input_tokens": requests.input_len,
-            "output_tokens": out_tok,
-            "cached_tokens": per_request_ints["cached_tokens"],
-            "ttft_s": full("ttft", done),
-            "tpot_s": full("tpot", done & (out_tok > 1) if warm else multi),
-            "e2el_s": full("e2el", done),
-            "queue_s": full("queue", first_sched >= 0),
-            "preemptions": per_request_ints["preemptions"],
-            "replica": per_request_ints["replica"],
-            "status": status,
-            "warmup": np.arange(n) < warm,
-        }
+        per_request = request_columns(0, warm, engine.frontend_s, status, out_tok, requests.input_len,
+                                      per_request_ints["cached_tokens"], per_request_ints["preemptions"],
+                                      per_request_ints["replica"], reqf)
     counted = status[warm:]
     fig = {
         "warmup": warm,
@@ -220,6 +201,86 @@ def _request_figures(workload, engine, requests, status, out_tok, reqf, percenti
     fig["e2el"] = stats_ms(metric("e2el"), percentiles, "e2el")
     fig["queue"] = stats_ms(metric("queue"), percentiles, "queue")
     return fig, per_request
+
+
+def request_columns(first, warm, frontend_s, status, out_tok, input_len, cached, preemptions, replica, reqf):
+    """The per-request table's columns (``SimResult.requests``) of requests ``first, first + 1, ...``
+    (``warm``: the warm-up's size) from their arrays: ``status`` (codes), output, input and cached
+    tokens, preemptions, replica and ``reqf`` (``RF_*``, the arrival from the client's send).
+    Latencies are NaN where they do not exist: TTFT and E2E for requests not done, TPOT for those
+    with one output token, the queue time for those never scheduled."""
+    arrival = reqf[:, codes.RF_ARRIVAL]
+    first_sched = reqf[:, codes.RF_FIRST_SCHED]
+    first_token = reqf[:, codes.RF_FIRST_TOKEN]
+    finish = reqf[:, codes.RF_FINISH]
+    done = status == codes.STATUS_DONE
+
+    def where(mask, values):
+        out = np.full(len(status), np.nan)
+        out[mask] = values[mask]
+        return out
+
+    queue = first_sched - arrival
+    queue -= frontend_s
+    clamp_rounding(queue, first_sched, frontend_s)
+    return {
+        "arrival_s": arrival,
+        "first_scheduled_s": first_sched,
+        "first_token_s": first_token,
+        "finish_s": finish,
+        "input_tokens": input_len,
+        "output_tokens": out_tok,
+        "cached_tokens": cached,
+        "ttft_s": where(done, first_token - arrival),
+        "tpot_s": where(done & (out_tok > 1), (finish - first_token) / (np.maximum(out_tok, 2) - 1.0)),
+        "e2el_s": where(done, finish - arrival),
+        "queue_s": where(first_sched >= 0, queue),
+        "preemptions": preemptions,
+        "replica": replica,
+        "status": status,
+        "warmup": np.arange(first, first + len(status)) < warm,
+    }
+
+
+def detailed_columns(first, requests):
+    """:func:`request_columns`' table as :meth:`SimResult.save_detailed` writes it: the request's
+    index first (from ``first``), the status by name."""
+    names = np.asarray(codes.STATUS_NAMES)
+    return {"request": np.arange(first, first + len(requests["status"])),
+            **{c: names[a.astype(np.intp)] if c == "status" else a for c, a in requests.items()}}
+
+
+class DetailedRows:
+    """A streamed run's per-request rows, written to ``path`` (``.csv`` or ``.parquet``) as the
+    requests end, in send order: the rows and format of :meth:`SimResult.save_detailed`. Use as a
+    context manager around the run (the file appears when it ends without an error)."""
+
+    def __init__(self, path, warm, frontend_s):
+        self.warm, self.frontend_s = warm, frontend_s
+        self.writer = TableWriter(path, ["request", *DETAILED_COLUMNS], cell=_blank_nan, lineterminator="\r\n")
+
+    def __enter__(self):
+        self.writer.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.writer.__exit__(*exc)
+
+    def add(self, reqi, reqf, first):
+        """Rows ``reqi``/``reqf`` of the ended requests ``first, first + 1, ...`` (arrival as the
+        engine saw it)."""
+        reqf = reqf.copy()
+        reqf[:, codes.RF_ARRIVAL] -= self.frontend_s
+        cols = request_columns(first, self.warm, self.frontend_s, reqi[:, codes.RI_STATUS].astype(np.int8),
+                               reqi[:, codes.RI_GENERATED], reqi[:, codes.RI_INPUT].astype(np.int64),
+                               reqi[:, codes.RI_CACHED], reqi[:, codes.RI_PREEMPTIONS], reqi[:, codes.RI_REPLICA], reqf)
+        self.writer.add(detailed_columns(first, cols))
+
+
+#: The per-request table's columns, in order (after ``request``).
+DETAILED_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "input_tokens", "output_tokens",
+                    "cached_tokens", "ttft_s", "tpot_s", "e2el_s", "queue_s", "preemptions", "replica", "status",
+                    "warmup")
 
 
 #: A streamed summary's latency histograms (:class:`RequestTally`), in milliseconds: 512 bins per
@@ -486,9 +547,5 @@ class SimResult:
             return
         if not path.endswith(".csv"):
             raise ConfigError("a .csv or .parquet file name", source="command line", key="--save-detailed", value=path)
-        names = codes.STATUS_NAMES
-        columns = {"request": np.arange(len(self.requests["status"]))}
-        for c, a in self.requests.items():
-            columns[c] = [names[int(v)] for v in a] if c == "status" else a
         # The csv module's default line ending (\r\n), as this file has always been written.
-        write_table(path, columns, cell=_blank_nan, lineterminator="\r\n")
+        write_table(path, detailed_columns(0, self.requests), cell=_blank_nan, lineterminator="\r\n")

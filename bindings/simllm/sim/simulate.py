@@ -1,5 +1,6 @@
 """``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call for all
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
+import contextlib
 import functools
 import itertools
 import logging
@@ -23,7 +24,7 @@ from simllm.errors import ConfigError, SimulatedOOM
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
-from simllm.sim.results import RequestTally, SimResult
+from simllm.sim.results import DetailedRows, RequestTally, SimResult
 from simllm.sim.slo import check_goodput
 from simllm.sim.speculative import check_speculative, pack_drafter, speculation
 from simllm.sim.stream import StreamStats, compile_streamed, run_streamed
@@ -268,7 +269,8 @@ def request_rows(e, pool, requests, first=0, delays=None):
 
 
 def simulate(model, hardware, serving=None, workload=None, *, requests=None, fast_forward=True,
-             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None, framework=None):
+             percentiles=(50, 90, 95, 99), goodput=None, keep_requests=True, progress=None, framework=None,
+             save_detailed=None):
     """Simulate serving ``workload`` with ``model`` on ``hardware``.
 
     Parameters
@@ -301,6 +303,11 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     framework : FrameworkProfile or str, optional
         The serving framework's profile (frontend time per request, CPU time per iteration,
         launch gap per kernel); default: ``serving.framework``'s (configs/frameworks/NAME.yaml).
+    save_detailed : str or Path, optional
+        Also write the per-request rows to this ``.csv`` or ``.parquet`` file
+        (:meth:`SimResult.save_detailed`'s rows). A streamed run (``keep_requests=False``, more
+        than one chunk of requests) writes them a batch at a time as its requests end, without
+        holding them; the file appears once the run has ended.
 
     Returns
     -------
@@ -321,9 +328,10 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     n = len(requests) if requests is not None else workload.num_prompts
     if not keep_requests and n > chunk and min(workload.max_concurrency, n) <= chunk // 4:
         return _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fast_forward,
-                                  tuple(percentiles), goodput, progress)
+                                  tuple(percentiles), goodput, progress, save_detailed)
     if requests is None:
         requests = generate(workload)
+    kept = keep_requests or save_detailed is not None
     params, resolved, memory = pool.params, pool.resolved, pool.memory
     e, reqi, reqf = engine_inputs(model, pool, serving, workload, requests, fast_forward)
     n = len(requests)
@@ -352,21 +360,26 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     status = reqi[:, codes.RI_STATUS].astype(np.int8)
     out_tok = reqi[:, codes.RI_GENERATED].copy()
     ints = None
-    if keep_requests:
+    if kept:
         ints = {"cached_tokens": reqi[:, codes.RI_CACHED], "preemptions": reqi[:, codes.RI_PREEMPTIONS],
                 "replica": reqi[:, codes.RI_REPLICA]}
     del reqi  # a summary-only run needs none of it any more
-    return SimResult.build(
+    result = SimResult.build(
         model=model, hardware=hardware, serving=serving, resolved=resolved, workload=workload, memory=memory,
         params=params, engine=e, requests=requests, status=status, out_tok=out_tok, reqf=reqf, stats=stats,
         itl_hist=itl_hist, batch_hist=batch_hist, windows=windows, percentiles=tuple(percentiles), goodput=goodput,
         wall_s=elapsed, compile_s=compile_s, per_request_ints=ints, accepted_per_pos=accepted_per_pos,
     )
+    if save_detailed is not None:
+        result.save_detailed(save_detailed)
+        if not keep_requests:
+            result.requests = None
+    return result
 
 
 
 def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fast_forward, percentiles, goodput,
-                       progress):
+                       progress, save_detailed):
     """:func:`simulate` of a summary-only run of more than one chunk of requests
     (``simllm.config.workload.CHUNK_REQUESTS``): drawn (or, given, sliced) a chunk at a time, run
     by ``simllm.sim.stream.run_streamed`` and summarised as they end by a :class:`RequestTally`, so
@@ -415,11 +428,20 @@ def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fa
     compile_s = compile_streamed(compile_for, params, sp, e, lay, glob, acc)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s), streamed: %s", n, replicas, workload.describe())
-    run = functools.partial(run_streamed, params, sp, e, lay, rows(), n, tally.add, glob, acc, held)
-    if progress is None:
-        run()
-    else:
-        run_reporting(run, glob, n, progress)
+    with contextlib.ExitStack() as stack:
+        on_rows = tally.add
+        if save_detailed is not None:
+            detailed = stack.enter_context(DetailedRows(save_detailed, e.warmup, e.frontend_s))
+
+            def on_rows(reqi, reqf, first):
+                tally.add(reqi, reqf, first)
+                detailed.add(reqi, reqf, first)
+
+        run = functools.partial(run_streamed, params, sp, e, lay, rows(), n, on_rows, glob, acc, held)
+        if progress is None:
+            run()
+        else:
+            run_reporting(run, glob, n, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s), at most %d request rows held", n, elapsed,
              n / elapsed if elapsed else math.inf, held.peak_rows)
