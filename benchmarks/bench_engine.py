@@ -175,6 +175,23 @@ class ColdStart:
         return "import os, tempfile\nos.environ['NUMBA_CACHE_DIR'] = tempfile.mkdtemp()\n" + self._RUN
 
 
+class WholeCommand:
+    """``simllm run --workload bench-1m`` as a user runs it, in a fresh interpreter (imports,
+    loading the presets and the compiled kernels from numba's cache, drawing, simulating,
+    summarising, printing); issue 17's target is 1.2 s. The cache is warmed in setup."""
+
+    timeout = 300
+    repeat = 3
+    number = 1
+
+    def setup(self):
+        m, h, s, _ = configs()
+        _warm(m, h, simllm.ServingConfig(max_model_len=8192))
+
+    def timeraw_run_bench_1m(self):
+        return "from simllm.cli.main import main\nmain(['run', '--workload', 'bench-1m'])\n"
+
+
 class EngineMoE(_Simulate):
     """100,000 requests of bench-1m's lengths on today's MoE layouts of 8 x H200: DeepSeek-V3
     (MLA, 256 experts, FP8) with tensor parallelism 8 and with the wide-EP layout (attention data
