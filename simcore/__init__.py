@@ -8,6 +8,7 @@ times (``now`` or ``t_end`` first, then bounds such as ``next_arrival``), reques
 the kernel's own operands (a request, a count, a value, a flag). A kernel takes only those it uses.
 """
 from simcore import codes
+from simcore._jit import CACHING
 from simcore.cost import (
     batch_aggregates_nb,
     decode_run_time_nb,
@@ -41,6 +42,7 @@ from simcore.params import CostParams, EngineSettings, Speculation
 from simcore.speculative import accepted_nb, draft_totals_nb, uniform_nb
 
 __all__ = [
+    "CACHING",
     "CostParams",
     "EngineSettings",
     "Speculation",

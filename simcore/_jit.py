@@ -22,9 +22,32 @@ more than the helpers' own arithmetic.
 Numba's cache keys a function on its own source file only: after editing simcore, delete the
 ``*.nbi``/``*.nbc`` files under ``__pycache__`` (or set ``NUMBA_CACHE_DIR``) so callers in other
 files recompile.
+
+Where numba finds no folder to write its cache in (``__pycache__`` next to these files, then
+``NUMBA_CACHE_DIR`` or the user's cache folder), it would fail every decorated function at import;
+:data:`CACHING` is then False and the kernels compile in every process instead (the command line
+says so in one line).
 """
 import numba
 
-jit = numba.njit(cache=True, nogil=True, _nrt=False)
-jit_inline = numba.njit(cache=True, nogil=True, inline="always", _nrt=False)
-jit_alloc = numba.njit(cache=True, nogil=True)
+
+def _caching_possible():
+    """Whether numba has a writable cache location for the functions of this folder."""
+    def probe():
+        pass
+
+    try:
+        numba.core.caching.FunctionCache(probe)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return False
+    except Exception:  # noqa: BLE001 - a numba without this (private) class: let njit decide
+        return True
+    return True
+
+
+#: Whether compiled kernels go to numba's on-disk cache (see the module docstring).
+CACHING = _caching_possible()
+
+jit = numba.njit(cache=CACHING, nogil=True, _nrt=False)
+jit_inline = numba.njit(cache=CACHING, nogil=True, inline="always", _nrt=False)
+jit_alloc = numba.njit(cache=CACHING, nogil=True)

@@ -418,3 +418,15 @@ def test_console_script_on_path():
 def test_help_exits_0():
     proc = run_cli("estimate", "--help", check=0)
     assert "--tensor-parallel-size" in proc.stdout
+
+
+@pytest.mark.slow
+def test_no_writable_numba_cache_is_one_line_and_the_run_still_works():
+    """Where numba finds no folder to write its cache in (simulated: its only cache locator is
+    IPython's, which takes no plain file), importing the kernels would fail; instead they compile
+    uncached and the command line says so in one line, then runs."""
+    env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="IPythonCacheLocator")
+    proc = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", check=0, env=env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no writable cache folder" in lines[0] and "NUMBA_CACHE_DIR" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr

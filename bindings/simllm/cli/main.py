@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 
+import simcore
 from simllm.cli import (
     calibrate,
     common,
@@ -57,6 +58,10 @@ def main(argv=None):
     allowed = os.environ.get(ALLOW_OUTSIDE_ENV)
     if args.allow_outside_paths:  # for this command only (main() may run in a caller's process)
         os.environ[ALLOW_OUTSIDE_ENV] = "1"
+    if not simcore.CACHING:
+        print("simllm: warning: numba has no writable cache folder (next to simcore, NUMBA_CACHE_DIR or ~/.cache): "
+              "every run compiles the kernels anew (a minute or more); set NUMBA_CACHE_DIR to a writable folder",
+              file=sys.stderr)
     previous = signal.getsignal(signal.SIGINT)
     if argv is None:  # the console script: Ctrl-C is ours to report
         signal.signal(signal.SIGINT, _interrupted)
