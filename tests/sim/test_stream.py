@@ -239,3 +239,34 @@ def test_streamed_detailed_rows_are_the_in_memory_file(monkeypatch, tmp_path, su
             else:
                 np.testing.assert_array_equal(got, values)
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary left
+
+
+def test_streamed_trace_and_given_requests(monkeypatch, tmp_path):
+    """A trace replay and pre-drawn requests stream too (sliced a chunk at a time): the same
+    summary as the in-memory run of the same requests, counts and tokens exact; a trace's prompt
+    too long for the model is named by its line even in a later chunk."""
+    monkeypatch.setattr(workload_mod, "CHUNK_REQUESTS", 1000)
+    rng = np.random.default_rng(5)
+    n = 2600
+    t = np.cumsum(rng.exponential(1 / 30.0, n))
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,input_len,output_len\n" + "".join(
+        f"{a:.6f},{b},{c}\n" for a, b, c in zip(t, rng.integers(50, 2000, n), rng.integers(1, 200, n))))
+    model, hw = simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm")
+    serving = simllm.ServingConfig(max_num_seqs=64)
+    w = simllm.Workload(trace=str(path), num_prompts=0)
+    whole = simllm.simulate(model, hw, serving, w).summary
+    streamed = simllm.simulate(model, hw, serving, w, keep_requests=False).summary
+    given = simllm.simulate(model, hw, serving, w, requests=simllm.generate(w), keep_requests=False).summary
+    for s in (streamed, given):
+        for k in ("completed", "failed", "total_input_tokens", "total_output_tokens", "iterations", "num_preemptions"):
+            assert s[k] == whole[k], k
+        for k in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "mean_itl_ms", "p99_itl_ms"):
+            assert s[k] == pytest.approx(whole[k], rel=1e-9), k
+        assert s["p99_ttft_ms"] == pytest.approx(whole["p99_ttft_ms"], rel=2**-9)
+    lines = path.read_text().splitlines()
+    lines[2345] = lines[2345].rsplit(",", 2)[0] + ",200000,5"  # line 2346 of the file: past the first chunks
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(simllm.ConfigError) as err:
+        simllm.simulate(model, hw, serving, simllm.Workload(trace=str(path), num_prompts=0), keep_requests=False)
+    assert "trace.csv:2346: input_len" in str(err.value)

@@ -398,6 +398,8 @@ def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fa
     head = pending[0]
     params, resolved, memory = pool.params, pool.resolved, pool.memory
     e = engine_settings(model, pool, serving, workload, head, fast_forward, n, last_send_s)
+    if requests is not None:  # a trace's prompts too long for the model, all of them before the run
+        _check_trace_lengths(workload, requests, resolved.max_model_len)
     lay = make_layout(serving.max_num_seqs, serving.block_size, max(len(head) // 2, 1), N_WINDOWS, ITL_BINS,
                       e.pipeline_stages, e.num_speculative_tokens)
     del head
@@ -409,8 +411,6 @@ def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fa
         first = 0
         while pending:
             c = pending.pop()
-            if first:
-                _check_trace_lengths(workload, c, resolved.max_model_len)
             delays = client_delays(workload, n, first, len(c))
             for f in range(0, len(c), step):
                 yield request_rows(e, pool, c.chunk(f, f + step), first + f,
