@@ -315,39 +315,32 @@ class RequestTally:
         reqi, reqf = reqi[skip:], reqf[skip:]
         if not len(reqi):
             return
+        reqf = reqf.copy()
+        reqf[:, codes.RF_ARRIVAL] -= self.frontend_s  # latencies count from the client's send
         status = reqi[:, codes.RI_STATUS]
-        out_tok = reqi[:, codes.RI_GENERATED].astype(np.float64)
-        arrival = reqf[:, codes.RF_ARRIVAL] - self.frontend_s
-        first_sched = reqf[:, codes.RF_FIRST_SCHED]
-        first_token = reqf[:, codes.RF_FIRST_TOKEN]
-        finish = reqf[:, codes.RF_FINISH]
+        out_tok = reqi[:, codes.RI_GENERATED]
+        cols = request_columns(first + skip, self.warm, self.frontend_s, status, out_tok, reqi[:, codes.RI_INPUT],
+                               None, None, None, reqf)
         ok = status == codes.STATUS_DONE
+        multi = ok & (out_tok > 1)
         self.n += len(status)
         self.completed += int(ok.sum())
         self.rejected += int((status == codes.STATUS_REJECTED).sum())
         self.timed_out += int((status == codes.STATUS_TIMED_OUT).sum())
         self.input_tokens += int(reqi[ok, codes.RI_INPUT].sum(dtype=np.int64))
-        self.output_tokens += int(reqi[ok, codes.RI_GENERATED].sum(dtype=np.int64))
-        self.first_send = min(self.first_send, float(arrival.min()))
-        self.last_end = max(self.last_end, float(finish.max()))
-        ttft = (first_token - arrival) * 1e3
-        e2el = (finish - arrival) * 1e3
-        multi = ok & (out_tok > 1)
-        tpot = (finish - first_token) * 1e3 / np.maximum(out_tok - 1.0, 1.0)
-        queue = first_sched - arrival
-        queue -= self.frontend_s
-        clamp_rounding(queue, first_sched, self.frontend_s)
+        self.output_tokens += int(out_tok[ok].sum(dtype=np.int64))
+        self.first_send = min(self.first_send, float(cols["arrival_s"].min()))
+        self.last_end = max(self.last_end, float(cols["finish_s"].max()))
+        ms = {name: cols[f"{name}_s"] * 1e3 for name in ("ttft", "tpot", "e2el", "queue")}
         if self.goodput:
             good = ok.copy()
-            for key, values in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
+            for key in ("ttft", "tpot", "e2el"):
                 if key in self.goodput:
-                    met = values <= self.goodput[key]
+                    met = ms[key] <= self.goodput[key]
                     good &= met | ~multi if key == "tpot" else met
             self.good += int(good.sum())
-        self.stats["ttft"].add(ttft[ok])
-        self.stats["tpot"].add(tpot[multi])
-        self.stats["e2el"].add(e2el[ok])
-        self.stats["queue"].add(queue[ok] * 1e3)
+        for name, values in ms.items():
+            self.stats[name].add(values[multi if name == "tpot" else ok])
 
     def figures(self, percentiles):
         """The figures :meth:`SimResult.build` takes (as :func:`_request_figures`')."""

@@ -377,16 +377,15 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     return result
 
 
-
 def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fast_forward, percentiles, goodput,
                        progress, save_detailed):
     """:func:`simulate` of a summary-only run of more than one chunk of requests
     (``simllm.config.workload.CHUNK_REQUESTS``): drawn (or, given, sliced) a chunk at a time, run
     by ``simllm.sim.stream.run_streamed`` and summarised as they end by a :class:`RequestTally`, so
     that memory holds one chunk of requests, a quarter of one as rows and the requests in flight,
-    whatever ``n``. The same simulation
-    as the in-memory run of the same requests; its percentiles are within 0.2% (one histogram bin)
-    and its time-series windows sized from the expected last send rather than the drawn one."""
+    whatever ``n``. The same simulation as the in-memory run of the same requests; its percentiles
+    are within 0.2% (one histogram bin) and its time-series windows are sized from the expected
+    last send rather than the drawn one."""
     chunk = workload_mod.CHUNK_REQUESTS
     if requests is None:
         chunks = generate_chunks(workload)
