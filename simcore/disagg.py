@@ -150,7 +150,8 @@ def _step_pool_nb(p, sp, e, lay, now, bound, reqi, reqf, ws, glob, acc, plan, k,
             if acc[j, clk + CLOCK_NOW] < t:
                 acc[j, clk + CLOCK_NOW] = t
     else:
-        acc[k, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k])
+        # None: no pipeline stages in a disaggregated pool (simllm.sim.disagg refuses them)
+        acc[k, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k], None)
 
 
 @jit

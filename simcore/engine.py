@@ -294,8 +294,25 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
         ws[RUNNING_COUNT] = k  # a static batch keeps its rows until all of them are done
 
 
+def lockstep_plan(e):
+    """The ``plan`` argument of :func:`simulate_nb`: the lockstep step's scratch rows (float64, shape
+    (n_replicas, N_PLAN)) when ``e``'s replicas are lockstep ranks (``e.lockstep``, continuous
+    batching, more than one), else None: numba then compiles the others without the lockstep step
+    and the expert-parallel costs it alone uses."""
+    if e.lockstep and e.n_replicas > 1 and e.policy == POLICY_CONTINUOUS:
+        return np.zeros((e.n_replicas, N_PLAN))
+    return None
+
+
+def pipeline_flag(e):
+    """The ``pipe`` argument of :func:`simulate_nb` and :func:`step_nb` for ``e``: True with pipeline
+    stages, else None. numba then compiles the others without pipeline parallelism's code (about
+    20 s of a plain run's cold start)."""
+    return True if e.pipeline_stages > 1 else None
+
+
 @jit
-def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
+def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
@@ -305,7 +322,8 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
     (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request;
     so does pipeline parallelism (``e.pipeline_stages`` > 1: micro-batches overlap).
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
-    a second CostParams inside, passed through the loop's calls cost plain runs ~15%).
+    a second CostParams inside, passed through the loop's calls cost plain runs ~15%). ``pipe`` is
+    :func:`pipeline_flag`'s, None without pipeline stages: likewise.
     """
     ws[FINISHED_LAST_STEP] = 0
     cohort = (e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
@@ -321,7 +339,7 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
             if handled:
                 return t
         materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
-    t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc)
+    t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe)
     if cohort:
         rebuild_nb(e, lay, reqi, ws)
     return t
@@ -387,8 +405,9 @@ def _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched):
 
 
 @jit
-def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc):
-    """One iteration with every request's state explicit (the scheduler of scheduler.py)."""
+def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
+    """One iteration with every request's state explicit (the scheduler of scheduler.py); ``pipe``
+    as :func:`step_nb`'s."""
     if now >= acc[lay.off_clock + CLOCK_DEADLINE]:
         acc[lay.off_clock + CLOCK_DEADLINE] = _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc)
         return now
@@ -405,8 +424,9 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         if not fused:
             n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc)
         if n_sched == 0:
-            if e.pipeline_stages > 1:  # every runnable request is in flight: wait for a batch
-                return pipeline_wait_nb(e, lay, acc, now)
+            if pipe is not None:  # pruned without pipeline stages
+                if e.pipeline_stages > 1:  # every runnable request is in flight: wait for a batch
+                    return pipeline_wait_nb(e, lay, acc, now)
             return now
         used = e.num_blocks - ws[FREE_BLOCKS]
     else:
@@ -431,13 +451,14 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         if not continuous:
             n_emit = float(n_sched)
         dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
-        if e.pipeline_stages > 1:
-            # The batch passes the stages; each of a replica's GPUs holds 1 / stages of it.
-            t_end = pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt)
-            share = 1.0 / e.pipeline_stages
-            _end_iteration_nb(e, lay, t_end, dt * share, flops * share, nbytes * share, n_sched, used, reqi, reqf,
-                              ws, glob, acc, not continuous, None, 0)
-            return pipeline_next_nb(e, lay, acc, now)
+        if pipe is not None:  # pruned without pipeline stages
+            if e.pipeline_stages > 1:
+                # The batch passes the stages; each of a replica's GPUs holds 1 / stages of it.
+                t_end = pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt)
+                share = 1.0 / e.pipeline_stages
+                _end_iteration_nb(e, lay, t_end, dt * share, flops * share, nbytes * share, n_sched, used, reqi,
+                                  reqf, ws, glob, acc, not continuous, None, 0)
+                return pipeline_next_nb(e, lay, acc, now)
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
                           not continuous, None, 0)
@@ -517,7 +538,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
 
 
 @jit_alloc
-def simulate_nb(p, sp, e, lay, reqi, reqf, acc):
+def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
 
@@ -550,6 +571,10 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc):
         histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of
         ``N_WIN`` columns, by ``window_s``; the last row takes all later times), the
         inter-token-latency histogram (``metrics.itl_bin_nb``) and the clock.
+    pipe : bool or None
+        :func:`pipeline_flag` of ``e`` (pipeline stages fail without it).
+    plan : ndarray or None
+        :func:`lockstep_plan` of ``e`` (lockstep ranks fail without it).
 
     Returns
     -------
@@ -557,11 +582,11 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc):
         Time the last request ended.
     """
     glob = np.zeros(N_GLOBALS, dtype=np.int64)
-    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc)
+    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe, plan)
 
 
 @jit_alloc
-def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
+def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None):
     """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
     the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
     report progress while this one (which holds no GIL) simulates."""
@@ -570,8 +595,7 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc):
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     start_run_nb(e, lay, n, ws, glob, acc)
-    plan = np.zeros((e.n_replicas if e.lockstep else 0, N_PLAN))  # lockstep_step_nb's per-rank rows
-    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, False)
+    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws, acc, end)
     return end
@@ -588,11 +612,12 @@ def start_run_nb(e, lay, n_requests, ws, glob, acc):
 
 
 @jit
-def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, more):
+def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
     """The event loop of :func:`simulate_nb` after :func:`start_run_nb`: route each arrival, step the
     replica whose next iteration starts first, until every request of ``reqi``/``reqf`` has ended.
     ``plan`` (float64, shape (n_replicas, N_PLAN) with lockstep ranks, else (0, N_PLAN)) is the
-    lockstep step's scratch.
+    lockstep step's scratch (:func:`lockstep_plan`, None unless lockstep); ``pipe`` is
+    :func:`pipeline_flag`'s.
 
     With ``more`` (a streamed run, ``simcore.stream``: rows after these are still to come), it
     returns True instead, before anything else happens, once the next arrival is not among the
@@ -606,6 +631,10 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, more):
     clk = lay.off_clock
     ws0, acc0 = ws[0], acc[0]
     lockstep = e.lockstep and R > 1 and continuous
+    if pipe is None and e.pipeline_stages > 1:
+        raise ValueError("pipeline stages need simcore.engine.pipeline_flag(e)")
+    if plan is None and lockstep:
+        raise ValueError("lockstep ranks need simcore.engine.lockstep_plan(e)")
     while glob[GLOBAL_ENDED] - glob[GLOBAL_BASE] < n:
         nxt = glob[GLOBAL_NEXT_ARRIVAL]
         if more and (nxt >= n or (e.n_clients > 0 and glob[GLOBAL_NEXT_SEND] + e.n_clients >= n)):
@@ -629,13 +658,14 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, more):
             if e.timeout_s > 0.0:
                 acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
             continue
-        if lockstep:
+        if plan is not None and lockstep:  # pruned unless lockstep (lockstep_plan)
             t = lockstep_step_nb(p, sp, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
             for k in range(R):  # idle ranks step too (with an empty batch)
                 if acc[k, clk + CLOCK_NOW] < t:
                     acc[k, clk + CLOCK_NOW] = t
         elif R == 1:  # the common case, without a per-step row view
-            acc[0, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0)
+            acc[0, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0, pipe)
         else:
-            acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best])
+            acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best],
+                                                 pipe)
     return False

@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 from simcore import codes
-from simcore.engine import simulate_into_nb, simulate_nb
+from simcore.engine import lockstep_plan, pipeline_flag, simulate_into_nb, simulate_nb
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
@@ -343,7 +343,8 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     sp = pool_speculation(pool, workload)
     glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
     kernel = simulate_into_nb if progress is not None else simulate_nb
-    args = (params, sp, e, lay, reqi, reqf) + ((glob,) if progress is not None else ()) + (acc,)
+    args = ((params, sp, e, lay, reqi, reqf) + ((glob,) if progress is not None else ())
+            + (acc, pipeline_flag(e), lockstep_plan(e)))
     compile_s = compile_for(kernel, *args)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
