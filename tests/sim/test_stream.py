@@ -20,27 +20,11 @@ from simllm.sim.results import TIMING_KEYS
 from simllm.sim.stream import StreamStats, run_streamed
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "simcore"))
-from test_engine import P, P_EP, engine, workload  # noqa: E402
+from test_engine import P, P_EP, engine, request_arrays, workload  # noqa: E402
 from test_engine_pipeline import PIPE  # noqa: E402
 from test_engine_speculative import spec  # noqa: E402
 
 N_BINS = 34 << 9
-
-
-def rows(e, arrival, ready, prompt, output, cached=None, delay=None, fixed=None):
-    n = len(prompt)
-    reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
-    reqi[:, codes.RI_INPUT] = prompt
-    reqi[:, codes.RI_OUTPUT] = output
-    reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
-    reqi[:, codes.RI_FIXED_BLOCKS] = 0 if fixed is None else fixed
-    reqi[:, codes.RI_EPOCH] = -1
-    reqf = np.full((n, codes.N_RF), -1.0)
-    reqf[:, codes.RF_ARRIVAL] = arrival
-    reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
-    if delay is not None:
-        reqf[:, codes.RF_CLIENT_DELAY] = delay
-    return reqi, reqf
 
 
 def whole_and_streamed(e, reqi, reqf, chunk, p=P, sp=None):
@@ -111,7 +95,7 @@ def test_streamed_run_is_the_whole_run(seed, chunk, policy, replicas, router, bl
                warmup=warmup, prefix_blocks=4 if cached else 0, frontend_s=0.01)
     delay = rng.exponential(0.02, n) if clients else None
     hit = np.minimum(64, ((prompt - 1) // 16) * 16) * (rng.random(n) < 0.5) if cached else None
-    reqi, reqf = rows(e, arrival, ready, prompt, output, hit, delay)
+    reqi, reqf = request_arrays(e, arrival, prompt, output, hit, ready, delay)
     assert_identical(e, reqi, reqf, max(chunk, clients + 1))
 
 
@@ -130,7 +114,7 @@ def test_streamed_run_is_the_whole_run_on_the_other_paths(kind):
     else:
         sp = spec(3, (0.8, 0.6, 0.4)) if kind == "eagle" else spec(5, (0.7,) * 5, method="ngram")
         e = engine(num_speculative_tokens=len(sp.rates), num_blocks=300, max_num_seqs=12)
-    reqi, reqf = rows(e, arrival, ready, prompt, output)
+    reqi, reqf = request_arrays(e, arrival, prompt, output, ready=ready)
     for chunk in (1, 17, 64):
         assert_identical(e, reqi, reqf, chunk, p, sp)
 
@@ -142,7 +126,7 @@ def test_rows_held_are_the_requests_in_flight_not_the_run():
     n = 4000
     arrival, ready, prompt, output = workload(rng, n, 20.0, 400, 100)
     e = engine(num_blocks=2000)
-    reqi, reqf = rows(e, arrival, ready, prompt, output)
+    reqi, reqf = request_arrays(e, arrival, prompt, output, ready=ready)
     held = assert_identical(e, reqi, reqf, 100)
     assert held.peak_rows <= 300
     assert held.capacity <= 400

@@ -29,18 +29,26 @@ def engine(**kw):
     return EngineSettings(**base)
 
 
-def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None, fixed=None, sp=None):
+def request_arrays(e, arrival, prompt, output, cached=None, ready=None, delay=None, fixed=None):
+    """The kernel's request arrays ``(reqi, reqf)`` for these requests under settings ``e``."""
     n = len(prompt)
     reqi = np.zeros((n, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = prompt
     reqi[:, codes.RI_OUTPUT] = output
     reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
     reqi[:, codes.RI_FIXED_BLOCKS] = 0 if fixed is None else fixed
+    reqi[:, codes.RI_EPOCH] = -1
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready
     if delay is not None:
         reqf[:, codes.RF_CLIENT_DELAY] = delay
+    return reqi, reqf
+
+
+def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=None, fixed=None, sp=None):
+    n = len(prompt)
+    reqi, reqf = request_arrays(e, arrival, prompt, output, cached, ready, delay, fixed)
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, e.pipeline_stages, e.num_speculative_tokens)
     acc = np.zeros((e.n_replicas, lay.acc_len))
     simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipeline_flag(e), lockstep_plan(e))
