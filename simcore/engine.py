@@ -332,7 +332,7 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
         deadline = acc[lay.off_clock + CLOCK_DEADLINE]
         if now < deadline:
             if pure_decode_nb(e, lay, now, next_arrival, deadline, reqi, ws):
-                k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, acc)
+                k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
                 if k > 0:
                     return t
             handled, t = fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)

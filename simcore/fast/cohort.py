@@ -153,7 +153,7 @@ def rebuild_nb(e, lay, reqi, ws):
 
 
 @jit
-def _complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
+def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
     """Members whose last token came with the advance just made finish; returns how many."""
     d = ws[COHORT_ADVANCES]
     finished = 0
@@ -320,7 +320,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         acc[STAT_DECODE_TOKENS] += fc
         win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, fc)
         if ws[COHORT_ADVANCES] >= ws[COHORT_NEXT_DONE]:
-            finished += _complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc)
+            finished += complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc)
     finished += _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched)
     ws[FINISHED_LAST_STEP] = finished
     return True, t_end

@@ -5,8 +5,9 @@ admissible waiting request), the next iterations differ only in that each adds o
 context. Only attention depends on the context, and its FLOPs and bytes are affine in the context
 sum, so an iteration's time is ``C + attention(x)`` for the context sum ``x`` (with shape-aware
 tables, attention's efficiency is looked up at each ``x`` too): no operator loop
-and no per-request work. The run stops before anything else must happen: a completion, an
-arrival, a client timeout, a KV block that is not free, the end of a time-series window.
+and no per-request work. The run stops before anything else must happen (an arrival, a client
+timeout, a KV block that is not free, the end of a time-series window) or after the advance that
+completes a member: the members it completes then retire as the cohort's iteration retires them.
 Per-token timing stays exact: each iteration's time is computed, and each member's token of
 that iteration gets it.
 """
@@ -22,6 +23,7 @@ from simcore.codes import (
     COHORT_MEASURED,
     COHORT_SIZE,
     EFF_PF_LOG2_MIN,
+    FINISHED_LAST_STEP,
     FREE_BLOCKS,
     MEMO_ATTN_BYTES,
     MEMO_ATTN_BYTES_SLOPE,
@@ -61,7 +63,7 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
 )
-from simcore.fast.cohort import needs_block_class_nb, regular_members_nb
+from simcore.fast.cohort import complete_members_nb, needs_block_class_nb, regular_members_nb
 from simcore.cost import (
     iteration_totals_nb,
     mixed_attention_nb,
@@ -81,13 +83,13 @@ from simcore.scheduler import admission_nb, peek_nb
 @jit_inline
 def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
     """Whether the next iteration is a cohort-only decode with nothing else to do: every running
-    request decodes, none completes in it, no event is due, and the waiting head (if any) could
-    not be admitted. Free blocks only shrink during such a run, so what holds for its first
-    iteration holds for all of them."""
+    request decodes, no event is due, and the waiting head (if any) could not be admitted. Free
+    blocks only shrink during such a run (the blocks of members that complete are freed after its
+    last iteration), so what holds for its first iteration holds for all of them."""
     B = ws[COHORT_SIZE]
     if B == 0 or ws[PREFILLING_COUNT] > 0 or B != ws[RUNNING_COUNT] or B > e.max_num_batched_tokens:
         return False
-    if ws[COHORT_NEXT_DONE] - ws[COHORT_ADVANCES] <= 1 or now >= next_arrival or now >= next_deadline:
+    if now >= next_arrival or now >= next_deadline:
         return False
     head = peek_nb(lay, reqi, ws)
     if head < 0:
@@ -107,9 +109,11 @@ def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
 
 
 @jit
-def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, acc):
+def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc):
     """Advance as many cohort-only decode iterations as nothing else happens in (call it when
-    :func:`pure_decode_nb` holds).
+    :func:`pure_decode_nb` holds), up to and including the advance that completes a member; those
+    it completes retire at its end (``cohort.complete_members_nb``; their number goes to
+    ``ws[FINISHED_LAST_STEP]``).
 
     Returns
     -------
@@ -123,7 +127,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     bs = e.block_size
     d0 = ws[COHORT_ADVANCES]
     free = ws[FREE_BLOCKS]
-    k_max = ws[COHORT_NEXT_DONE] - d0 - 1  # stop before the advance that completes a member
+    k_max = ws[COHORT_NEXT_DONE] - d0  # up to the advance that completes a member
     # dt(x) = rest + count * attention_time(x), x = tokens attention reads = context sum + B.
     # The coefficients depend on B only: computed once per batch size and kept in acc.
     fb = float(B)
@@ -252,4 +256,6 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, a
     if free < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = free
     acc[STAT_FAST_ITERATIONS] += k
+    if d0 + k == ws[COHORT_NEXT_DONE]:  # the last advance completed members: they retire
+        ws[FINISHED_LAST_STEP] = complete_members_nb(e, lay, now, reqi, reqf, ws, glob, acc)
     return k, now
