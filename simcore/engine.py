@@ -311,7 +311,7 @@ def pipeline_flag(e):
     return True if e.pipeline_stages > 1 else None
 
 
-@jit
+@jit_inline
 def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
@@ -663,9 +663,8 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
             for k in range(R):  # idle ranks step too (with an empty batch)
                 if acc[k, clk + CLOCK_NOW] < t:
                     acc[k, clk + CLOCK_NOW] = t
-        elif R == 1:  # the common case, without a per-step row view
-            acc[0, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws0, glob, acc0, pipe)
-        else:
-            acc[best, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws[best], glob, acc[best],
-                                                 pipe)
+        else:  # one inlined step (the common case, one replica, without a per-step row view)
+            ws_k = ws0 if R == 1 else ws[best]
+            acc_k = acc0 if R == 1 else acc[best]
+            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws_k, glob, acc_k, pipe)
     return False
