@@ -152,7 +152,7 @@ def rebuild_nb(e, lay, reqi, ws):
             ws[PREFILLING_COUNT] += 1
 
 
-@jit
+@jit_inline
 def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
     """Members whose last token came with the advance just made finish; returns how many."""
     d = ws[COHORT_ADVANCES]
