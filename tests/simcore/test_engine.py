@@ -391,6 +391,28 @@ def test_data_parallel_replicas_share_the_load():
     assert two.summary["duration"] < 0.65 * one.summary["duration"]
 
 
+@pytest.mark.parametrize("chunked", [True, False])
+def test_round_robin_replicas_run_as_separate_engines(chunked):
+    """Independent replicas (no lockstep) share nothing but the arrivals: under round robin each
+    one serves every third request exactly as a one-replica engine given those requests alone
+    (the event loop steps whichever replica is due, on its own rows of the workspace)."""
+    rng = np.random.default_rng(7)
+    n, R = 150, 3
+    arrival, ready, prompt, output = workload(rng, n, 60.0, 500, 120)
+    e = engine(chunked_prefill=chunked, num_blocks=120, max_num_batched_tokens=512 if chunked else 1024,
+               max_model_len=1024, n_replicas=R)
+    reqi, reqf, stats, *_ = run_kernel(e, arrival, prompt, output)
+    assert list(reqi[:, codes.RI_REPLICA]) == [r % R for r in range(n)]
+    cols = [codes.RF_FIRST_SCHED, codes.RF_FIRST_TOKEN, codes.RF_FINISH]
+    for k in range(R):
+        mine = np.arange(k, n, R)
+        _, alone_f, alone, *_ = run_kernel(e._replace(n_replicas=1), arrival[mine], prompt[mine], output[mine])
+        np.testing.assert_array_equal(reqf[mine][:, cols], alone_f[:, cols])
+        for slot in (codes.STAT_ITERATIONS, codes.STAT_PREEMPTIONS, codes.STAT_DECODE_TOKENS):
+            assert stats[k, slot] == alone[slot]
+        assert stats[k, codes.STAT_BUSY_S] == pytest.approx(alone[codes.STAT_BUSY_S], rel=1e-12)
+
+
 def test_static_batching_waits_for_the_longest_and_continuous_does_not():
     model, hw, s, r, p = build("llama-3.1-8b", "h100-sxm", max_model_len=4096)
     w = simllm.Workload(num_prompts=64, input_len=simllm.config.workload.fixed(200),
