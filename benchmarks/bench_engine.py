@@ -1,10 +1,13 @@
 """asv benchmarks of the serving engine: the bench-1m workload on Llama-3.1-8B / H100 SXM.
 
 Each benchmark compiles (a tiny run) in ``setup`` and times only ``simllm.simulate``."""
+import contextlib
 import dataclasses
+import io
 import time
 
 import simllm
+from simllm.cli.main import main
 from simllm.config.disagg import DisaggConfig
 from simllm.sim.disagg import simulate_disagg
 from benchmarks.common import bench_requests, closed_loop_requests, configs
@@ -187,10 +190,6 @@ class WholeCommand:
     def setup(self):
         # The command itself, once: it compiles the kernel variant the command runs (the streamed
         # run's), which a plain ``simllm.simulate`` does not.
-        import contextlib
-        import io
-
-        from simllm.cli.main import main
         with contextlib.redirect_stdout(io.StringIO()):
             main(['run', '--workload', 'bench-1m', '-q'])
 
