@@ -324,7 +324,9 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
                 n_heap = _heap_push_nb(ht, hr, n_heap, t_tok + x.latency_s, r)
             glob[GLOBAL_HANDOFFS] = 0
         else:
-            _step_pool_nb(pd, sp_d, ed, lay, td, t_event, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
+            # The decode pool's runs stop before anything can join it: a transfer event, or a
+            # prefill step (its handoffs join after its end) that has begun or an arrival wakes.
+            _step_pool_nb(pd, sp_d, ed, lay, td, min(t_event, tp, a), reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws_p, acc_p, end)
     close_replicas_nb(lay, ws_d, acc_d, end)
