@@ -78,10 +78,12 @@ from simcore.codes import (
 from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
+from simcore.fast.spec_run import spec_run_nb, spec_run_possible
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
-from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
+    drop_finished_nb,
     enqueue_nb,
     finish_nb,
     form_static_batch_nb,
@@ -95,7 +97,7 @@ from simcore.scheduler import (
     schedule_row_nb,
     schedule_speculative_nb,
 )
-from simcore.speculative import accepted_nb, step_totals_nb
+from simcore.speculative import step_totals_nb, verify_nb
 
 
 @jit_inline
@@ -241,9 +243,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
             decode_tokens += new
             if rates is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped
-                    accepted = accepted_nb(rates, seed, r + glob[GLOBAL_BASE], g, new - 1)
-                    for i in range(new - 1):  # drafts 1..a passed (every draft visited: no branch)
-                        acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
+                    accepted = verify_nb(lay, acc, rates, seed, r + glob[GLOBAL_BASE], g, new - 1)
                     drafts += 1
                     draft_tokens += new - 1
                     accepted_tokens += accepted
@@ -257,13 +257,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
             if g == 0:
                 reqf[r, RF_FIRST_TOKEN] = t_end
             elif measured_nb(e, r):
-                last = reqf[r, RF_LAST_EMIT]
-                if last != itl_from:
-                    if itl_n > 0.0:
-                        record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
-                    itl_from = last
-                    itl_n = 0.0
-                itl_n += 1.0
+                itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
             reqf[r, RF_LAST_EMIT] = t_end
             reqi[r, RI_GENERATED] = g + emitted
             out_tokens += emitted
@@ -281,17 +275,14 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
         acc[STAT_SPEC_DRAFT_TOKENS] += draft_tokens
         acc[STAT_SPEC_ACCEPTED] += accepted_tokens
     ws[FINISHED_LAST_STEP] = finished
-    if finished == 0 and not emit_all:
-        return  # the running list is unchanged: every member still runs
-    k = 0
-    for i in range(ws[RUNNING_COUNT]):
-        r = running_nb(lay, ws, i)
-        if reqi[r, RI_STATUS] == STATUS_RUNNING:
-            k += 1
-            if not emit_all:
-                set_running_nb(lay, ws, k - 1, r)
-    if not emit_all or k == 0:
-        ws[RUNNING_COUNT] = k  # a static batch keeps its rows until all of them are done
+    if not emit_all:
+        if finished > 0:  # else the running list is unchanged: every member still runs
+            drop_finished_nb(lay, reqi, ws)
+        return
+    for i in range(ws[RUNNING_COUNT]):  # a static batch keeps its rows until all of them are done
+        if reqi[running_nb(lay, ws, i), RI_STATUS] == STATUS_RUNNING:
+            return
+    ws[RUNNING_COUNT] = 0
 
 
 def lockstep_plan(e):
@@ -319,7 +310,8 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
     ``acc`` also holds the replica's clock: its next client deadline and last cohort advance. With
     ``e.fast_forward`` continuous batching keeps decoding requests in the cohort (fast/cohort.py) and
     takes the explicit scheduler only when the aggregate path cannot decide. Speculative decoding
-    (``sp``, ``e.num_speculative_tokens`` > 0) takes the explicit path: its steps differ by request;
+    (``sp``, ``e.num_speculative_tokens`` > 0) has no cohort (its steps differ by request): its
+    decode-only steps run back to back in fast/spec_run.py, the others take the explicit path;
     so does pipeline parallelism (``e.pipeline_stages`` > 1: micro-batches overlap).
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
     a second CostParams inside, passed through the loop's calls cost plain runs ~15%). ``pipe`` is
@@ -339,6 +331,13 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
             if handled:
                 return t
         materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
+    if sp is not None:  # pruned without speculation
+        if spec_run_possible(e):
+            deadline = acc[lay.off_clock + CLOCK_DEADLINE]
+            if now < deadline:
+                k, t = spec_run_nb(p, sp, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
+                if k > 0:
+                    return t
     t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe)
     if cohort:
         rebuild_nb(e, lay, reqi, ws)

@@ -55,6 +55,21 @@ def record_itl_nb(e, lay, acc, itl, weight):
 
 
 @jit_inline
+def itl_group_nb(e, lay, acc, t_end, last, itl_from, itl_n):
+    """A row emits at ``t_end`` a token whose predecessor it emitted at ``last``: consecutive rows
+    with the same ``last`` make one group, whose ``itl_n`` inter-token latencies of
+    ``t_end - itl_from`` are recorded with one histogram lookup when a row with another ``last``
+    comes (start with ``itl_from`` -1, ``itl_n`` 0; the caller records the last group). Returns the
+    group's new (``itl_from``, ``itl_n``)."""
+    if last != itl_from:
+        if itl_n > 0.0:
+            record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
+        itl_from = last
+        itl_n = 0.0
+    return itl_from, itl_n + 1.0
+
+
+@jit_inline
 def measured_nb(e, r):
     """The warm-up rule: request ``r``'s tokens count in the statistics unless it is one of the
     first ``e.warmup`` requests sent."""

@@ -217,6 +217,19 @@ def release_blocks_nb(reqi, ws, r):
     reqi[r, RI_BLOCKS] = 0
 
 
+@jit_inline
+def drop_finished_nb(lay, reqi, ws):
+    """The running list keeps the requests still running, in admission order (after an iteration
+    that retired some)."""
+    k = 0
+    for i in range(ws[RUNNING_COUNT]):
+        r = running_nb(lay, ws, i)
+        if reqi[r, RI_STATUS] == STATUS_RUNNING:
+            set_running_nb(lay, ws, k, r)
+            k += 1
+    ws[RUNNING_COUNT] = k
+
+
 # ------------------------------------------------------------------ rules both paths call
 @jit_inline
 def admission_nb(e, n_running, budget, free, whole, computed, need, cached, fixed, blocks):

@@ -63,6 +63,18 @@ def accepted_nb(rates, seed, r, g, drafts):
 
 
 @jit_inline
+def verify_nb(lay, acc, rates, seed, r, g, drafts):
+    """The verification rule: request ``r`` (its number in the whole run) verifying ``drafts``
+    drafts after its ``g``-th output token keeps :func:`accepted_nb`'s count of them, each accepted
+    position counted at ``acc[lay.off_spec + i]`` (every draft visited: no branch). Returns the
+    count. The explicit step and the speculative run (``simcore.fast.spec_run``) both call it."""
+    accepted = accepted_nb(rates, seed, r, g, drafts)
+    for i in range(drafts):
+        acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
+    return accepted
+
+
+@jit_inline
 def _proj_totals_nb(d, proj_params, tokens):
     """Seconds, FLOPs and bytes of the drafter's input projection over ``tokens`` tokens."""
     if proj_params <= 0.0 or tokens <= 0.0:

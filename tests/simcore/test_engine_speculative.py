@@ -45,6 +45,8 @@ def test_kernel_matches_reference(chunked, blocks, method):
                max_model_len=1024, num_speculative_tokens=3)
     ref, stats = assert_same(e, arrival, ready, prompt, output, sp=spec(3, [0.8, 0.5, 0.3], method))
     assert stats[codes.STAT_SPEC_ACCEPTED] > 0 and stats[codes.STAT_SPEC_DRAFT_TOKENS] > stats[codes.STAT_SPEC_ACCEPTED]
+    if chunked:  # the fast path's speculative runs (simcore.fast.spec_run) took part
+        assert 0 < stats[codes.STAT_FAST_ITERATIONS] < stats[codes.STAT_ITERATIONS]
     if blocks == 60:
         assert sum(r.preemptions for r in ref) > 0
 
