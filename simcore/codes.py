@@ -252,6 +252,13 @@ SCHED_JOINER = 2  # cohort members that joined since the last advance
 SCHED_PREFILLING = 3  # running requests outside the cohort, in admission order
 SCHED_NEW_BLOCKS = 4  # a speculative iteration's blocks for each running row (scheduler.py)
 N_SCHED_ROWS = 5
+# A speculative run's per-request state (simcore/fast/spec_run.py), entry j for running request j,
+# kept in the schedule rows while the run lasts (without a cohort no schedule row outlives a step).
+RUN_COMPUTED = 0  # tokens computed
+RUN_GENERATED = 1  # output tokens emitted
+RUN_OUTPUT = 2  # output tokens to generate
+RUN_CAPACITY = 3  # tokens its KV blocks hold
+RUN_HASH = 4  # its acceptance draws' hash (speculative.request_hash_nb)
 
 # Slots of the counters all replicas share (int64, ``glob``): another thread may read
 # GLOBAL_ENDED while the kernel runs.

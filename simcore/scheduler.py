@@ -100,10 +100,17 @@ def extra_blocks_nb(tokens, cached, fixed, blocks, block_size):
     (:func:`blocks_for_nb` less ``blocks``; negative: it could give some back). Without a
     division when it needs none: ``blocks`` hold up to ``cap`` tokens, ``cached`` being whole
     blocks."""
-    cap = (blocks - fixed) * block_size + cached
+    return blocks_past_nb(tokens, (blocks - fixed) * block_size + cached, block_size)
+
+
+@jit_inline
+def blocks_past_nb(tokens, cap, block_size):
+    """:func:`extra_blocks_nb` of a request whose blocks hold up to ``cap`` tokens (a multiple of
+    ``block_size``, ``cached`` being whole blocks): 0 without a division when ``tokens`` fill its
+    last block, else the blocks past (or, negative, short of) ``cap``."""
     if cap - block_size < tokens <= cap:
         return 0
-    return blocks_for_nb(tokens, cached, fixed, block_size) - blocks
+    return (tokens - cap + block_size - 1) // block_size
 
 
 @jit_inline

@@ -42,12 +42,32 @@ def mix32_nb(x):
 
 
 @jit_inline
+def request_hash_nb(seed, r):
+    """The part of :func:`uniform_nb`'s chain that depends on ``seed`` and request ``r`` only."""
+    h = mix32_nb((int(seed) & MASK32) ^ SEED_SALT)
+    return mix32_nb(h ^ (int(r) & MASK32))
+
+
+@jit_inline
+def uniform_at_nb(h, g):
+    """:func:`uniform_nb` at output token ``g`` from the request's :func:`request_hash_nb` ``h``."""
+    return (mix32_nb(h ^ (int(g) & MASK32)) + 0.5) / TWO_POW_32
+
+
+@jit_inline
 def uniform_nb(seed, r, g):
     """A uniform number in (0, 1) for request ``r`` at its ``g``-th output token, under ``seed``."""
-    h = mix32_nb((int(seed) & MASK32) ^ SEED_SALT)
-    h = mix32_nb(h ^ (int(r) & MASK32))
-    h = mix32_nb(h ^ (int(g) & MASK32))
-    return (h + 0.5) / TWO_POW_32
+    return uniform_at_nb(request_hash_nb(seed, r), g)
+
+
+@jit_inline
+def accepted_at_nb(rates, h, g, drafts):
+    """:func:`accepted_nb` from the request's :func:`request_hash_nb` ``h``."""
+    u = uniform_at_nb(h, g)
+    a = 0
+    for i in range(drafts):  # counted without a branch on where the prefix ends (a coin toss)
+        a += u < rates[i]
+    return a
 
 
 @jit_inline
@@ -55,11 +75,7 @@ def accepted_nb(rates, seed, r, g, drafts):
     """Drafts accepted (0 .. ``drafts``) of request ``r`` verifying ``drafts`` drafts after its
     ``g``-th output token: the positions ``i`` with the draw under ``seed`` below ``rates[i]`` (a
     prefix, the rates being non-increasing: ``Speculation.rates``)."""
-    u = uniform_nb(seed, r, g)
-    a = 0
-    for i in range(drafts):  # counted without a branch on where the prefix ends (a coin toss)
-        a += u < rates[i]
-    return a
+    return accepted_at_nb(rates, request_hash_nb(seed, r), g, drafts)
 
 
 @jit_inline
@@ -68,7 +84,13 @@ def verify_nb(lay, acc, rates, seed, r, g, drafts):
     drafts after its ``g``-th output token keeps :func:`accepted_nb`'s count of them, each accepted
     position counted at ``acc[lay.off_spec + i]`` (every draft visited: no branch). Returns the
     count. The explicit step and the speculative run (``simcore.fast.spec_run``) both call it."""
-    accepted = accepted_nb(rates, seed, r, g, drafts)
+    return count_accepted_nb(lay, acc, accepted_nb(rates, seed, r, g, drafts), drafts)
+
+
+@jit_inline
+def count_accepted_nb(lay, acc, accepted, drafts):
+    """Count ``accepted`` of ``drafts`` verified drafts at each position (``acc[lay.off_spec + i]``,
+    every draft visited: no branch); returns ``accepted``."""
     for i in range(drafts):
         acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
     return accepted

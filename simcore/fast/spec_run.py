@@ -29,7 +29,14 @@ from simcore.codes import (
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
+    RI_STATUS,
     RUNNING_COUNT,
+    RUN_CAPACITY,
+    RUN_COMPUTED,
+    RUN_GENERATED,
+    RUN_HASH,
+    RUN_OUTPUT,
+    STATUS_RUNNING,
     STAT_DECODE_TOKENS,
     STAT_FAST_ITERATIONS,
     STAT_MIN_FREE_BLOCKS,
@@ -38,10 +45,10 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.layout import running_nb
+from simcore.layout import running_nb, sched_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
-from simcore.scheduler import admission_nb, drop_finished_nb, extra_blocks_nb, need_nb, peek_nb, retire_nb
-from simcore.speculative import step_totals_nb, verify_nb
+from simcore.scheduler import admission_nb, blocks_past_nb, drop_finished_nb, need_nb, peek_nb, retire_nb
+from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_totals_nb
 
 
 @jit_inline
@@ -71,27 +78,42 @@ def _head_admissible_nb(e, lay, reqi, ws, n_sched, budget, free):
 def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc):
     """Take decode-only speculative steps from ``now`` while the explicit path would take them the
     same way and nothing else is due (continuous batching with chunked prefill, one pipeline
-    stage). Each step is two loops over the running list: one schedules and sums, writing
-    nothing, the other verifies and emits (one loop doing a step's emission and the next step's
-    schedule measured 4% slower).
+    stage).
+
+    The running requests' state moves into the schedule rows (``RUN_*``: contiguous, the hash of
+    their acceptance draws computed once) for the run and back at its end; each step is one loop
+    over them that schedules and sums, writing nothing, and one that verifies and emits. Every
+    step but the first starts with each request's last token at the previous step's end: their
+    inter-token latencies are one histogram entry.
 
     Returns
     -------
     k : int
         Steps taken (0: the explicit path takes the next one; nothing changed but the waiting
-        queue's timed-out entries dropped).
+        queue's timed-out entries dropped and the schedule rows).
     now : float
         Time at the end of the last step.
     """
     B = ws[RUNNING_COUNT]
-    if B == 0 or not _decoding_nb(reqi, running_nb(lay, ws, B - 1)):  # the newly admitted come last
-        return 0, now
+    if B == 0 or now >= next_arrival or now >= next_deadline or not _decoding_nb(reqi, running_nb(lay, ws, B - 1)):
+        return 0, now  # the newly admitted come last
     if _head_admissible_nb(e, lay, reqi, ws, B, e.max_num_batched_tokens - B, ws[FREE_BLOCKS]):
         return 0, now  # most likely admitted at this step (checked exactly below otherwise)
     bs = e.block_size
     base = glob[GLOBAL_BASE]
     rates = sp.rates
-    seed = sp.seed
+    measured = 0.0
+    for j in range(B):
+        r = running_nb(lay, ws, j)
+        if not _decoding_nb(reqi, r):
+            return 0, now
+        set_sched_nb(lay, ws, RUN_COMPUTED, j, reqi[r, RI_COMPUTED])
+        set_sched_nb(lay, ws, RUN_GENERATED, j, reqi[r, RI_GENERATED])
+        set_sched_nb(lay, ws, RUN_OUTPUT, j, reqi[r, RI_OUTPUT])
+        set_sched_nb(lay, ws, RUN_CAPACITY, j, (reqi[r, RI_BLOCKS] - reqi[r, RI_FIXED_BLOCKS]) * bs + reqi[r, RI_CACHED])
+        set_sched_nb(lay, ws, RUN_HASH, j, request_hash_nb(sp.seed, r + base))
+        if measured_nb(e, r):
+            measured += 1.0
     k = 0
     while now < next_arrival and now < next_deadline:
         # Schedule: schedule_speculative_nb's rows and sums, nothing written yet.
@@ -104,19 +126,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         ctx_sample = 0.0
         short = False
         for j in range(B):
-            r = running_nb(lay, ws, j)
-            c = reqi[r, RI_COMPUTED]
-            g = reqi[r, RI_GENERATED]
-            total = reqi[r, RI_INPUT] + g
-            if g < 1 or c != total - 1:
-                short = True  # not decoding
-                break
-            need = need_nb(e, total, c, g, reqi[r, RI_OUTPUT])
+            c = sched_nb(lay, ws, RUN_COMPUTED, j)
+            need = need_nb(e, c + 1, c, sched_nb(lay, ws, RUN_GENERATED, j), sched_nb(lay, ws, RUN_OUTPUT, j))
             if need > budget:
                 short = True  # a partial chunk, or no row at all
                 break
             after = c + need
-            x = extra_blocks_nb(after, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], reqi[r, RI_BLOCKS], bs)
+            x = blocks_past_nb(after, sched_nb(lay, ws, RUN_CAPACITY, j), bs)
             if x > free:
                 short = True  # the explicit scheduler preempts
                 break
@@ -128,7 +144,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             pairs += q * cf + q * (q + 1.0) * 0.5
             kv_read += cf + q
             ctx_sample += after
-            logits += 1.0 + (after - total)  # its own logits and its drafts'
+            logits += 1.0 + (need - 1)  # its own logits and its drafts'
         if short or _head_admissible_nb(e, lay, reqi, ws, B, budget, free):
             break
         ws[FREE_BLOCKS] = free
@@ -148,30 +164,39 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         itl_from = -1.0
         itl_n = 0.0
         for j in range(B):
-            r = running_nb(lay, ws, j)
-            c = reqi[r, RI_COMPUTED]
-            g = reqi[r, RI_GENERATED]
-            out = reqi[r, RI_OUTPUT]
-            need = need_nb(e, reqi[r, RI_INPUT] + g, c, g, out)
-            reqi[r, RI_BLOCKS] += extra_blocks_nb(c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS],
-                                                  reqi[r, RI_BLOCKS], bs)
+            c = sched_nb(lay, ws, RUN_COMPUTED, j)
+            g = sched_nb(lay, ws, RUN_GENERATED, j)
+            out = sched_nb(lay, ws, RUN_OUTPUT, j)
+            cap = sched_nb(lay, ws, RUN_CAPACITY, j)
+            need = need_nb(e, c + 1, c, g, out)
+            cap += blocks_past_nb(c + need, cap, bs) * bs
             decode_tokens += need
             emitted = 1
             if need > 1:
-                accepted = verify_nb(lay, acc, rates, seed, r + base, g, need - 1)
+                accepted = accepted_at_nb(rates, sched_nb(lay, ws, RUN_HASH, j), g, need - 1)
+                count_accepted_nb(lay, acc, accepted, need - 1)
                 drafts += 1
                 draft_tokens += need - 1
                 accepted_tokens += accepted
                 emitted += accepted
-            reqi[r, RI_COMPUTED] = c + emitted
-            if measured_nb(e, r):
-                itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
-            reqf[r, RF_LAST_EMIT] = t_end
-            reqi[r, RI_GENERATED] = g + emitted
+            c += emitted
+            g += emitted
+            set_sched_nb(lay, ws, RUN_COMPUTED, j, c)
+            set_sched_nb(lay, ws, RUN_GENERATED, j, g)
+            set_sched_nb(lay, ws, RUN_CAPACITY, j, cap)
             out_tokens += emitted
-            if g + emitted == out:
+            if k == 0:  # the requests' last tokens may differ: engine._advance_nb's groups
+                r = running_nb(lay, ws, j)
+                if measured_nb(e, r):
+                    itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
+            if g == out:
+                r = running_nb(lay, ws, j)
+                _store_nb(e, lay, reqi, reqf, ws, j, r, t_end)
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
                 finished += 1
+        if k > 0:  # every last token at the previous step's end: one group
+            itl_from = now
+            itl_n = measured
         if itl_n > 0.0:
             record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
         acc[STAT_DECODE_TOKENS] += decode_tokens
@@ -184,10 +209,25 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         now = t_end
         k += 1
         if finished > 0:  # an arrival may follow (a client's next request) and the batch changed
-            drop_finished_nb(lay, reqi, ws)
             break
+    if k > 0:
+        for j in range(B):
+            r = running_nb(lay, ws, j)
+            if reqi[r, RI_STATUS] == STATUS_RUNNING:
+                _store_nb(e, lay, reqi, reqf, ws, j, r, now)
+        if ws[FINISHED_LAST_STEP] > 0:
+            drop_finished_nb(lay, reqi, ws)
     acc[STAT_FAST_ITERATIONS] += k
     return k, now
+
+
+@jit_inline
+def _store_nb(e, lay, reqi, reqf, ws, j, r, t_last):
+    """Running request ``r``'s state back from schedule entry ``j``, its last token at ``t_last``."""
+    reqi[r, RI_COMPUTED] = sched_nb(lay, ws, RUN_COMPUTED, j)
+    reqi[r, RI_GENERATED] = sched_nb(lay, ws, RUN_GENERATED, j)
+    reqi[r, RI_BLOCKS] = (sched_nb(lay, ws, RUN_CAPACITY, j) - reqi[r, RI_CACHED]) // e.block_size + reqi[r, RI_FIXED_BLOCKS]
+    reqf[r, RF_LAST_EMIT] = t_last
 
 
 @jit_inline
