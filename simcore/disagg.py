@@ -61,6 +61,7 @@ from simcore.engine import (
     init_replicas_nb,
     last_finish_nb,
     lockstep_step_nb,
+    other_busy_nb,
     route_nb,
     step_nb,
     wake_nb,
@@ -325,8 +326,12 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
             glob[GLOBAL_HANDOFFS] = 0
         else:
             # The decode pool's runs stop before anything can join it: a transfer event, or a
-            # prefill step (its handoffs join after its end) that has begun or an arrival wakes.
-            _step_pool_nb(pd, sp_d, ed, lay, td, min(t_event, tp, a), reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
+            # prefill step (its handoffs join after its end) that has begun or an arrival wakes,
+            # or (a closed loop) another decode replica's step, whose ends send the next requests.
+            bound = min(t_event, tp, a)
+            if ed.n_clients > 0 and Rd > 1:
+                bound = min(bound, other_busy_nb(lay, ws_d, acc_d, kd))
+            _step_pool_nb(pd, sp_d, ed, lay, td, bound, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws_p, acc_p, end)
     close_replicas_nb(lay, ws_d, acc_d, end)

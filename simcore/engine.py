@@ -174,6 +174,16 @@ def earliest_nb(lay, ws, acc):
     return best, t_best
 
 
+@jit_inline
+def other_busy_nb(lay, ws, acc, k):
+    """When the first busy replica other than ``k`` starts its next iteration (inf: none)."""
+    t = np.inf
+    for j in range(ws.shape[0]):
+        if j != k and (ws[j, RUNNING_COUNT] > 0 or ws[j, QUEUE_WAITING] > 0):
+            t = min(t, acc[j, lay.off_clock + CLOCK_NOW])
+    return t
+
+
 @jit
 def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
     """Abort every request of this replica whose client gave up by ``now``. Returns the next
@@ -665,5 +675,10 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
         else:  # one inlined step (the common case, one replica, without a per-step row view)
             ws_k = ws0 if R == 1 else ws[best]
             acc_k = acc0 if R == 1 else acc[best]
-            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, a, reqi, reqf, ws_k, glob, acc_k, pipe)
+            bound = a
+            if R > 1 and e.n_clients > 0:
+                # A closed loop's next send follows a request's end in another replica's step,
+                # which has not been taken yet: a run of this replica stops before those begin.
+                bound = min(a, other_busy_nb(lay, ws, acc, best))
+            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe)
     return False
