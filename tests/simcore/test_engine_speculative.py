@@ -189,3 +189,26 @@ def test_drafts_reserve_their_kv_slots():
         want += step_s(sp, c, d) * -(-(c + 1 + d) // 16)
     assert stats[codes.STAT_KV_BLOCK_SECONDS] == pytest.approx(want, rel=1e-12)
     assert stats[codes.STAT_PEAK_BLOCKS] == 2
+
+
+@pytest.mark.parametrize("router", [codes.ROUTER_ROUND_ROBIN, codes.ROUTER_LEAST_OUTSTANDING])
+@pytest.mark.parametrize("clients,timeout", [(0, 0.0), (6, 0.0), (0, 0.4)])
+def test_speculative_runs_are_the_explicit_steps_across_replicas(router, clients, timeout):
+    """Replicas (the reference engine covers one), a closed loop and client time-outs: with the
+    fast path's speculative runs (simcore.fast.spec_run) every request's times, tokens and blocks
+    and every replica's statistics are the explicit path's, bit for bit."""
+    rng = np.random.default_rng(11 + clients)
+    arrival, ready, prompt, output = workload(rng, 160, 60.0, 400, 150, clients)
+    e = engine(num_blocks=150, max_num_seqs=10, max_num_batched_tokens=256, max_model_len=600, n_replicas=3,
+               router=router, n_clients=clients, timeout_s=timeout, num_speculative_tokens=3)
+    sp = spec(3, [0.8, 0.5, 0.3])
+    fast = run_kernel(e, arrival.copy(), prompt, output, ready=ready, sp=sp)
+    slow = run_kernel(e._replace(fast_forward=False), arrival.copy(), prompt, output, ready=ready, sp=sp)
+    np.testing.assert_array_equal(fast[0], slow[0])
+    np.testing.assert_array_equal(fast[1], slow[1])
+    stats_fast, stats_slow = fast[2].copy(), slow[2].copy()
+    assert stats_fast[:, codes.STAT_FAST_ITERATIONS].sum() > 0.3 * stats_fast[:, codes.STAT_ITERATIONS].sum()
+    stats_fast[:, codes.STAT_FAST_ITERATIONS] = stats_slow[:, codes.STAT_FAST_ITERATIONS]
+    np.testing.assert_array_equal(stats_fast, stats_slow)
+    for a, b in zip(fast[3:], slow[3:]):  # ITL histogram, batch sizes, time series
+        np.testing.assert_array_equal(a, b)
