@@ -676,9 +676,11 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
             ws_k = ws0 if R == 1 else ws[best]
             acc_k = acc0 if R == 1 else acc[best]
             bound = a
-            if R > 1 and e.n_clients > 0:
+            if R > 1 and e.n_clients > 0 and continuous:
                 # A closed loop's next send follows a request's end in another replica's step,
                 # which has not been taken yet: a run of this replica stops before those begin.
+                # (Only continuous batching runs; a dynamic batch's wait for its window must
+                # still end at the next arrival, not at another replica's step, which may be now.)
                 bound = min(a, other_busy_nb(lay, ws, acc, best))
             acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe)
     return False

@@ -2,6 +2,9 @@
 hypothesis invariants over random configurations."""
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -428,6 +431,31 @@ def test_closed_loop_replicas_fast_path_is_the_explicit_path(router):
     assert fast[2][:, codes.STAT_FAST_ITERATIONS].sum() > 0
     np.testing.assert_array_equal(fast[0], slow[0])
     np.testing.assert_allclose(fast[1], slow[1], rtol=1e-9, atol=1e-12)
+
+
+DYNAMIC_CLOSED_LOOP = """
+import numpy as np
+from simcore import codes
+from test_engine import engine, run_kernel, workload
+rng = np.random.default_rng(5)
+arrival, ready, prompt, output = workload(rng, 60, 30.0, 300, 50, 4)
+e = engine(policy=codes.POLICY_DYNAMIC, batch_max=4, batch_window_s=0.05, static_slots=4, max_num_seqs=4,
+           n_replicas=2, n_clients=4, chunked_prefill=False, max_num_batched_tokens=2048)
+reqi, *_ = run_kernel(e, arrival, prompt, output, ready=ready)
+assert (reqi[:, codes.RI_STATUS] == codes.STATUS_DONE).all()
+"""
+
+
+def test_dynamic_batches_of_closed_loop_replicas_end():
+    """Dynamic batching over two replicas under a closed loop: a replica waiting for its batch
+    window wakes at the next arrival, not at the other replica's next step (which can be the same
+    instant: the run's bound of the test above, applied here, looped forever). In a child process:
+    a compiled loop that never ends cannot be interrupted from Python."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", DYNAMIC_CLOSED_LOOP], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_static_batching_waits_for_the_longest_and_continuous_does_not():
