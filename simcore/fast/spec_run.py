@@ -5,12 +5,14 @@ need within the token budget and its KV blocks are free, and the waiting head co
 admitted, the next speculative step is one the explicit path would take the same way
 (``scheduler.schedule_speculative_nb``, the step's cost, the engine's advance). This module takes
 such steps back to back without returning to the event loop: per step one loop over the running
-list that schedules and sums, then one that verifies and emits, with the rules the explicit path
-calls (:func:`simcore.scheduler.need_nb`, ``extra_blocks_nb``, ``admission_nb``, ``retire_nb``,
-:func:`simcore.speculative.verify_nb`, :func:`simcore.metrics.itl_group_nb`). It stops before an
-arrival, a client deadline or a step the explicit path must decide (a request short of budget
-or blocks, an admissible waiting head), and after a step that retires a request. The sums run in
-the explicit path's order: results are the same bit for bit.
+requests that schedules and sums, then one that verifies and emits, with the rules the explicit
+path calls (:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s capacity
+form), ``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
+``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). It stops
+before an arrival (or, under a closed loop with replicas, another busy replica's next step: the
+caller's bound), a client deadline or a step the explicit path must decide (a request short of
+budget or blocks, an admissible waiting head), and after a step that retires a request. The sums
+run in the explicit path's order: results are the same bit for bit.
 
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.layout`,
 :mod:`simcore.metrics`, :mod:`simcore.scheduler`, :mod:`simcore.speculative`.
