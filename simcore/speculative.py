@@ -51,7 +51,9 @@ def request_hash_nb(seed, r):
 @jit_inline
 def uniform_at_nb(h, g):
     """:func:`uniform_nb` at output token ``g`` from the request's :func:`request_hash_nb` ``h``."""
-    return (mix32_nb(h ^ (int(g) & MASK32)) + 0.5) / TWO_POW_32
+    # int(): ``h`` read back from an int64 array is a numpy integer when uncompiled, whose
+    # products would overflow (with a warning) instead of growing as Python's do.
+    return (mix32_nb((int(h) & MASK32) ^ (int(g) & MASK32)) + 0.5) / TWO_POW_32
 
 
 @jit_inline
