@@ -58,6 +58,7 @@ from simcore.scheduler import (
     admission_nb,
     admit_waiting_nb,
     blocks_for_nb,
+    drop_finished_nb,
     peek_nb,
     retire_nb,
     schedule_aggregates_nb,
@@ -222,13 +223,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
             k += 1
     ws[PREFILLING_COUNT] = k
     if any_done:
-        k = 0
-        for i in range(ws[RUNNING_COUNT]):
-            r = running_nb(lay, ws, i)
-            if reqi[r, RI_STATUS] == STATUS_RUNNING:
-                set_running_nb(lay, ws, k, r)
-                k += 1
-        ws[RUNNING_COUNT] = k
+        drop_finished_nb(lay, reqi, ws)
     return finished
 
 
