@@ -39,13 +39,14 @@ from simcore.memory import (
 from simcore.engine import simulate_nb
 from simcore.layout import Layout, make_layout, split_accumulator
 from simcore.params import CostParams, EngineSettings, Speculation
-from simcore.speculative import accepted_nb, draft_totals_nb, uniform_nb
+from simcore.speculative import acceptance_thresholds, accepted_nb, draft_totals_nb, uniform_nb
 
 __all__ = [
     "CACHING",
     "CostParams",
     "EngineSettings",
     "Speculation",
+    "acceptance_thresholds",
     "accepted_nb",
     "draft_totals_nb",
     "uniform_nb",

@@ -219,11 +219,11 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit_inline
-def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rates, seed):
+def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thresholds, seed):
     """After an iteration: add each scheduled request's new tokens, emit tokens, retire the
     finished (their number goes to ``ws[FINISHED_LAST_STEP]``). Static batches keep finished rows
     as padding (``emit_all``). A row that verified ``d`` drafts (``scheduler.running_need_nb``)
-    keeps the ``a`` accepted ones (``speculative.accepted_nb`` with ``Speculation.rates`` and
+    keeps the ``a`` accepted ones (``speculative.accepted_nb`` with ``Speculation.thresholds`` and
     ``.seed``) and emits ``a + 1`` tokens at once: one inter-token latency."""
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
@@ -251,9 +251,9 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
         emitted = 1
         if g >= 1 and before == total - 1:
             decode_tokens += new
-            if rates is not None:  # pruned without speculation
+            if thresholds is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped
-                    accepted = verify_nb(lay, acc, rates, seed, r + glob[GLOBAL_BASE], g, new - 1)
+                    accepted = verify_nb(lay, acc, thresholds, seed, r + glob[GLOBAL_BASE], g, new - 1)
                     drafts += 1
                     draft_tokens += new - 1
                     accepted_tokens += accepted
@@ -280,7 +280,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rat
     acc[STAT_PREFILL_TOKENS] += prefill_tokens
     if out_tokens:
         win_add_nb(lay, acc, w_end, WIN_OUTPUT_TOKENS, float(out_tokens))
-    if rates is not None and drafts:
+    if thresholds is not None and drafts:
         acc[STAT_SPEC_DRAFTS] += drafts
         acc[STAT_SPEC_DRAFT_TOKENS] += draft_tokens
         acc[STAT_SPEC_ACCEPTED] += accepted_tokens
@@ -368,15 +368,15 @@ def _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws, glob, acc):
 
 
 @jit
-def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all, rates,
+def _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc, emit_all, thresholds,
                       seed):
     """Account an iteration of ``dt`` seconds ending at ``t_end`` and advance its requests (the
-    speculative acceptance ``rates`` and ``seed`` passed alone: the whole Speculation, drafter
+    speculative acceptance ``thresholds`` and ``seed`` passed alone: the whole Speculation, drafter
     included, would be copied into every call)."""
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, used)
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
-    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, rates, seed)
+    _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thresholds, seed)
 
 
 @jit
@@ -479,7 +479,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
             dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched)
         t_end = now + dt
         _end_iteration_nb(e, lay, t_end, dt, flops, nbytes, n_sched, used, reqi, reqf, ws, glob, acc,
-                          not continuous, sp.rates, sp.seed)
+                          not continuous, sp.thresholds, sp.seed)
     return t_end
 
 
@@ -541,7 +541,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
                                   np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, None, 0)
             else:
                 _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
-                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.rates,
+                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.thresholds,
                                   sp.seed)
     return t_end
 

@@ -14,6 +14,8 @@ offsets here depend on sizes.
 """
 from typing import NamedTuple
 
+import numpy as np
+
 from simcore._jit import jit_inline
 from simcore.codes import N_CLOCK, N_MEMO, N_REST, N_SCHED_ROWS, N_STATS, N_WIN, N_WORKSPACE_SLOTS, REST_SLOTS
 
@@ -30,8 +32,8 @@ class Layout(NamedTuple):
     off_clock: int  # CLOCK_* slots
     off_pipe: int  # pipeline parallelism (simcore.pipeline): stages' free times, then the ring of
     #                the last batches' completion times (pipeline_stages each; none without it)
-    off_spec: int  # speculative decoding: verified drafts accepted at each position (one slot a
-    #                position, up to off_memo; none without it)
+    off_spec: int  # speculative decoding: verifications by drafts accepted (0 .. positions: one
+    #                slot each, up to off_memo; none without it)
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
     off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x REST_SLOTS each)
     acc_len: int
@@ -53,7 +55,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     off_clock = off_itl + n_bins
     off_pipe = off_clock + N_CLOCK
     off_spec = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
-    off_memo = off_spec + spec_positions
+    off_memo = off_spec + (spec_positions + 1 if spec_positions > 0 else 0)
     off_rest = off_memo + (max_num_seqs + 1) * N_MEMO
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
@@ -70,8 +72,11 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
 
 def accepted_per_position(lay, acc):
     """Verified drafts accepted at each position, summed over the replicas of ``acc`` (shape
-    (n_replicas, acc_len)): float64 counts, one per speculative position (empty without)."""
-    return acc[:, lay.off_spec:lay.off_memo].sum(axis=0)
+    (n_replicas, acc_len)): float64 counts, one per speculative position (empty without). Position
+    ``i`` was accepted by every verification that kept more than ``i`` drafts: the histogram's
+    tail sums (exact: integer counts)."""
+    hist = acc[:, lay.off_spec:lay.off_memo].sum(axis=0)
+    return np.cumsum(hist[::-1])[::-1][1:].copy()
 
 
 def split_accumulator(lay, acc):

@@ -148,6 +148,8 @@ class EngineSettings(NamedTuple):
 
 NO_RATES = np.zeros(0, dtype=np.float64)
 NO_RATES.flags.writeable = False
+NO_THRESHOLDS = np.zeros(0, dtype=np.int64)
+NO_THRESHOLDS.flags.writeable = False
 
 
 class Speculation(NamedTuple):
@@ -156,6 +158,8 @@ class Speculation(NamedTuple):
 
     rates: np.ndarray  # float64, read-only, (k,): unconditional per-position acceptance, non-increasing
     #                    (entry i: the probability that the first i + 1 drafts all pass)
+    thresholds: np.ndarray  # int64, read-only, (k,): the rates as the draws' 32-bit hashes test them
+    #                         (simcore.speculative.acceptance_thresholds)
     seed: int  # the acceptance draws' seed (one draw per request and step: simcore.speculative.uniform_nb)
     drafter: CostParams  # the drafter on one GPU (any CostParams when has_drafter is False)
     proj_params: float  # parameters of the drafter's input projection on one GPU (eh_proj / fc; 0: none)

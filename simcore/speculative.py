@@ -13,7 +13,9 @@ The accepted count is drawn from ``Speculation.rates``, the unconditional per-po
 (seed, request, tokens generated so far), so a request's draws do not depend on what else runs,
 on preemption or on the fast paths, and a seed reproduces them. The hash is 32-bit integer
 arithmetic (Chris Wellons' ``lowbias32`` mixer) whose products are masked to 32 bits, so numba's
-wrapping int64 and Python's exact integers agree.
+wrapping int64 and Python's exact integers agree; the kernels compare it with the rates as integer
+thresholds (``Speculation.thresholds``, :func:`acceptance_thresholds`), which decide exactly as
+the uniform number does.
 
 The drafter (``simllm.sim.speculative``) then proposes the next drafts: its first pass runs over
 every token the step scheduled (it needs their hidden states or KV), sampling one token for each
@@ -21,6 +23,11 @@ request that samples; its next ``k - 1`` passes run over one token of each such 
 
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.cost`.
 """
+import math
+from fractions import Fraction
+
+import numpy as np
+
 from simcore._jit import jit, jit_inline
 from simcore.codes import N_REST, REST_SLOTS, UNIT_GEMM
 from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, op_time_nb
@@ -62,39 +69,53 @@ def uniform_nb(seed, r, g):
     return uniform_at_nb(request_hash_nb(seed, r), g)
 
 
+def acceptance_thresholds(rates):
+    """``rates`` (per position, in [0, 1]) as integer thresholds on the draws' 32-bit hash ``m``:
+    the uniform number :func:`uniform_at_nb` draws, ``u = (m + 0.5) / 2**32``, is below
+    ``rates[i]`` exactly when ``m`` is below entry ``i`` (``ceil(rates[i] * 2**32 - 1/2)``, in
+    exact arithmetic), so the kernels compare integers and count the same drafts. Returns a
+    read-only int64 array of ``len(rates)``."""
+    out = np.array([min(max(math.ceil(Fraction(float(r)) * 2**32 - Fraction(1, 2)), 0), 2**32) for r in rates],
+                   dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 @jit_inline
-def accepted_at_nb(rates, h, g, drafts):
+def accepted_at_nb(thresholds, h, g, drafts):
     """:func:`accepted_nb` from the request's :func:`request_hash_nb` ``h``."""
-    u = uniform_at_nb(h, g)
+    m = mix32_nb((int(h) & MASK32) ^ (int(g) & MASK32))  # uniform_at_nb's, as an integer
     a = 0
     for i in range(drafts):  # counted without a branch on where the prefix ends (a coin toss)
-        a += u < rates[i]
+        a += m < thresholds[i]
     return a
 
 
 @jit_inline
-def accepted_nb(rates, seed, r, g, drafts):
+def accepted_nb(thresholds, seed, r, g, drafts):
     """Drafts accepted (0 .. ``drafts``) of request ``r`` verifying ``drafts`` drafts after its
-    ``g``-th output token: the positions ``i`` with the draw under ``seed`` below ``rates[i]`` (a
-    prefix, the rates being non-increasing: ``Speculation.rates``)."""
-    return accepted_at_nb(rates, request_hash_nb(seed, r), g, drafts)
+    ``g``-th output token: the positions ``i`` with the draw under ``seed`` below the rate
+    (``Speculation.rates[i]``, as ``Speculation.thresholds[i]``: :func:`acceptance_thresholds`; a
+    prefix, the rates being non-increasing)."""
+    return accepted_at_nb(thresholds, request_hash_nb(seed, r), g, drafts)
 
 
 @jit_inline
-def verify_nb(lay, acc, rates, seed, r, g, drafts):
+def verify_nb(lay, acc, thresholds, seed, r, g, drafts):
     """The verification rule: request ``r`` (its number in the whole run) verifying ``drafts``
-    drafts after its ``g``-th output token keeps :func:`accepted_nb`'s count of them, each accepted
-    position counted at ``acc[lay.off_spec + i]`` (every draft visited: no branch). Returns the
-    count. The explicit step and the speculative run (``simcore.fast.spec_run``) both call it."""
-    return count_accepted_nb(lay, acc, accepted_nb(rates, seed, r, g, drafts), drafts)
+    drafts after its ``g``-th output token keeps :func:`accepted_nb`'s count of them, counted in
+    the histogram at ``acc[lay.off_spec]`` (:func:`count_accepted_nb`). Returns the count. The
+    explicit step and the speculative run (``simcore.fast.spec_run``) both call it."""
+    return count_accepted_nb(lay, acc, accepted_nb(thresholds, seed, r, g, drafts))
 
 
 @jit_inline
-def count_accepted_nb(lay, acc, accepted, drafts):
-    """Count ``accepted`` of ``drafts`` verified drafts at each position (``acc[lay.off_spec + i]``,
-    every draft visited: no branch); returns ``accepted``."""
-    for i in range(drafts):
-        acc[lay.off_spec + i] += 1.0 if i < accepted else 0.0
+def count_accepted_nb(lay, acc, accepted):
+    """Count a verification that kept ``accepted`` drafts: ``acc[lay.off_spec + accepted]``, the
+    histogram of verifications by drafts kept (``simcore.layout.accepted_per_position`` turns it
+    into the count at each position: one add per verification, not one per position); returns
+    ``accepted``."""
+    acc[lay.off_spec + accepted] += 1.0
     return accepted
 
 

@@ -103,7 +103,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         return 0, now  # most likely admitted at this step (checked exactly below otherwise)
     bs = e.block_size
     base = glob[GLOBAL_BASE]
-    rates = sp.rates
+    thresholds = sp.thresholds
     measured = 0.0
     for j in range(B):
         r = running_nb(lay, ws, j)
@@ -175,8 +175,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             decode_tokens += need
             emitted = 1
             if need > 1:
-                accepted = accepted_at_nb(rates, sched_nb(lay, ws, RUN_HASH, j), g, need - 1)
-                count_accepted_nb(lay, acc, accepted, need - 1)
+                accepted = accepted_at_nb(thresholds, sched_nb(lay, ws, RUN_HASH, j), g, need - 1)
+                count_accepted_nb(lay, acc, accepted)
                 drafts += 1
                 draft_tokens += need - 1
                 accepted_tokens += accepted

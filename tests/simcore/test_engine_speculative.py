@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import naive
 from helpers import build
-from simcore import codes, draft_totals_nb, iteration_time_nb, uniform_nb
+from simcore import acceptance_thresholds, codes, draft_totals_nb, iteration_time_nb, uniform_nb
 from simcore.engine import lockstep_plan, pipeline_flag, simulate_nb
 from simcore.layout import accepted_per_position, make_layout
 from simllm.config.speculative import SpeculativeConfig
@@ -33,6 +33,20 @@ def test_acceptance_draws_match_the_reference_hash_and_are_uniform():
     assert 0.0 < u.min() and u.max() < 1.0
     assert abs(u.mean() - 0.5) < 0.01 and abs((u < 0.25).mean() - 0.25) < 0.01
     assert len(set(u.tolist())) > 0.99 * u.size
+
+
+def test_acceptance_thresholds_decide_as_the_uniform_draws_do():
+    """The kernels test a draw's 32-bit hash m against an integer threshold: for every rate, the
+    hashes on both sides of it decide as (m + 0.5) / 2**32 < rate does, at the ends too."""
+    rng = np.random.default_rng(0)
+    rates = [0.0, 1.0, 0.5, 1e-12, 1.0 - 2**-40, (7 + 0.5) / 2**32, (7 + 0.25) / 2**32, 0.73, 0.521]
+    rates += rng.random(200).tolist()
+    th = acceptance_thresholds(rates)
+    assert th.dtype == np.int64 and not th.flags.writeable and th.tolist()[:2] == [0, 2**32]
+    for r, t in zip(rates, th.tolist()):
+        for m in (t - 2, t - 1, t, t + 1):
+            if 0 <= m < 2**32:
+                assert ((m + 0.5) / 2**32 < r) == (m < t), (r, m, t)
 
 
 @pytest.mark.parametrize("chunked", [True, False])

@@ -24,8 +24,8 @@ import dataclasses
 
 import numpy as np
 
-from simcore import Speculation, draft_totals_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
-from simcore.params import NO_RATES
+from simcore import Speculation, acceptance_thresholds, draft_totals_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
+from simcore.params import NO_RATES, NO_THRESHOLDS
 from simllm.config import serving as serving_mod
 from simllm.config import speculative as speculative_mod
 from simllm.config.model import load_model
@@ -102,7 +102,7 @@ def draft_seconds(drafter, k, batch, context):
     if drafter.params is None or batch <= 0:
         return 0.0
     b, q, c = float(batch), float(1 + k), float(context)
-    sp = Speculation(NO_RATES, 0, drafter.params, float(drafter.proj_params), True)
+    sp = Speculation(NO_RATES, NO_THRESHOLDS, 0, drafter.params, float(drafter.proj_params), True)
     return draft_totals_nb(sp, k, b * q, b * (q * c + q * (q + 1.0) / 2.0), b * (c + q), b, b * (c + q))[0]
 
 
@@ -115,8 +115,8 @@ def speculation(params, drafter, seed, spec):
     rates = np.asarray(spec.acceptance_rates, dtype=np.float64)
     rates.flags.writeable = False
     if drafter is None or drafter.params is None:
-        return Speculation(rates, int(seed), params, 0.0, False)
-    return Speculation(rates, int(seed), drafter.params, float(drafter.proj_params), True)
+        return Speculation(rates, acceptance_thresholds(rates), int(seed), params, 0.0, False)
+    return Speculation(rates, acceptance_thresholds(rates), int(seed), drafter.params, float(drafter.proj_params), True)
 
 
 def check_speculative(model, serving):
