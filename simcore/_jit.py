@@ -17,11 +17,13 @@ policy with reference counting.
 Small helpers called per operator, per request or per token inside the hot loops use
 :data:`jit_inline`: the same policy, inlined into their callers at numba-IR level. A real call
 copies every field of the CostParams/EngineSettings/Layout tuples into its arguments, which cost
-more than the helpers' own arithmetic. So does ``engine.step_nb``, which is not small but has one
-call site per kernel on the hot path. Each inlined copy is compiled again at every site and in
-every kernel variant, so bigger functions stay real calls: inlining the decode run or the cohort
-iteration too was faster on bench-1m but cost the plain kernel's cold compile or the test suite's
-a third to a half more (README, Performance).
+more than the helpers' own arithmetic. So are ``engine.step_nb`` and the cohort's paths it takes
+(``fast.decode_run.decode_run_nb``, ``fast.cohort.fast_iteration_nb``, ``materialize_nb``,
+``rebuild_nb``), which are not small but have one call site each on the hot path: 11% off
+bench-1m's kernel for 40 s of cold compile instead of 29 s. Each inlined copy is compiled again at
+every site and in every kernel variant (with speculation, pipeline stages, lockstep ranks, a
+streamed run), so the cold test suite compiles about twice as long; other big functions stay
+real calls (README, Performance).
 
 Numba's cache keys a function on its own source file only: after editing simcore, delete the
 ``*.nbi``/``*.nbc`` files under ``__pycache__`` (or set ``NUMBA_CACHE_DIR``) so callers in other

@@ -121,7 +121,7 @@ def regular_members_nb(e, lay, ws):
     return n
 
 
-@jit
+@jit_inline
 def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
     """Every member leaves the cohort with its explicit state (and last emit time) restored."""
     if ws[COHORT_SIZE] == 0:
@@ -137,7 +137,7 @@ def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
     ws[COHORT_NEXT_DONE] = NEVER
 
 
-@jit
+@jit_inline
 def rebuild_nb(e, lay, reqi, ws):
     """After an explicit iteration: running requests that are decoding (all their tokens so far
     computed but the last one emitted) join the cohort; the others are listed in schedule row
@@ -243,7 +243,7 @@ def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     return True, t_end
 
 
-@jit
+@jit_inline
 def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and

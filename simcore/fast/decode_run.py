@@ -13,7 +13,7 @@ that iteration gets it.
 """
 import math
 
-from simcore._jit import jit, jit_inline
+from simcore._jit import jit_inline
 from simcore.codes import (
     CLOCK_COHORT,
     COHORT_ADVANCES,
@@ -108,7 +108,7 @@ def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
     return new == 0
 
 
-@jit
+@jit_inline
 def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc):
     """Advance as many cohort-only decode iterations as nothing else happens in (call it when
     :func:`pure_decode_nb` holds), up to and including the advance that completes a member; those
