@@ -153,7 +153,7 @@ def _step_pool_nb(p, sp, e, lay, now, bound, reqi, reqf, ws, glob, acc, plan, k,
                 acc[j, clk + CLOCK_NOW] = t
     else:
         # None: no pipeline stages in a disaggregated pool (simllm.sim.disagg refuses them)
-        acc[k, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k], None)
+        acc[k, clk + CLOCK_NOW] = step_nb(p, sp, e, lay, now, bound, reqi, reqf, ws[k], glob, acc[k], None, True)
 
 
 @jit

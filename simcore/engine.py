@@ -305,6 +305,19 @@ def lockstep_plan(e):
     return None
 
 
+def cohort_flag(e):
+    """The ``cohort`` argument of :func:`simulate_nb` and :func:`run_events_nb` for ``e``: None under
+    speculative decoding, which has no cohort (numba then compiles those kernels without the
+    cohort's paths, which are inlined: half of their compile), else True (the default)."""
+    return None if e.num_speculative_tokens > 0 else True
+
+
+def cohort_args(e):
+    """:func:`cohort_flag` as trailing arguments: none where it is the default (the kernels then
+    keep the one compiled variant that callers omitting it get), ``(None,)`` under speculation."""
+    return () if cohort_flag(e) else (None,)
+
+
 def pipeline_flag(e):
     """The ``pipe`` argument of :func:`simulate_nb` and :func:`step_nb` for ``e``: True with pipeline
     stages, else None. numba then compiles the others without pipeline parallelism's code (about
@@ -313,7 +326,7 @@ def pipeline_flag(e):
 
 
 @jit_inline
-def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
+def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, flag=True):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
@@ -325,22 +338,25 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
     so does pipeline parallelism (``e.pipeline_stages`` > 1: micro-batches overlap).
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
     a second CostParams inside, passed through the loop's calls cost plain runs ~15%). ``pipe`` is
-    :func:`pipeline_flag`'s, None without pipeline stages: likewise.
+    :func:`pipeline_flag`'s, None without pipeline stages: likewise; ``flag`` is
+    :func:`cohort_flag`'s (None under speculation, which leaves out the cohort's paths).
     """
     ws[FINISHED_LAST_STEP] = 0
-    cohort = (e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
-              and e.pipeline_stages == 1)
-    if cohort:
-        deadline = acc[lay.off_clock + CLOCK_DEADLINE]
-        if now < deadline:
-            if pure_decode_nb(e, lay, now, next_arrival, deadline, reqi, ws):
-                k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
-                if k > 0:
+    cohort = False
+    if flag is not None:  # pruned where cohort_flag is None: those kernels compile without the cohort's paths
+        cohort = (e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
+                  and e.pipeline_stages == 1)
+        if cohort:
+            deadline = acc[lay.off_clock + CLOCK_DEADLINE]
+            if now < deadline:
+                if pure_decode_nb(e, lay, now, next_arrival, deadline, reqi, ws):
+                    k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
+                    if k > 0:
+                        return t
+                handled, t = fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
+                if handled:
                     return t
-            handled, t = fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
-            if handled:
-                return t
-        materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
+            materialize_nb(e, lay, acc[lay.off_clock + CLOCK_COHORT], reqi, reqf, ws)
     if sp is not None:  # pruned without speculation
         if spec_run_possible(e):
             deadline = acc[lay.off_clock + CLOCK_DEADLINE]
@@ -349,8 +365,9 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe):
                 if k > 0:
                     return t
     t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe)
-    if cohort:
-        rebuild_nb(e, lay, reqi, ws)
+    if flag is not None:
+        if cohort:
+            rebuild_nb(e, lay, reqi, ws)
     return t
 
 
@@ -547,7 +564,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
 
 
 @jit_alloc
-def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None):
+def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``.
 
@@ -584,6 +601,9 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None):
         :func:`pipeline_flag` of ``e`` (pipeline stages fail without it).
     plan : ndarray or None
         :func:`lockstep_plan` of ``e`` (lockstep ranks fail without it).
+    cohort : bool or None
+        :func:`cohort_flag` of ``e`` (True, the default, compiles the cohort's paths, taken where
+        ``e`` allows them; None leaves them out).
 
     Returns
     -------
@@ -591,11 +611,11 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None):
         Time the last request ended.
     """
     glob = np.zeros(N_GLOBALS, dtype=np.int64)
-    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe, plan)
+    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe, plan, cohort)
 
 
 @jit_alloc
-def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None):
+def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None, cohort=True):
     """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
     the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
     report progress while this one (which holds no GIL) simulates."""
@@ -604,7 +624,7 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None)
     for r in range(n):
         reqi[r, RI_EPOCH] = -1
     start_run_nb(e, lay, n, ws, glob, acc)
-    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False)
+    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False, cohort)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws, acc, end)
     return end
@@ -621,12 +641,12 @@ def start_run_nb(e, lay, n_requests, ws, glob, acc):
 
 
 @jit
-def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
+def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, cohort=True):
     """The event loop of :func:`simulate_nb` after :func:`start_run_nb`: route each arrival, step the
     replica whose next iteration starts first, until every request of ``reqi``/``reqf`` has ended.
     ``plan`` (float64, shape (n_replicas, N_PLAN) with lockstep ranks, else (0, N_PLAN)) is the
     lockstep step's scratch (:func:`lockstep_plan`, None unless lockstep); ``pipe`` is
-    :func:`pipeline_flag`'s.
+    :func:`pipeline_flag`'s, ``cohort`` :func:`cohort_flag`'s.
 
     With ``more`` (a streamed run, ``simcore.stream``: rows after these are still to come), it
     returns True instead, before anything else happens, once the next arrival is not among the
@@ -682,5 +702,5 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more):
                 # (Only continuous batching runs; a dynamic batch's wait for its window must
                 # still end at the next arrival, not at another replica's step, which may be now.)
                 bound = min(a, other_busy_nb(lay, ws, acc, best))
-            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe)
+            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe, cohort)
     return False

@@ -2,6 +2,7 @@
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
 import contextlib
 import functools
+import inspect
 import itertools
 import logging
 import math
@@ -13,7 +14,7 @@ import numba
 import numpy as np
 
 from simcore import codes
-from simcore.engine import lockstep_plan, pipeline_flag, simulate_into_nb, simulate_nb
+from simcore.engine import cohort_args, lockstep_plan, pipeline_flag, simulate_into_nb, simulate_nb
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings
 from simllm.config import serving as serving_mod
@@ -95,7 +96,9 @@ def compile_for(kernel, *args):
     if compile_ is None:  # NUMBA_DISABLE_JIT: a plain function
         return 0.0
     start = time.perf_counter()
-    compile_(tuple(numba.typeof(a) for a in args))
+    params = list(inspect.signature(kernel.py_func).parameters.values())[len(args):]
+    omitted = tuple(numba.types.Omitted(q.default) for q in params)  # as a call leaving them out types them
+    compile_(tuple(numba.typeof(a) for a in args) + omitted)
     return time.perf_counter() - start
 
 
@@ -344,7 +347,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
     kernel = simulate_into_nb if progress is not None else simulate_nb
     args = ((params, sp, e, lay, reqi, reqf) + ((glob,) if progress is not None else ())
-            + (acc, pipeline_flag(e), lockstep_plan(e)))
+            + (acc, pipeline_flag(e), lockstep_plan(e)) + cohort_args(e))
     compile_s = compile_for(kernel, *args)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())

@@ -8,7 +8,7 @@ Imports simcore and nothing of simllm's but the config layer's codes: the caller
 import numpy as np
 
 from simcore import codes
-from simcore.engine import close_replicas_nb, lockstep_plan, pipeline_flag, run_events_nb, start_run_nb
+from simcore.engine import close_replicas_nb, cohort_args, lockstep_plan, pipeline_flag, run_events_nb, start_run_nb
 from simcore.stream import drop_point_nb, grow_queue, rebase_nb
 
 
@@ -19,7 +19,7 @@ def compile_streamed(compile_for, p, sp, e, lay, glob, acc):
     reqf = np.zeros((1, codes.N_RF))
     ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)
     return (compile_for(run_events_nb, p, sp, e, lay, reqi, reqf, ws, glob, acc, lockstep_plan(e), pipeline_flag(e),
-                        True)
+                        True, *cohort_args(e))
             + compile_for(start_run_nb, e, lay, 1, ws, glob, acc)
             + compile_for(drop_point_nb, lay, reqi, ws, glob)
             + compile_for(rebase_nb, lay, ws, glob, 1)
@@ -92,7 +92,8 @@ def run_streamed(p, sp, e, lay, chunks, n, on_rows, glob, acc, stats=None):
         more = pending is not None
         base = int(glob[codes.GLOBAL_BASE])
         ew = e._replace(warmup=max(e.warmup - base, 0)) if e.warmup else e
-        run_events_nb(p, sp, ew, lay, reqi[:rows], reqf[:rows], ws, glob, acc, plan, pipeline_flag(e), more)
+        run_events_nb(p, sp, ew, lay, reqi[:rows], reqf[:rows], ws, glob, acc, plan, pipeline_flag(e), more,
+                      *cohort_args(e))
         if not more:
             break
         stats.pauses += 1
