@@ -3,6 +3,7 @@ jitter 0 is the old behaviour to the bit, the same seed gives the same result; w
 stay out of the summary; ramp-ups follow vllm bench serve."""
 import dataclasses
 
+import numba
 import numpy as np
 import pytest
 
@@ -185,3 +186,24 @@ def test_ramp_up_with_clients_spreads_the_first_wave():
     np.testing.assert_allclose(r.requests["arrival_s"][:8], np.concatenate([[0.0], np.cumsum(1.0 / rate[1:8])]),
                                rtol=1e-12)
     assert np.all(np.diff(r.requests["arrival_s"]) >= 0)
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="compiled signatures are what is checked")
+def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_speculation():
+    """simulate compiles the kernel before its clock starts (compile_for) for exactly the types of
+    the call it then makes: a plain run leaves the cohort argument out (its default, one variant
+    for every caller), a speculative run passes None (engine.cohort_flag: the cohort's inlined
+    paths pruned); neither compiles a second signature when it runs."""
+    from numba import types
+
+    from simcore.engine import simulate_nb
+
+    spec = {"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance_length": 1.5}
+    for serving, last in ((SERVING, types.Omitted(True)), (dataclasses.replace(SERVING, speculative_config=spec),
+                                                           types.none)):
+        simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
+        before = list(simulate_nb.signatures)
+        simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
+        assert list(simulate_nb.signatures) == before
+        assert any(sig[-1] == last for sig in before), (last, [sig[-1] for sig in before])
+        assert all(sig[-1] in (types.Omitted(True), types.none) for sig in before)
