@@ -34,7 +34,6 @@ from simcore.codes import (
     GLOBAL_NEXT_SEND,
     N_GLOBALS,
     N_PLAN,
-    POLICY_CONTINUOUS,
     RF_ARRIVAL,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
@@ -62,8 +61,8 @@ from simcore.engine import (
     init_replicas_nb,
     last_finish_nb,
     lockstep_step_nb,
-    other_busy_nb,
     route_nb,
+    step_bound_nb,
     step_nb,
     wake_nb,
 )
@@ -329,9 +328,7 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
             # The decode pool's runs stop before anything can join it: a transfer event, or a
             # prefill step (its handoffs join after its end) that has begun or an arrival wakes,
             # or (a closed loop) another decode replica's step, whose ends send the next requests.
-            bound = min(t_event, tp, a)
-            if ed.n_clients > 0 and Rd > 1 and ed.policy == POLICY_CONTINUOUS:  # as engine.run_events_nb
-                bound = min(bound, other_busy_nb(lay, ws_d, acc_d, kd))
+            bound = step_bound_nb(ed, lay, ws_d, acc_d, kd, min(t_event, tp, a))
             _step_pool_nb(pd, sp_d, ed, lay, td, bound, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws_p, acc_p, end)

@@ -184,6 +184,17 @@ def other_busy_nb(lay, ws, acc, k):
     return t
 
 
+@jit_inline
+def step_bound_nb(e, lay, ws, acc, k, bound):
+    """What bounds replica ``k``'s fast-forward past ``bound`` (its next arrival or event): under a
+    closed loop with replicas, another busy replica's next step too, since a request's end there
+    sends the next one. Only continuous batching runs ahead; a dynamic batch's wait for its window
+    must still end at the next arrival, not at another replica's step, which may be now."""
+    if ws.shape[0] > 1 and e.n_clients > 0 and e.policy == POLICY_CONTINUOUS:
+        return min(bound, other_busy_nb(lay, ws, acc, k))
+    return bound
+
+
 @jit
 def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
     """Abort every request of this replica whose client gave up by ``now``. Returns the next
@@ -305,18 +316,13 @@ def lockstep_plan(e):
     return None
 
 
-def cohort_flag(e):
-    """The ``cohort`` argument of :func:`simulate_nb` and :func:`run_events_nb` for ``e``: None under
-    speculative decoding, which has no cohort (numba then compiles those kernels without the
-    cohort's paths, which are inlined: 15 s of a speculative kernel's 43 s cold compile on this
-    project's VM), else True (the default)."""
-    return None if e.num_speculative_tokens > 0 else True
-
-
 def cohort_args(e):
-    """:func:`cohort_flag` as trailing arguments: none where it is the default (the kernels then
-    keep the one compiled variant that callers omitting it get), ``(None,)`` under speculation."""
-    return () if cohort_flag(e) else (None,)
+    """The trailing ``cohort`` argument of :func:`simulate_nb` and :func:`run_events_nb` for ``e``:
+    ``(None,)`` under speculative decoding, which has no cohort (numba then compiles those kernels
+    without the cohort's paths, which are inlined: 15 s of a speculative kernel's 43 s cold compile
+    on this project's VM), else none (its default, True: the kernels keep the one compiled variant
+    that callers leaving it out get)."""
+    return (None,) if e.num_speculative_tokens > 0 else ()
 
 
 def pipeline_flag(e):
@@ -340,11 +346,11 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, c
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
     a second CostParams inside, passed through the loop's calls cost plain runs ~15%). ``pipe`` is
     :func:`pipeline_flag`'s, None without pipeline stages: likewise; ``cohort_paths`` is
-    :func:`cohort_flag`'s (None under speculation, which leaves out the cohort's paths).
+    :func:`cohort_args`' (None under speculation, which leaves out the cohort's paths).
     """
     ws[FINISHED_LAST_STEP] = 0
     cohort = False
-    if cohort_paths is not None:  # pruned where cohort_flag is None: those kernels compile without them
+    if cohort_paths is not None:  # pruned where cohort_args gives None: those kernels compile without them
         cohort = (e.fast_forward and e.policy == POLICY_CONTINUOUS and e.num_speculative_tokens == 0
                   and e.pipeline_stages == 1)
         if cohort:
@@ -603,7 +609,7 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=Tru
     plan : ndarray or None
         :func:`lockstep_plan` of ``e`` (lockstep ranks fail without it).
     cohort : bool or None
-        :func:`cohort_flag` of ``e`` (True, the default, compiles the cohort's paths, taken where
+        of ``e`` (:func:`cohort_args`; True, the default, compiles the cohort's paths, taken where
         ``e`` allows them; None leaves them out).
 
     Returns
@@ -647,7 +653,7 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
     replica whose next iteration starts first, until every request of ``reqi``/``reqf`` has ended.
     ``plan`` (float64, shape (n_replicas, N_PLAN) with lockstep ranks, else (0, N_PLAN)) is the
     lockstep step's scratch (:func:`lockstep_plan`, None unless lockstep); ``pipe`` is
-    :func:`pipeline_flag`'s, ``cohort`` :func:`cohort_flag`'s.
+    :func:`pipeline_flag`'s, ``cohort`` :func:`cohort_args`'.
 
     With ``more`` (a streamed run, ``simcore.stream``: rows after these are still to come), it
     returns True instead, before anything else happens, once the next arrival is not among the
@@ -696,12 +702,6 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
         else:  # one inlined step (the common case, one replica, without a per-step row view)
             ws_k = ws0 if R == 1 else ws[best]
             acc_k = acc0 if R == 1 else acc[best]
-            bound = a
-            if R > 1 and e.n_clients > 0 and continuous:
-                # A closed loop's next send follows a request's end in another replica's step,
-                # which has not been taken yet: a run of this replica stops before those begin.
-                # (Only continuous batching runs; a dynamic batch's wait for its window must
-                # still end at the next arrival, not at another replica's step, which may be now.)
-                bound = min(a, other_busy_nb(lay, ws, acc, best))
+            bound = step_bound_nb(e, lay, ws, acc, best, a)
             acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe, cohort)
     return False

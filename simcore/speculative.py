@@ -56,11 +56,17 @@ def request_hash_nb(seed, r):
 
 
 @jit_inline
-def uniform_at_nb(h, g):
-    """:func:`uniform_nb` at output token ``g`` from the request's :func:`request_hash_nb` ``h``."""
+def draw_at_nb(h, g):
+    """The 32-bit draw of a request at output token ``g`` from its :func:`request_hash_nb` ``h``."""
     # int(): ``h`` read back from an int64 array is a numpy integer when uncompiled, whose
     # products would overflow (with a warning) instead of growing as Python's do.
-    return (mix32_nb((int(h) & MASK32) ^ (int(g) & MASK32)) + 0.5) / TWO_POW_32
+    return mix32_nb((int(h) & MASK32) ^ (int(g) & MASK32))
+
+
+@jit_inline
+def uniform_at_nb(h, g):
+    """:func:`uniform_nb` at output token ``g`` from the request's :func:`request_hash_nb` ``h``."""
+    return (draw_at_nb(h, g) + 0.5) / TWO_POW_32
 
 
 @jit_inline
@@ -84,7 +90,7 @@ def acceptance_thresholds(rates):
 @jit_inline
 def accepted_at_nb(thresholds, h, g, drafts):
     """:func:`accepted_nb` from the request's :func:`request_hash_nb` ``h``."""
-    m = mix32_nb((int(h) & MASK32) ^ (int(g) & MASK32))  # uniform_at_nb's, as an integer
+    m = draw_at_nb(h, g)  # uniform_at_nb's, as an integer
     a = 0
     for i in range(drafts):  # counted without a branch on where the prefix ends (a coin toss)
         a += m < thresholds[i]

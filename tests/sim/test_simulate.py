@@ -192,7 +192,7 @@ def test_ramp_up_with_clients_spreads_the_first_wave():
 def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_speculation():
     """simulate compiles the kernel before its clock starts (compile_for) for exactly the types of
     the call it then makes: a plain run leaves the cohort argument out (its default, one variant
-    for every caller), a speculative run passes None (engine.cohort_flag: the cohort's inlined
+    for every caller), a speculative run passes None (engine.cohort_args: the cohort's inlined
     paths pruned); neither compiles a second signature when it runs."""
     from numba import types
 
