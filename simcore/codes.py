@@ -251,7 +251,7 @@ SCHED_NEW_TOKENS = 1  # ... and the tokens each computes in it
 SCHED_JOINER = 2  # cohort members that joined since the last advance
 SCHED_PREFILLING = 3  # running requests outside the cohort, in admission order
 SCHED_NEW_BLOCKS = 4  # a speculative iteration's blocks for each running row (scheduler.py)
-N_SCHED_ROWS = 5
+N_SCHED_ROWS = 7
 # A speculative run's per-request state (simcore/fast/spec_run.py), entry j for running request j,
 # kept in the schedule rows while the run lasts (without a cohort no schedule row outlives a step).
 RUN_COMPUTED = 0  # tokens computed
@@ -259,6 +259,8 @@ RUN_GENERATED = 1  # output tokens emitted
 RUN_OUTPUT = 2  # output tokens to generate
 RUN_CAPACITY = 3  # tokens its KV blocks hold
 RUN_HASH = 4  # its acceptance draws' hash (speculative.request_hash_nb)
+RUN_NEED = 5  # the step being planned: the tokens it schedules (its last and its drafts) ...
+RUN_NEXT_CAPACITY = 6  # ... and what its KV blocks hold after it
 
 # Slots of the counters all replicas share (int64, ``glob``): another thread may read
 # GLOBAL_ENDED while the kernel runs.

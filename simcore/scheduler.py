@@ -107,9 +107,13 @@ def extra_blocks_nb(tokens, cached, fixed, blocks, block_size):
 def blocks_past_nb(tokens, cap, block_size):
     """:func:`extra_blocks_nb` of a request whose blocks hold up to ``cap`` tokens (a multiple of
     ``block_size``, ``cached`` being whole blocks): 0 without a division when ``tokens`` fill its
-    last block, else the blocks past (or, negative, short of) ``cap``."""
-    if cap - block_size < tokens <= cap:
-        return 0
+    last block, else the blocks past (or, negative, short of) ``cap``: 1 without one either when
+    they spill into one more (a decode step's case; an int64 division takes tens of cycles)."""
+    if tokens <= cap:
+        if tokens > cap - block_size:
+            return 0
+    elif tokens <= cap + block_size:
+        return 1
     return (tokens - cap + block_size - 1) // block_size
 
 

@@ -11,8 +11,10 @@ form), ``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_n
 ``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). It stops
 before an arrival (or, under a closed loop with replicas, another busy replica's next step: the
 caller's bound), a client deadline or a step the explicit path must decide (a request short of
-budget or blocks, an admissible waiting head), and after a step that retires a request. The sums
-run in the explicit path's order: results are the same bit for bit.
+budget or blocks, an admissible waiting head), and, under a closed loop, after a step that retires
+a request (its client's next request may arrive at once; an open loop's arrivals are known, so the
+run drops the retired rows and goes on). The sums run in the explicit path's order: results are
+the same bit for bit.
 
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.layout`,
 :mod:`simcore.metrics`, :mod:`simcore.scheduler`, :mod:`simcore.speculative`.
@@ -37,6 +39,8 @@ from simcore.codes import (
     RUN_COMPUTED,
     RUN_GENERATED,
     RUN_HASH,
+    RUN_NEED,
+    RUN_NEXT_CAPACITY,
     RUN_OUTPUT,
     STATUS_RUNNING,
     STAT_DECODE_TOKENS,
@@ -84,7 +88,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
 
     The running requests' state moves into the schedule rows (``RUN_*``: contiguous, the hash of
     their acceptance draws computed once) for the run and back at its end; each step is one loop
-    over them that schedules and sums, writing nothing, and one that verifies and emits. Every
+    over them that schedules and sums, writing nothing but each row's step plan (``RUN_NEED``,
+    ``RUN_NEXT_CAPACITY``: kept unless the step is taken), and one that verifies and emits. Every
     step but the first starts with each request's last token at the previous step's end: their
     inter-token latencies are one histogram entry.
 
@@ -134,10 +139,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 short = True  # a partial chunk, or no row at all
                 break
             after = c + need
-            x = blocks_past_nb(after, sched_nb(lay, ws, RUN_CAPACITY, j), bs)
+            cap = sched_nb(lay, ws, RUN_CAPACITY, j)
+            x = blocks_past_nb(after, cap, bs)
             if x > free:
                 short = True  # the explicit scheduler preempts
                 break
+            set_sched_nb(lay, ws, RUN_NEED, j, need)  # for the verification below (the rows keep their
+            set_sched_nb(lay, ws, RUN_NEXT_CAPACITY, j, cap + x * bs)  # state if the step is not taken)
             free -= x
             budget -= need
             q = float(need)
@@ -168,10 +176,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         for j in range(B):
             c = sched_nb(lay, ws, RUN_COMPUTED, j)
             g = sched_nb(lay, ws, RUN_GENERATED, j)
-            out = sched_nb(lay, ws, RUN_OUTPUT, j)
-            cap = sched_nb(lay, ws, RUN_CAPACITY, j)
-            need = need_nb(e, c + 1, c, g, out)
-            cap += blocks_past_nb(c + need, cap, bs) * bs
+            need = sched_nb(lay, ws, RUN_NEED, j)
             decode_tokens += need
             emitted = 1
             if need > 1:
@@ -185,13 +190,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             g += emitted
             set_sched_nb(lay, ws, RUN_COMPUTED, j, c)
             set_sched_nb(lay, ws, RUN_GENERATED, j, g)
-            set_sched_nb(lay, ws, RUN_CAPACITY, j, cap)
+            set_sched_nb(lay, ws, RUN_CAPACITY, j, sched_nb(lay, ws, RUN_NEXT_CAPACITY, j))
             out_tokens += emitted
             if k == 0:  # the requests' last tokens may differ: engine._advance_nb's groups
                 r = running_nb(lay, ws, j)
                 if measured_nb(e, r):
                     itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
-            if g == out:
+            if g == sched_nb(lay, ws, RUN_OUTPUT, j):
                 r = running_nb(lay, ws, j)
                 _store_nb(e, lay, reqi, reqf, ws, j, r, t_end)
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
@@ -210,8 +215,12 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         ws[FINISHED_LAST_STEP] = finished
         now = t_end
         k += 1
-        if finished > 0:  # an arrival may follow (a client's next request) and the batch changed
-            break
+        if finished > 0:
+            if e.n_clients > 0:  # a client's next request may arrive at once
+                break
+            B, measured = _drop_finished_rows_nb(e, lay, reqi, ws, B)  # open loop: the batch goes on
+            if B == 0:
+                break
     if k > 0:
         for j in range(B):
             r = running_nb(lay, ws, j)
@@ -221,6 +230,26 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             drop_finished_nb(lay, reqi, ws)
     acc[STAT_FAST_ITERATIONS] += k
     return k, now
+
+
+@jit_inline
+def _drop_finished_rows_nb(e, lay, reqi, ws, B):
+    """After a step that retired requests: the schedule rows and the running list keep the
+    requests still running, in order (``scheduler.drop_finished_nb``'s). Returns how many, and how
+    many of them are measured."""
+    n = 0
+    measured = 0.0
+    for j in range(B):
+        r = running_nb(lay, ws, j)
+        if reqi[r, RI_STATUS] == STATUS_RUNNING:
+            if n < j:
+                for row in (RUN_COMPUTED, RUN_GENERATED, RUN_OUTPUT, RUN_CAPACITY, RUN_HASH):
+                    set_sched_nb(lay, ws, row, n, sched_nb(lay, ws, row, j))
+            if measured_nb(e, r):
+                measured += 1.0
+            n += 1
+    drop_finished_nb(lay, reqi, ws)
+    return n, measured
 
 
 @jit_inline

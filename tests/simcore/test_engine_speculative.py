@@ -12,6 +12,7 @@ from helpers import build
 from simcore import acceptance_thresholds, codes, draft_totals_nb, iteration_time_nb, uniform_nb
 from simcore.engine import lockstep_plan, pipeline_flag, simulate_nb
 from simcore.layout import accepted_per_position, make_layout
+from simcore.scheduler import blocks_past_nb
 from simllm.config.speculative import SpeculativeConfig
 from simllm.sim.speculative import pack_drafter, speculation
 from test_engine import P, assert_same, engine, run_kernel, workload
@@ -78,6 +79,15 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, blocks
                max_num_batched_tokens=budget if chunked else 600, max_model_len=600, n_clients=clients,
                timeout_s=timeout, warmup=warmup, num_speculative_tokens=k)
     assert_same(e, arrival, ready, prompt, output, sp=spec(k, rates, seed=seed))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cap_blocks=st.integers(0, 50), tokens=st.integers(0, 1000), block_size=st.sampled_from([1, 2, 16, 64]))
+def test_blocks_past_capacity_is_the_ceiling_division(cap_blocks, tokens, block_size):
+    """scheduler.blocks_past_nb (no division within a block of the capacity) is
+    ceil((tokens - cap) / block_size) for a capacity of whole blocks, on both sides of it."""
+    cap = cap_blocks * block_size
+    assert blocks_past_nb(tokens, cap, block_size) == -((cap - tokens) // block_size)
 
 
 @pytest.mark.parametrize("blocks", [400, 70])
