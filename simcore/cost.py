@@ -712,34 +712,42 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit
+def rest_memo_nb(p, acc, off, n_tokens, n_emit):
+    """:func:`rest_totals_nb` (to a few ulps; ``n_tokens`` > 0) kept in the memo table at
+    ``acc[off]`` (``REST_SLOTS`` entries of ``N_REST`` slots, direct-mapped by (tokens, rows with
+    logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the rest is the whole
+    iteration at no context (the compiled loop of :func:`iteration_totals_nb`) less its attention
+    and overhead: each inlined copy of the operator loop costs numba seconds of compile. A key's
+    value is always the same, so a caller may keep it while the key stays."""
+    slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (REST_SLOTS - 1)) * N_REST
+    if acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit:
+        rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
+        a_s, af, ab = attention_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
+        acc[slot + REST_TOKENS] = n_tokens
+        acc[slot + REST_EMIT] = n_emit
+        acc[slot + REST_S] = rs - (a_s + p.iter_overhead_s)
+        acc[slot + REST_FLOPS] = rf - af
+        acc[slot + REST_BYTES] = rb - ab
+    return acc[slot + REST_S], acc[slot + REST_FLOPS], acc[slot + REST_BYTES]
+
+
+@jit_inline
+def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`iteration_totals_nb` (to a few ulps; ``n_tokens`` > 0) from its ``rest`` (a
+    :func:`rest_memo_nb` triple): the rest, then attention (a real call: inlined it compiles
+    anew at each site, and runs no faster), then the per-step overhead."""
+    a_s, af, ab = attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return rest[0] + a_s + p.iter_overhead_s, rest[1] + af, rest[2] + ab
+
+
+@jit
 def iteration_totals_memo_nb(p, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """:func:`iteration_totals_nb` (to a few ulps) with the cost of every operator but attention
-    (:func:`rest_totals_nb`) kept in the memo table at ``acc[off]`` (``REST_SLOTS`` entries of
-    ``N_REST`` slots, direct-mapped by (tokens, rows with logits), NaN until set:
-    ``simcore.layout.Layout.off_rest``).
-
-    On a miss the rest is the whole iteration at no context (the compiled loop of
-    :func:`iteration_totals_nb`) less its attention; attention is inlined at one site only, which
-    then runs twice (each inlined copy of it or of the operator loop took numba ~8-20 s to
-    compile; a real call, copying the CostParams, slowed a speculative step ~15%)."""
+    kept in the memo table at ``acc[off]`` (:func:`rest_memo_nb`, :func:`totals_from_rest_nb`)."""
     if n_tokens <= 0.0:
         return 0.0, 0.0, 0.0
-    slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (REST_SLOTS - 1)) * N_REST
-    miss = acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit
-    rs, rf, rb = 0.0, 0.0, 0.0
-    if miss:
-        rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
-    a_s, af, ab = 0.0, 0.0, 0.0
-    for at_zero in range(1 if miss else 0, -1, -1):  # (1 then) 0: the context's attention
-        a_s, af, ab = _attention_totals_nb(p, n_tokens, 0.0 if at_zero else attn_pairs,
-                                           0.0 if at_zero else kv_read_tokens, n_emit)
-        if at_zero:
-            acc[slot + REST_TOKENS] = n_tokens
-            acc[slot + REST_EMIT] = n_emit
-            acc[slot + REST_S] = rs - (a_s + p.iter_overhead_s)
-            acc[slot + REST_FLOPS] = rf - af
-            acc[slot + REST_BYTES] = rb - ab
-    return acc[slot + REST_S] + a_s + p.iter_overhead_s, acc[slot + REST_FLOPS] + af, acc[slot + REST_BYTES] + ab
+    return totals_from_rest_nb(p, rest_memo_nb(p, acc, off, n_tokens, n_emit), n_tokens, attn_pairs, kv_read_tokens,
+                               n_emit)
 
 
 @jit

@@ -30,7 +30,7 @@ import numpy as np
 
 from simcore._jit import jit, jit_inline
 from simcore.codes import N_REST, REST_SLOTS, UNIT_GEMM
-from simcore.cost import iteration_totals_memo_nb, iteration_totals_nb, op_time_nb
+from simcore.cost import iteration_totals_nb, op_time_nb, rest_memo_nb, totals_from_rest_nb
 
 MASK32 = 0xFFFFFFFF
 SEED_SALT = 0x9E3779B9  # the golden ratio's 32 bits: seed 0 does not start the chain at 0
@@ -136,19 +136,21 @@ def _proj_totals_nb(d, proj_params, tokens):
 
 
 @jit_inline
-def _pass_totals_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """One drafter pass's totals, through the memo at ``acc[off]`` unless ``acc`` is None."""
-    if acc is None:
+def _pass_totals_nb(d, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """One drafter pass's totals: from its memo ``rest`` (:func:`step_rests_nb`), or without one
+    (None) the whole iteration's."""
+    if rest is None:
         return iteration_totals_nb(d, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-    return iteration_totals_memo_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return totals_from_rest_nb(d, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 
 
 @jit_inline
-def _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, acc, off):
+def _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, first, later):
+    """The drafter's passes, each from its memo rest (``first``, ``later``; None: without)."""
     if not sp.has_drafter or n_tokens <= 0.0:
         return 0.0, 0.0, 0.0
     d = sp.drafter
-    t, flops, nbytes = _pass_totals_nb(d, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_sample)
+    t, flops, nbytes = _pass_totals_nb(d, first, n_tokens, attn_pairs, kv_read_tokens, n_sample)
     pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_tokens)
     t += pt
     flops += pf
@@ -158,7 +160,7 @@ def _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_
     pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_sample)  # the same for each later pass
     for i in range(1, k):
         ctx = ctx_sample + n_sample * i
-        st, sf, sb = _pass_totals_nb(d, acc, off, n_sample, ctx, ctx, n_sample)
+        st, sf, sb = _pass_totals_nb(d, later, n_sample, ctx, ctx, n_sample)
         t += st + pt
         flops += sf + pf
         nbytes += sb + pb
@@ -183,7 +185,44 @@ def draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_s
 
     Returns (0, 0, 0) without a GPU drafter or tokens.
     """
-    return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, None, 0)
+    return _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample, None, None)
+
+
+NO_REST = (0.0, 0.0, 0.0)
+
+
+@jit_inline
+def step_rests_nb(p, sp, k, acc, off, n_tokens, logits, n_sample):
+    """The memo rests (``cost.rest_memo_nb``) a speculative step's passes take, from the tables at
+    ``acc[off]`` (the target's, then the drafter's: ``simcore.layout.Layout.off_rest``): the
+    target's over ``n_tokens`` tokens with ``logits`` rows of logits, the drafter's first pass
+    over them with ``n_sample`` sampling rows, its later passes over ``n_sample`` tokens
+    (``NO_REST`` for a pass that does not run). They depend on these three counts alone: a run of
+    steps that repeats them keeps them (``simcore.fast.spec_run``)."""
+    if n_tokens <= 0.0:
+        return NO_REST, NO_REST, NO_REST
+    target = rest_memo_nb(p, acc, off, n_tokens, logits)
+    if not sp.has_drafter:
+        return target, NO_REST, NO_REST
+    off_d = off + REST_SLOTS * N_REST
+    first = rest_memo_nb(sp.drafter, acc, off_d, n_tokens, n_sample)
+    later = rest_memo_nb(sp.drafter, acc, off_d, n_sample, n_sample) if n_sample > 0.0 and k > 1 else NO_REST
+    return target, first, later
+
+
+@jit_inline
+def step_totals_at_nb(p, sp, k, rests, n_tokens, attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample):
+    """:func:`step_totals_nb` from the step's :func:`step_rests_nb` ``rests``."""
+    if n_tokens <= 0.0:
+        return 0.0, 0.0, 0.0
+    dt, flops, nbytes = totals_from_rest_nb(p, rests[0], n_tokens, attn_pairs, kv_read_tokens, logits)
+    if sp.has_drafter:
+        ddt, dflops, dbytes = _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample,
+                                               rests[1], rests[2])
+        dt += ddt
+        flops += dflops
+        nbytes += dbytes
+    return dt, flops, nbytes
 
 
 @jit_inline
@@ -191,12 +230,6 @@ def step_totals_nb(p, sp, k, acc, off, n_tokens, attn_pairs, kv_read_tokens, log
     """Seconds, FLOPs and memory bytes of a speculative step: the target's forward over the batch
     with ``logits`` rows of logits (one per sampling row plus its drafts), then the drafter's ``k``
     passes (:func:`draft_totals_nb`), each with its cost but attention's in the memo tables at
-    ``acc[off]`` (the target's, then the drafter's: ``simcore.layout.Layout.off_rest``)."""
-    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, off, n_tokens, attn_pairs, kv_read_tokens, logits)
-    if sp.has_drafter:
-        ddt, dflops, dbytes = _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_sample,
-                                               acc, off + REST_SLOTS * N_REST)
-        dt += ddt
-        flops += dflops
-        nbytes += dbytes
-    return dt, flops, nbytes
+    ``acc[off]`` (:func:`step_rests_nb`, :func:`step_totals_at_nb`)."""
+    return step_totals_at_nb(p, sp, k, step_rests_nb(p, sp, k, acc, off, n_tokens, logits, n_sample), n_tokens,
+                             attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample)

@@ -54,7 +54,7 @@ from simcore.codes import (
 from simcore.layout import running_nb, sched_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, blocks_past_nb, drop_finished_nb, need_nb, peek_nb, retire_nb
-from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_totals_nb
+from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_rests_nb, step_totals_at_nb
 
 
 @jit_inline
@@ -122,6 +122,9 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         if measured_nb(e, r):
             measured += 1.0
     k = 0
+    n_spec = e.num_speculative_tokens
+    rests = step_rests_nb(p, sp, n_spec, acc, lay.off_rest, 0.0, 0.0, 0.0)  # typed; set at the first step
+    rest_key = (-1.0, -1.0, -1.0)  # the tokens, logits and sampling rows they are for
     while now < next_arrival and now < next_deadline:
         # Schedule: schedule_speculative_nb's rows and sums, nothing written yet.
         budget = e.max_num_batched_tokens
@@ -158,8 +161,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         if short or _head_admissible_nb(e, lay, reqi, ws, B, budget, free):
             break
         ws[FREE_BLOCKS] = free
-        dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay.off_rest, n_tokens, pairs,
-                                           kv_read, logits, float(B), ctx_sample)
+        # speculative.step_totals_nb, its memo lookups made when a step's counts change
+        key = (n_tokens, logits, float(B))
+        if key != rest_key:
+            rests = step_rests_nb(p, sp, n_spec, acc, lay.off_rest, n_tokens, logits, float(B))
+            rest_key = key
+        dt, flops, nbytes = step_totals_at_nb(p, sp, n_spec, rests, n_tokens, pairs, kv_read, logits, float(B),
+                                              ctx_sample)
         t_end = now + dt
         account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, B, e.num_blocks - free)
         if free < acc[STAT_MIN_FREE_BLOCKS]:
