@@ -215,16 +215,18 @@ MEMO_ATTN_BYTES_SLOPE = 6
 N_MEMO = 7
 
 # Slots of the memo of a batch's cost but attention's (at Layout.off_rest: two tables, the model's
-# then a speculative drafter's, of REST_SLOTS entries of N_REST slots, direct-mapped by the key;
-# NaN until set). Every operator but attention depends on the batch's tokens and rows with logits
-# alone (``cost.rest_totals_nb``), and a run meets few distinct pairs of them.
+# then a speculative drafter's, of Layout.rest_slots entries of N_REST slots, direct-mapped by the
+# key; NaN until set). Every operator but attention depends on the batch's tokens and rows with
+# logits alone (``cost.rest_totals_nb``). Decode steps repeat few pairs; each admission step
+# brings its own (the batch's drafts plus a prompt): with REST_SLOTS entries most of those repeat
+# too (a miss prices every operator: 64 entries cost bench-1m's speculative runs ~12%).
 REST_TOKENS = 0  # the key: tokens ...
 REST_EMIT = 1  # ... and rows with logits
 REST_S = 2
 REST_FLOPS = 3
 REST_BYTES = 4
 N_REST = 5
-REST_SLOTS = 64  # a power of two
+REST_SLOTS = 8192  # a power of two: a speculative engine's tables (without speculation: one entry, unused)
 
 # Slots of a replica's int64 workspace ``ws`` (then, at the offsets of Layout: the cohort's
 # block-phase counts, the running list, the schedule rows and the waiting queue).

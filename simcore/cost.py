@@ -70,7 +70,6 @@ from simcore.codes import (
     REST_EMIT,
     REST_FLOPS,
     REST_S,
-    REST_SLOTS,
     REST_TOKENS,
     ROUTE_ASSIGN,
     ROUTE_HIT,
@@ -712,14 +711,14 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit
-def rest_memo_nb(p, acc, off, n_tokens, n_emit):
+def rest_memo_nb(p, acc, off, slots, n_tokens, n_emit):
     """:func:`rest_totals_nb` (to a few ulps; ``n_tokens`` > 0) kept in the memo table at
-    ``acc[off]`` (``REST_SLOTS`` entries of ``N_REST`` slots, direct-mapped by (tokens, rows with
-    logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the rest is the whole
+    ``acc[off]`` (``slots`` entries, a power of two, of ``N_REST`` slots, direct-mapped by (tokens,
+    rows with logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the rest is the whole
     iteration at no context (the compiled loop of :func:`iteration_totals_nb`) less its attention
     and overhead: each inlined copy of the operator loop costs numba seconds of compile. A key's
     value is always the same, so a caller may keep it while the key stays."""
-    slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (REST_SLOTS - 1)) * N_REST
+    slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (slots - 1)) * N_REST
     if acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit:
         rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
         a_s, af, ab = attention_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
@@ -741,13 +740,13 @@ def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 
 @jit
-def iteration_totals_memo_nb(p, acc, off, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+def iteration_totals_memo_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """:func:`iteration_totals_nb` (to a few ulps) with the cost of every operator but attention
     kept in the memo table at ``acc[off]`` (:func:`rest_memo_nb`, :func:`totals_from_rest_nb`)."""
     if n_tokens <= 0.0:
         return 0.0, 0.0, 0.0
-    return totals_from_rest_nb(p, rest_memo_nb(p, acc, off, n_tokens, n_emit), n_tokens, attn_pairs, kv_read_tokens,
-                               n_emit)
+    return totals_from_rest_nb(p, rest_memo_nb(p, acc, off, slots, n_tokens, n_emit), n_tokens, attn_pairs,
+                               kv_read_tokens, n_emit)
 
 
 @jit

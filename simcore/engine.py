@@ -432,7 +432,7 @@ def _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched):
             logits += 1.0 + over
     # Each pass's cost but attention's is looked up in the replica's memo (steps repeat their
     # tokens and rows: Layout.off_rest).
-    dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay.off_rest, n_tokens, pairs, kv_read,
+    dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay, n_tokens, pairs, kv_read,
                                        logits, n_sample, ctx_sample)
     return dt, flops, nbytes, n_tokens
 
@@ -497,7 +497,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
                           not continuous, None, 0)
     else:
         if fused:
-            dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay.off_rest, n_tokens, pairs,
+            dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay, n_tokens, pairs,
                                                kv_read, logits, n_sample, ctx_sample)
         else:  # continuous batching only
             dt, flops, nbytes, _ = _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched)

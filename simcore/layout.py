@@ -35,7 +35,8 @@ class Layout(NamedTuple):
     off_spec: int  # speculative decoding: verifications by drafts accepted (0 .. positions: one
     #                slot each, up to off_memo; none without it)
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
-    off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x REST_SLOTS each)
+    off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x rest_slots each)
+    rest_slots: int  # entries of each (a power of two: REST_SLOTS under speculation, else 1)
     acc_len: int
     # int64 workspace
     sched_cap: int  # entries of a schedule row and of the running list
@@ -57,6 +58,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     off_spec = off_pipe + (2 * pipeline_stages if pipeline_stages > 1 else 0)
     off_memo = off_spec + (spec_positions + 1 if spec_positions > 0 else 0)
     off_rest = off_memo + (max_num_seqs + 1) * N_MEMO
+    rest_slots = REST_SLOTS if spec_positions > 0 else 1
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
@@ -65,7 +67,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
-                  off_memo=off_memo, off_rest=off_rest, acc_len=off_rest + 2 * REST_SLOTS * N_REST,
+                  off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, acc_len=off_rest + 2 * rest_slots * N_REST,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

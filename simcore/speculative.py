@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 
 from simcore._jit import jit, jit_inline
-from simcore.codes import N_REST, REST_SLOTS, UNIT_GEMM
+from simcore.codes import N_REST, UNIT_GEMM
 from simcore.cost import iteration_totals_nb, op_time_nb, rest_memo_nb, totals_from_rest_nb
 
 MASK32 = 0xFFFFFFFF
@@ -192,21 +192,22 @@ NO_REST = (0.0, 0.0, 0.0)
 
 
 @jit_inline
-def step_rests_nb(p, sp, k, acc, off, n_tokens, logits, n_sample):
+def step_rests_nb(p, sp, k, acc, lay, n_tokens, logits, n_sample):
     """The memo rests (``cost.rest_memo_nb``) a speculative step's passes take, from the tables at
-    ``acc[off]`` (the target's, then the drafter's: ``simcore.layout.Layout.off_rest``): the
+    ``acc[lay.off_rest]`` (the target's, then the drafter's, ``lay.rest_slots`` entries each): the
     target's over ``n_tokens`` tokens with ``logits`` rows of logits, the drafter's first pass
     over them with ``n_sample`` sampling rows, its later passes over ``n_sample`` tokens
     (``NO_REST`` for a pass that does not run). They depend on these three counts alone: a run of
     steps that repeats them keeps them (``simcore.fast.spec_run``)."""
     if n_tokens <= 0.0:
         return NO_REST, NO_REST, NO_REST
-    target = rest_memo_nb(p, acc, off, n_tokens, logits)
+    slots = lay.rest_slots
+    target = rest_memo_nb(p, acc, lay.off_rest, slots, n_tokens, logits)
     if not sp.has_drafter:
         return target, NO_REST, NO_REST
-    off_d = off + REST_SLOTS * N_REST
-    first = rest_memo_nb(sp.drafter, acc, off_d, n_tokens, n_sample)
-    later = rest_memo_nb(sp.drafter, acc, off_d, n_sample, n_sample) if n_sample > 0.0 and k > 1 else NO_REST
+    off_d = lay.off_rest + slots * N_REST
+    first = rest_memo_nb(sp.drafter, acc, off_d, slots, n_tokens, n_sample)
+    later = rest_memo_nb(sp.drafter, acc, off_d, slots, n_sample, n_sample) if n_sample > 0.0 and k > 1 else NO_REST
     return target, first, later
 
 
@@ -226,10 +227,10 @@ def step_totals_at_nb(p, sp, k, rests, n_tokens, attn_pairs, kv_read_tokens, log
 
 
 @jit_inline
-def step_totals_nb(p, sp, k, acc, off, n_tokens, attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample):
+def step_totals_nb(p, sp, k, acc, lay, n_tokens, attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample):
     """Seconds, FLOPs and memory bytes of a speculative step: the target's forward over the batch
     with ``logits`` rows of logits (one per sampling row plus its drafts), then the drafter's ``k``
     passes (:func:`draft_totals_nb`), each with its cost but attention's in the memo tables at
-    ``acc[off]`` (:func:`step_rests_nb`, :func:`step_totals_at_nb`)."""
-    return step_totals_at_nb(p, sp, k, step_rests_nb(p, sp, k, acc, off, n_tokens, logits, n_sample), n_tokens,
+    ``acc[lay.off_rest]`` (:func:`step_rests_nb`, :func:`step_totals_at_nb`)."""
+    return step_totals_at_nb(p, sp, k, step_rests_nb(p, sp, k, acc, lay, n_tokens, logits, n_sample), n_tokens,
                              attn_pairs, kv_read_tokens, logits, n_sample, ctx_sample)

@@ -123,7 +123,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             measured += 1.0
     k = 0
     n_spec = e.num_speculative_tokens
-    rests = step_rests_nb(p, sp, n_spec, acc, lay.off_rest, 0.0, 0.0, 0.0)  # typed; set at the first step
+    rests = step_rests_nb(p, sp, n_spec, acc, lay, 0.0, 0.0, 0.0)  # typed; set at the first step
     rest_key = (-1.0, -1.0, -1.0)  # the tokens, logits and sampling rows they are for
     while now < next_arrival and now < next_deadline:
         # Schedule: schedule_speculative_nb's rows and sums, nothing written yet.
@@ -164,7 +164,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         # speculative.step_totals_nb, its memo lookups made when a step's counts change
         key = (n_tokens, logits, float(B))
         if key != rest_key:
-            rests = step_rests_nb(p, sp, n_spec, acc, lay.off_rest, n_tokens, logits, float(B))
+            rests = step_rests_nb(p, sp, n_spec, acc, lay, n_tokens, logits, float(B))
             rest_key = key
         dt, flops, nbytes = step_totals_at_nb(p, sp, n_spec, rests, n_tokens, pairs, kv_read, logits, float(B),
                                               ctx_sample)

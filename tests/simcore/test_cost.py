@@ -254,7 +254,7 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
     the same to a few ulps, on hits, misses and slots that two keys share."""
     p = shaped("llama-3.1-8b", "h100-sxm", "vllm", 1, "auto", "auto")[4] if tables else \
         build("llama-3.1-8b", "h100-sxm")[4]
-    memo = np.full(codes.REST_SLOTS * codes.N_REST, np.nan)
+    memo = np.full(64 * codes.N_REST, np.nan)  # few entries: keys evict each other
     rng = np.random.default_rng(0)
     keys = [(t, e) for t in (1.0, 7.0, 64.0, 65.0, 1000.0) for e in (1.0, min(t, 5.0))]
     for i in range(300):
@@ -262,7 +262,7 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
         pairs = n_tokens * rng.integers(1, 5000)
         kv = n_tokens + rng.integers(0, 5000)
         want = iteration_totals_nb(p, n_tokens, pairs, kv, n_emit)
-        assert iteration_totals_memo_nb(p, memo, 0, n_tokens, pairs, kv, n_emit) == pytest.approx(want, rel=1e-13)
+        assert iteration_totals_memo_nb(p, memo, 0, 64, n_tokens, pairs, kv, n_emit) == pytest.approx(want, rel=1e-13)
         rest = rest_totals_nb(p, n_tokens, n_emit)
         att = attention_totals_nb(p, n_tokens, pairs, kv, n_emit)
         assert rest[0] + att[0] + p.iter_overhead_s == want[0]
@@ -270,7 +270,7 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
         assert iteration_costs_nb(p, n_tokens, pairs, kv, n_emit, *new_cost_arrays()) == pytest.approx(want[0],
                                                                                                       rel=1e-12)
     assert np.isfinite(memo).sum() > 5 * codes.N_REST
-    assert iteration_totals_memo_nb(p, memo, 0, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
+    assert iteration_totals_memo_nb(p, memo, 0, 64, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
 
 
 def test_decode_run_is_the_sum_of_its_iterations():
