@@ -1,17 +1,21 @@
-"""Fast path of the engine under speculative decoding: a run of decode-only verification steps.
+"""Fast path of the engine under speculative decoding: a run of verification steps.
 
-When every running request decodes (one token behind, its drafts to verify), each gets its whole
-need within the token budget and its KV blocks are free, and the waiting head could not be
-admitted, the next speculative step is one the explicit path would take the same way
-(``scheduler.schedule_speculative_nb``, the step's cost, the engine's advance). This module takes
-such steps back to back without returning to the event loop: per step one loop over the running
-requests that schedules and sums, then one that verifies and emits, with the rules the explicit
-path calls (:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s capacity
-form), ``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
-``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). It stops
-before an arrival (or, under a closed loop with replicas, another busy replica's next step: the
-caller's bound), a client deadline or a step the explicit path must decide (a request short of
-budget or blocks, an admissible waiting head), and, under a closed loop, after a step that retires
+When every running request decodes (one token behind, its drafts to verify) and each gets its
+whole need within the token budget and its KV blocks are free, the next speculative step is one
+the explicit path would take the same way (``scheduler.schedule_speculative_nb``, the step's cost,
+the engine's advance), admitting the waiting requests it can after the running ones. This module
+takes such steps back to back without returning to the event loop: per step one loop over the
+running requests that schedules and sums, the admission (``scheduler.admit_waiting_nb``, the
+explicit scheduler's own) and its chunks' sums, then one loop that verifies and emits and one over
+the admitted rows as ``engine._advance_nb`` takes them, with the rules the explicit path calls
+(:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s capacity form),
+``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
+``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). The admitted
+join the run when their prompts are in (they decode next); one with a prompt left to compute
+ends it after that step. It stops before an arrival (or, under a closed loop with replicas,
+another busy replica's next step: the caller's bound), a client deadline or a step the explicit
+path must decide (a request short of budget or blocks: a partial chunk or a preemption), and,
+under a closed loop, after a step that retires
 a request (its client's next request may arrive at once; an open loop's arrivals are known, so the
 run drops the retired rows and goes on). The sums run in the explicit path's order: results are
 the same bit for bit.
@@ -25,6 +29,7 @@ from simcore.codes import (
     FREE_BLOCKS,
     GLOBAL_BASE,
     POLICY_CONTINUOUS,
+    RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_BLOCKS,
     RI_CACHED,
@@ -42,10 +47,13 @@ from simcore.codes import (
     RUN_NEED,
     RUN_NEXT_CAPACITY,
     RUN_OUTPUT,
+    SCHED_NEW_TOKENS,
+    SCHED_REQUEST,
     STATUS_RUNNING,
     STAT_DECODE_TOKENS,
     STAT_FAST_ITERATIONS,
     STAT_MIN_FREE_BLOCKS,
+    STAT_PREFILL_TOKENS,
     STAT_SPEC_ACCEPTED,
     STAT_SPEC_DRAFT_TOKENS,
     STAT_SPEC_DRAFTS,
@@ -53,7 +61,7 @@ from simcore.codes import (
 )
 from simcore.layout import running_nb, sched_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
-from simcore.scheduler import admission_nb, blocks_past_nb, drop_finished_nb, need_nb, peek_nb, retire_nb
+from simcore.scheduler import admission_nb, admit_waiting_nb, blocks_past_nb, drop_finished_nb, need_nb, peek_nb, retire_nb
 from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_rests_nb, step_totals_at_nb
 
 
@@ -82,16 +90,17 @@ def _head_admissible_nb(e, lay, reqi, ws, n_sched, budget, free):
 
 @jit
 def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc):
-    """Take decode-only speculative steps from ``now`` while the explicit path would take them the
-    same way and nothing else is due (continuous batching with chunked prefill, one pipeline
-    stage).
+    """Take speculative steps of decoding requests (and the waiting requests each step admits)
+    from ``now`` while the explicit path would take them the same way and nothing else is due
+    (continuous batching with chunked prefill, one pipeline stage).
 
     The running requests' state moves into the schedule rows (``RUN_*``: contiguous, the hash of
     their acceptance draws computed once) for the run and back at its end; each step is one loop
     over them that schedules and sums, writing nothing but each row's step plan (``RUN_NEED``,
-    ``RUN_NEXT_CAPACITY``: kept unless the step is taken), and one that verifies and emits. Every
-    step but the first starts with each request's last token at the previous step's end: their
-    inter-token latencies are one histogram entry.
+    ``RUN_NEXT_CAPACITY``: kept unless the step is taken), then the admission (its rows in the
+    schedule rows past the run's, then the run's own once they decode), and one loop that verifies
+    and emits. Every step but the first starts with each decoding request's last token at the
+    previous step's end: their inter-token latencies are one histogram entry.
 
     Returns
     -------
@@ -104,8 +113,6 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     B = ws[RUNNING_COUNT]
     if B == 0 or now >= next_arrival or now >= next_deadline or not _decoding_nb(reqi, running_nb(lay, ws, B - 1)):
         return 0, now  # the newly admitted come last
-    if _head_admissible_nb(e, lay, reqi, ws, B, e.max_num_batched_tokens - B, ws[FREE_BLOCKS]):
-        return 0, now  # most likely admitted at this step (checked exactly below otherwise)
     bs = e.block_size
     base = glob[GLOBAL_BASE]
     thresholds = sp.thresholds
@@ -114,11 +121,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         r = running_nb(lay, ws, j)
         if not _decoding_nb(reqi, r):
             return 0, now
-        set_sched_nb(lay, ws, RUN_COMPUTED, j, reqi[r, RI_COMPUTED])
-        set_sched_nb(lay, ws, RUN_GENERATED, j, reqi[r, RI_GENERATED])
-        set_sched_nb(lay, ws, RUN_OUTPUT, j, reqi[r, RI_OUTPUT])
-        set_sched_nb(lay, ws, RUN_CAPACITY, j, (reqi[r, RI_BLOCKS] - reqi[r, RI_FIXED_BLOCKS]) * bs + reqi[r, RI_CACHED])
-        set_sched_nb(lay, ws, RUN_HASH, j, request_hash_nb(sp.seed, r + base))
+        _load_nb(e, sp, lay, reqi, ws, j, r, base)
         if measured_nb(e, r):
             measured += 1.0
     k = 0
@@ -134,6 +137,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         kv_read = 0.0
         logits = 0.0
         ctx_sample = 0.0
+        n_sample = float(B)
         short = False
         for j in range(B):
             c = sched_nb(lay, ws, RUN_COMPUTED, j)
@@ -158,18 +162,39 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             kv_read += cf + q
             ctx_sample += after
             logits += 1.0 + (need - 1)  # its own logits and its drafts'
-        if short or _head_admissible_nb(e, lay, reqi, ws, B, budget, free):
+        if short:
             break
         ws[FREE_BLOCKS] = free
+        n_all = B
+        if _head_admissible_nb(e, lay, reqi, ws, B, budget, free):
+            # The waiting requests the explicit scheduler admits at this step, after the running
+            # rows (schedule rows B.., past the run's rows), and their chunks' sums, in its order.
+            n_all, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, B, budget, False)
+            for j in range(B, n_all):
+                r = sched_nb(lay, ws, SCHED_REQUEST, j)
+                new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+                c = reqi[r, RI_COMPUTED]
+                q = float(new)
+                cf = float(c)
+                n_tokens += q
+                pairs += q * cf + q * (q + 1.0) * 0.5
+                kv_read += cf + q
+                after = c + new
+                over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
+                if over >= 0:  # it samples
+                    n_sample += 1.0
+                    ctx_sample += after
+                    logits += 1.0 + over
+            free = ws[FREE_BLOCKS]
         # speculative.step_totals_nb, its memo lookups made when a step's counts change
-        key = (n_tokens, logits, float(B))
+        key = (n_tokens, logits, n_sample)
         if key != rest_key:
-            rests = step_rests_nb(p, sp, n_spec, acc, lay, n_tokens, logits, float(B))
+            rests = step_rests_nb(p, sp, n_spec, acc, lay, n_tokens, logits, n_sample)
             rest_key = key
-        dt, flops, nbytes = step_totals_at_nb(p, sp, n_spec, rests, n_tokens, pairs, kv_read, logits, float(B),
+        dt, flops, nbytes = step_totals_at_nb(p, sp, n_spec, rests, n_tokens, pairs, kv_read, logits, n_sample,
                                               ctx_sample)
         t_end = now + dt
-        account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, B, e.num_blocks - free)
+        account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_all, e.num_blocks - free)
         if free < acc[STAT_MIN_FREE_BLOCKS]:
             acc[STAT_MIN_FREE_BLOCKS] = free
         # Verify and emit: the engine's advance of decoding rows, in row order.
@@ -212,6 +237,41 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         if k > 0:  # every last token at the previous step's end: one group
             itl_from = now
             itl_n = measured
+        joined = True  # every admitted row still running decodes after the step: the run goes on
+        if n_all > B:
+            prefill_tokens = 0
+            for j in range(B, n_all):  # engine._advance_nb's rows, in its order
+                r = running_nb(lay, ws, j)
+                new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+                before = reqi[r, RI_COMPUTED]
+                after = before + new
+                reqi[r, RI_COMPUTED] = after
+                g = reqi[r, RI_GENERATED]
+                total = reqi[r, RI_INPUT] + g
+                if g >= 1 and before == total - 1:  # its one token left (a cached prefix): no drafts
+                    decode_tokens += new
+                else:
+                    prefill_tokens += new
+                if after == total:
+                    if g == 0:
+                        reqf[r, RF_FIRST_TOKEN] = t_end
+                    elif measured_nb(e, r):
+                        itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
+                    reqf[r, RF_LAST_EMIT] = t_end
+                    reqi[r, RI_GENERATED] = g + 1
+                    out_tokens += 1
+                    if g + 1 == reqi[r, RI_OUTPUT]:
+                        retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
+                        finished += 1
+                        continue
+                    _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
+                    if measured_nb(e, r):
+                        measured += 1.0
+                else:
+                    joined = False  # a partial chunk: the explicit path goes on
+            acc[STAT_PREFILL_TOKENS] += prefill_tokens
+            if joined:
+                B = n_all
         if itl_n > 0.0:
             record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
         acc[STAT_DECODE_TOKENS] += decode_tokens
@@ -223,6 +283,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         ws[FINISHED_LAST_STEP] = finished
         now = t_end
         k += 1
+        if not joined:
+            break
         if finished > 0:
             if e.n_clients > 0:  # a client's next request may arrive at once
                 break
@@ -258,6 +320,18 @@ def _drop_finished_rows_nb(e, lay, reqi, ws, B):
             n += 1
     drop_finished_nb(lay, reqi, ws)
     return n, measured
+
+
+@jit_inline
+def _load_nb(e, sp, lay, reqi, ws, j, r, base):
+    """Running request ``r``'s state into schedule entry ``j`` (``RUN_*``; ``base``: the rows'
+    first request's number in the whole run, for its acceptance draws' hash)."""
+    set_sched_nb(lay, ws, RUN_COMPUTED, j, reqi[r, RI_COMPUTED])
+    set_sched_nb(lay, ws, RUN_GENERATED, j, reqi[r, RI_GENERATED])
+    set_sched_nb(lay, ws, RUN_OUTPUT, j, reqi[r, RI_OUTPUT])
+    set_sched_nb(lay, ws, RUN_CAPACITY, j,
+                 (reqi[r, RI_BLOCKS] - reqi[r, RI_FIXED_BLOCKS]) * e.block_size + reqi[r, RI_CACHED])
+    set_sched_nb(lay, ws, RUN_HASH, j, request_hash_nb(sp.seed, r + base))
 
 
 @jit_inline
