@@ -46,14 +46,11 @@ from simcore.codes import (
     RF_FINISH,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
-    RI_CACHED,
     RI_COMPUTED,
     RI_EPOCH,
-    RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
-    RI_REPLICA,
     RI_STATUS,
     ROUTER_LEAST_OUTSTANDING,
     RUNNING_COUNT,
@@ -72,7 +69,6 @@ from simcore.codes import (
     STAT_SPEC_ACCEPTED,
     STAT_SPEC_DRAFT_TOKENS,
     STAT_SPEC_DRAFTS,
-    WIN_ARRIVALS,
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
@@ -83,11 +79,11 @@ from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
+    arrive_nb,
     drop_finished_nb,
-    enqueue_nb,
     finish_nb,
     form_static_batch_nb,
-    never_fits_nb,
+    join_nb,
     peek_nb,
     pop_front_nb,
     release_blocks_nb,
@@ -333,7 +329,7 @@ def pipeline_flag(e):
 
 
 @jit_inline
-def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, cohort_paths=True):
+def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, cohort_paths=True, arrivals=False):
     """Advance one replica by one iteration (or a run of pure-decode iterations) that starts at
     ``now``; ``next_arrival`` bounds fast-forwarding. Returns the replica's new time.
 
@@ -346,7 +342,9 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, c
     ``sp`` is None without it: numba then compiles the kernels with no trace of it (a Speculation,
     a second CostParams inside, passed through the loop's calls cost plain runs ~15%). ``pipe`` is
     :func:`pipeline_flag`'s, None without pipeline stages: likewise; ``cohort_paths`` is
-    :func:`cohort_args`' (None under speculation, which leaves out the cohort's paths).
+    :func:`cohort_args`' (None under speculation, which leaves out the cohort's paths). With
+    ``arrivals`` (one replica under an open loop, every row present: the event loop's call) a
+    speculative run takes the arrivals due before its steps itself.
     """
     ws[FINISHED_LAST_STEP] = 0
     cohort = False
@@ -368,7 +366,7 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, c
         if spec_run_possible(e):
             deadline = acc[lay.off_clock + CLOCK_DEADLINE]
             if now < deadline:
-                k, t = spec_run_nb(p, sp, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
+                k, t = spec_run_nb(p, sp, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc, arrivals)
                 if k > 0:
                     return t
     t = _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe)
@@ -667,6 +665,9 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
     clk = lay.off_clock
     ws0, acc0 = ws[0], acc[0]
     lockstep = e.lockstep and R > 1 and continuous
+    # One replica of an open loop whose rows are all here: a speculative run takes the arrivals
+    # itself (the rules below: arrive_nb, join_nb) and goes on.
+    inline_arrivals = R == 1 and e.n_clients == 0 and not more
     if pipe is None and e.pipeline_stages > 1:
         raise ValueError("pipeline stages need simcore.engine.pipeline_flag(e)")
     if plan is None and lockstep:
@@ -680,19 +681,11 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
         if best < 0 or a <= t_best:
             if a == np.inf:
                 break  # nothing left that can arrive
-            r = nxt
-            glob[GLOBAL_NEXT_ARRIVAL] = nxt + 1
-            win_add_nb(lay, acc0, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
-            if never_fits_nb(e, reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT], reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]):
-                finish_nb(e, lay, a, reqi, reqf, glob, acc0, r, STATUS_REJECTED)
+            if not arrive_nb(e, lay, a, reqi, reqf, glob, acc0, nxt):
                 continue
             k = route_nb(e, lay, a, ws, acc, glob[GLOBAL_ROUTED])
-            glob[GLOBAL_ROUTED] += 1
-            reqi[r, RI_REPLICA] = k
             wake_nb(lay, a, ws, acc, k, t_best if lockstep and best >= 0 else -np.inf)
-            enqueue_nb(lay, reqi, ws[k], r)
-            if e.timeout_s > 0.0:
-                acc[k, clk + CLOCK_DEADLINE] = min(acc[k, clk + CLOCK_DEADLINE], a + e.timeout_s)
+            join_nb(e, lay, a, reqi, ws[k], acc[k], glob, nxt, k, clk + CLOCK_DEADLINE)
             continue
         if plan is not None and lockstep:  # pruned unless lockstep (lockstep_plan)
             t = lockstep_step_nb(p, sp, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
@@ -703,5 +696,6 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
             ws_k = ws0 if R == 1 else ws[best]
             acc_k = acc0 if R == 1 else acc[best]
             bound = step_bound_nb(e, lay, ws, acc, best, a)
-            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe, cohort)
+            acc_k[clk + CLOCK_NOW] = step_nb(p, sp, e, lay, t_best, bound, reqi, reqf, ws_k, glob, acc_k, pipe, cohort,
+                                             inline_arrivals)
     return False

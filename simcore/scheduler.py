@@ -21,6 +21,7 @@ from simcore.codes import (
     GLOBAL_HANDOFFS,
     GLOBAL_NEXT_ARRIVAL,
     GLOBAL_NEXT_SEND,
+    GLOBAL_ROUTED,
     N_GLOBALS,
     POLICY_CONTINUOUS,
     PREEMPTED_COUNT,
@@ -41,16 +42,19 @@ from simcore.codes import (
     RI_INPUT,
     RI_OUTPUT,
     RI_PREEMPTIONS,
+    RI_REPLICA,
     RI_STATUS,
     RUNNING_COUNT,
     SCHED_NEW_BLOCKS,
     SCHED_NEW_TOKENS,
     SCHED_REQUEST,
     STATUS_DONE,
+    STATUS_REJECTED,
     STATUS_RUNNING,
     STATUS_TIMED_OUT,
     STATUS_TRANSFER,
     STATUS_WAITING,
+    WIN_ARRIVALS,
     WIN_COMPLETED,
 )
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_queue_entry_nb, set_running_nb, set_sched_nb
@@ -125,6 +129,31 @@ def never_fits_nb(e, tokens, cached, fixed):
     return tokens > e.max_model_len or (
         e.policy == POLICY_CONTINUOUS
         and blocks_for_nb(tokens - 1, cached, fixed, e.block_size) > e.num_blocks - e.prefix_blocks)
+
+
+@jit_inline
+def arrive_nb(e, lay, a, reqi, reqf, glob, acc, r):
+    """The arrival rule, before routing: request ``r``, the next to arrive (at ``a``), counts in the
+    time series' arrivals (``acc``: the first replica's) and ends rejected when it can never finish
+    (:func:`never_fits_nb`). Returns whether it is routed to a replica (:func:`join_nb`)."""
+    glob[GLOBAL_NEXT_ARRIVAL] = r + 1
+    win_add_nb(lay, acc, window_of_nb(e, lay, a), WIN_ARRIVALS, 1.0)
+    if never_fits_nb(e, reqi[r, RI_INPUT] + reqi[r, RI_OUTPUT], reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]):
+        finish_nb(e, lay, a, reqi, reqf, glob, acc, r, STATUS_REJECTED)
+        return False
+    return True
+
+
+@jit_inline
+def join_nb(e, lay, a, reqi, ws, acc, glob, r, k, deadline_slot):
+    """Request ``r``, arrived at ``a``, joins replica ``k`` (``ws``, ``acc``: its rows; woken first
+    if idle): it waits in its queue, and its client's deadline, if any, bounds the replica's clock
+    (``acc[deadline_slot]``)."""
+    glob[GLOBAL_ROUTED] += 1
+    reqi[r, RI_REPLICA] = k
+    enqueue_nb(lay, reqi, ws, r)
+    if e.timeout_s > 0.0:
+        acc[deadline_slot] = min(acc[deadline_slot], a + e.timeout_s)
 
 
 @jit_inline

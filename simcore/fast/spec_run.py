@@ -12,7 +12,9 @@ the admitted rows as ``engine._advance_nb`` takes them, with the rules the expli
 ``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
 ``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). The admitted
 join the run when their prompts are in (they decode next); one with a prompt left to compute
-ends it after that step. It stops before an arrival (or, under a closed loop with replicas,
+ends it after that step. With one replica under an open loop (``arrivals``) the run also takes
+the arrivals due before each step, by the event loop's rules (``scheduler.arrive_nb``,
+``join_nb``). It stops before an arrival otherwise (or, under a closed loop with replicas,
 another busy replica's next step: the caller's bound), a client deadline or a step the explicit
 path must decide (a request short of budget or blocks: a partial chunk or a preemption), and,
 under a closed loop, after a step that retires
@@ -23,12 +25,17 @@ the same bit for bit.
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.layout`,
 :mod:`simcore.metrics`, :mod:`simcore.scheduler`, :mod:`simcore.speculative`.
 """
+import numpy as np
+
 from simcore._jit import jit, jit_inline
 from simcore.codes import (
+    CLOCK_DEADLINE,
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
     GLOBAL_BASE,
+    GLOBAL_NEXT_ARRIVAL,
     POLICY_CONTINUOUS,
+    RF_ARRIVAL,
     RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_BLOCKS,
@@ -61,7 +68,17 @@ from simcore.codes import (
 )
 from simcore.layout import running_nb, sched_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
-from simcore.scheduler import admission_nb, admit_waiting_nb, blocks_past_nb, drop_finished_nb, need_nb, peek_nb, retire_nb
+from simcore.scheduler import (
+    admission_nb,
+    admit_waiting_nb,
+    arrive_nb,
+    blocks_past_nb,
+    drop_finished_nb,
+    join_nb,
+    need_nb,
+    peek_nb,
+    retire_nb,
+)
 from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_rests_nb, step_totals_at_nb
 
 
@@ -89,7 +106,7 @@ def _head_admissible_nb(e, lay, reqi, ws, n_sched, budget, free):
 
 
 @jit
-def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc):
+def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, glob, acc, arrivals=False):
     """Take speculative steps of decoding requests (and the waiting requests each step admits)
     from ``now`` while the explicit path would take them the same way and nothing else is due
     (continuous batching with chunked prefill, one pipeline stage).
@@ -101,6 +118,10 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     schedule rows past the run's, then the run's own once they decode), and one loop that verifies
     and emits. Every step but the first starts with each decoding request's last token at the
     previous step's end: their inter-token latencies are one histogram entry.
+
+    With ``arrivals`` (one replica, an open loop, every request's row present) the requests that
+    arrive before a step join the replica's queue here, as the event loop would have them join
+    (``next_arrival`` is then the first of them, and the deadline is read again after them).
 
     Returns
     -------
@@ -128,7 +149,20 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     n_spec = e.num_speculative_tokens
     rests = step_rests_nb(p, sp, n_spec, acc, lay, 0.0, 0.0, 0.0)  # typed; set at the first step
     rest_key = (-1.0, -1.0, -1.0)  # the tokens, logits and sampling rows they are for
-    while now < next_arrival and now < next_deadline:
+    n_rows = reqi.shape[0]
+    deadline_slot = lay.off_clock + CLOCK_DEADLINE
+    while True:
+        if arrivals:  # the event loop's arrivals before a step that starts at ``now``
+            nxt = glob[GLOBAL_NEXT_ARRIVAL]
+            while nxt < n_rows and reqf[nxt, RF_ARRIVAL] <= now:
+                a = reqf[nxt, RF_ARRIVAL]
+                if arrive_nb(e, lay, a, reqi, reqf, glob, acc, nxt):
+                    join_nb(e, lay, a, reqi, ws, acc, glob, nxt, 0, deadline_slot)
+                nxt += 1
+            next_arrival = reqf[nxt, RF_ARRIVAL] if nxt < n_rows else np.inf
+            next_deadline = acc[deadline_slot]
+        if now >= next_arrival or now >= next_deadline:
+            break
         # Schedule: schedule_speculative_nb's rows and sums, nothing written yet.
         budget = e.max_num_batched_tokens
         free = ws[FREE_BLOCKS]

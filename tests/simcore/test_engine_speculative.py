@@ -238,26 +238,31 @@ def test_speculative_runs_are_the_explicit_steps_across_replicas(router, clients
         np.testing.assert_array_equal(a, b)
 
 
-def test_admission_steps_are_taken_inside_the_speculative_run():
-    """A step that admits waiting requests is taken inside the speculative run
-    (simcore.fast.spec_run), which goes on with them once their prompts are in: with prompts that
-    fit a step, far fewer explicit steps than arrivals (each arrival took one before); with
-    prompts that need several chunks, the explicit path takes over after the admission. Both the
-    explicit path's results bit for bit."""
+@pytest.mark.parametrize("budget,timeout", [(2048, 0.0), (256, 0.0), (2048, 0.3)])
+def test_arrivals_and_admissions_are_taken_inside_the_speculative_run(budget, timeout):
+    """One replica under an open loop: the speculative run (simcore.fast.spec_run) takes the
+    arrivals (scheduler.arrive_nb, join_nb: the event loop's rules; some rejected, the model too
+    short for them) and the steps that admit waiting requests, and goes on with them once their
+    prompts are in. With prompts that fit a step, far fewer explicit steps than arrivals (each
+    arrival took one before); with prompts that need several chunks, or client deadlines, the
+    explicit path takes over where it must. Always the explicit path's results, bit for bit."""
     n = 300
-    for budget in (2048, 256):
-        rng = np.random.default_rng(5)
-        arrival, ready, prompt, output = workload(rng, n, 40.0, 400, 120)
-        e = engine(max_num_seqs=24, max_num_batched_tokens=budget, num_blocks=600, num_speculative_tokens=3)
-        sp = spec(3, [0.8, 0.5, 0.3])
-        fast = run_kernel(e, arrival.copy(), prompt, output, sp=sp)
-        slow = run_kernel(e._replace(fast_forward=False), arrival.copy(), prompt, output, sp=sp)
-        for a, b in zip(fast[:2] + fast[3:], slow[:2] + slow[3:]):
-            np.testing.assert_array_equal(a, b)
-        stats = fast[2]
-        np.testing.assert_array_equal(np.delete(stats, codes.STAT_FAST_ITERATIONS),
-                                      np.delete(slow[2], codes.STAT_FAST_ITERATIONS))
-        assert stats[codes.STAT_PREFILL_TOKENS] == prompt.sum()
-        explicit = stats[codes.STAT_ITERATIONS] - stats[codes.STAT_FAST_ITERATIONS]
-        if budget == 2048:
-            assert explicit < 0.1 * n, explicit
+    rng = np.random.default_rng(5)
+    arrival, ready, prompt, output = workload(rng, n, 40.0, 400, 120)
+    e = engine(max_num_seqs=24, max_num_batched_tokens=budget, num_blocks=600, num_speculative_tokens=3,
+               max_model_len=480, timeout_s=timeout)
+    sp = spec(3, [0.8, 0.5, 0.3])
+    fast = run_kernel(e, arrival.copy(), prompt, output, sp=sp)
+    slow = run_kernel(e._replace(fast_forward=False), arrival.copy(), prompt, output, sp=sp)
+    for a, b in zip(fast[:2] + fast[3:], slow[:2] + slow[3:]):
+        np.testing.assert_array_equal(a, b)
+    stats = fast[2]
+    np.testing.assert_array_equal(np.delete(stats, codes.STAT_FAST_ITERATIONS),
+                                  np.delete(slow[2], codes.STAT_FAST_ITERATIONS))
+    rejected = (fast[0][:, codes.RI_STATUS] == codes.STATUS_REJECTED).sum()
+    assert 0 < rejected == (prompt + output > 480).sum()
+    if timeout:
+        assert (fast[0][:, codes.RI_STATUS] == codes.STATUS_TIMED_OUT).sum() > 0
+    explicit = stats[codes.STAT_ITERATIONS] - stats[codes.STAT_FAST_ITERATIONS]
+    if budget == 2048 and not timeout:
+        assert explicit < 0.1 * n, explicit
