@@ -17,10 +17,9 @@ the arrivals due before each step, by the event loop's rules (``scheduler.arrive
 ``join_nb``). It stops before an arrival otherwise (or, under a closed loop with replicas,
 another busy replica's next step: the caller's bound), a client deadline or a step the explicit
 path must decide (a request short of budget or blocks: a partial chunk or a preemption), and,
-under a closed loop, after a step that retires
-a request (its client's next request may arrive at once; an open loop's arrivals are known, so the
-run drops the retired rows and goes on). The sums run in the explicit path's order: results are
-the same bit for bit.
+under a closed loop, after a step that retires a request (its client's next request may arrive at
+once; an open loop's arrivals are known, so the run drops the retired rows and goes on). The sums
+run in the explicit path's order: results are the same bit for bit.
 
 May import: :mod:`simcore._jit`, :mod:`simcore.codes`, :mod:`simcore.layout`,
 :mod:`simcore.metrics`, :mod:`simcore.scheduler`, :mod:`simcore.speculative`.
