@@ -713,11 +713,11 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 @jit
 def rest_memo_nb(p, acc, off, slots, n_tokens, n_emit):
     """:func:`rest_totals_nb` (to a few ulps; ``n_tokens`` > 0) kept in the memo table at
-    ``acc[off]`` (``slots`` entries, a power of two, of ``N_REST`` slots, direct-mapped by (tokens,
-    rows with logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the rest is the whole
-    iteration at no context (the compiled loop of :func:`iteration_totals_nb`) less its attention
-    and overhead: each inlined copy of the operator loop costs numba seconds of compile. A key's
-    value is always the same, so a caller may keep it while the key stays."""
+    ``acc[off]`` (``slots`` entries, a power of two, of ``N_REST`` slots, direct-mapped by
+    (tokens, rows with logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the
+    rest is the whole iteration at no context (the compiled loop of :func:`iteration_totals_nb`)
+    less its attention and overhead: each inlined copy of the operator loop costs numba seconds of
+    compile. A key's value is always the same, so a caller may keep it while the key stays."""
     slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (slots - 1)) * N_REST
     if acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit:
         rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)

@@ -44,13 +44,10 @@ from simcore.codes import (
     QUEUE_WAITING,
     RF_ARRIVAL,
     RF_FINISH,
-    RF_FIRST_TOKEN,
-    RF_LAST_EMIT,
     RI_COMPUTED,
     RI_EPOCH,
     RI_GENERATED,
     RI_INPUT,
-    RI_OUTPUT,
     RI_STATUS,
     ROUTER_LEAST_OUTSTANDING,
     RUNNING_COUNT,
@@ -76,18 +73,18 @@ from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.fast.spec_run import spec_run_nb, spec_run_possible
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
-from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
+from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
     arrive_nb,
     drop_finished_nb,
+    emit_nb,
     finish_nb,
     form_static_batch_nb,
     join_nb,
     peek_nb,
     pop_front_nb,
     release_blocks_nb,
-    retire_nb,
     schedule_aggregates_nb,
     schedule_continuous_nb,
     schedule_row_nb,
@@ -271,15 +268,10 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thr
         else:
             prefill_tokens += new
         if after == total or (emit_all and after > total):
-            if g == 0:
-                reqf[r, RF_FIRST_TOKEN] = t_end
-            elif measured_nb(e, r):
-                itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
-            reqf[r, RF_LAST_EMIT] = t_end
-            reqi[r, RI_GENERATED] = g + emitted
             out_tokens += emitted
-            if g + emitted == reqi[r, RI_OUTPUT]:
-                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, not emit_all)
+            done, itl_from, itl_n = emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, emitted, not emit_all,
+                                            itl_from, itl_n)
+            if done:
                 finished += 1
     if itl_n > 0.0:
         record_itl_nb(e, lay, acc, t_end - itl_from, itl_n)
@@ -685,7 +677,8 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
                 continue
             k = route_nb(e, lay, a, ws, acc, glob[GLOBAL_ROUTED])
             wake_nb(lay, a, ws, acc, k, t_best if lockstep and best >= 0 else -np.inf)
-            join_nb(e, lay, a, reqi, ws[k], acc[k], glob, nxt, k, clk + CLOCK_DEADLINE)
+            join_nb(e, lay, a, reqi, ws0 if R == 1 else ws[k], acc0 if R == 1 else acc[k], glob, nxt, k,
+                    clk + CLOCK_DEADLINE)
             continue
         if plan is not None and lockstep:  # pruned unless lockstep (lockstep_plan)
             t = lockstep_step_nb(p, sp, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)

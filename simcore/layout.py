@@ -67,7 +67,8 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
-                  off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, acc_len=off_rest + 2 * rest_slots * N_REST,
+                  off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots,
+                  acc_len=off_rest + 2 * rest_slots * N_REST,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

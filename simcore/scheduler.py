@@ -58,7 +58,7 @@ from simcore.codes import (
     WIN_COMPLETED,
 )
 from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_queue_entry_nb, set_running_nb, set_sched_nb
-from simcore.metrics import win_add_nb, window_of_nb
+from simcore.metrics import itl_group_nb, measured_nb, win_add_nb, window_of_nb
 
 
 @jit_inline
@@ -146,8 +146,8 @@ def arrive_nb(e, lay, a, reqi, reqf, glob, acc, r):
 
 @jit_inline
 def join_nb(e, lay, a, reqi, ws, acc, glob, r, k, deadline_slot):
-    """Request ``r``, arrived at ``a``, joins replica ``k`` (``ws``, ``acc``: its rows; woken first
-    if idle): it waits in its queue, and its client's deadline, if any, bounds the replica's clock
+    """Request ``r``, arrived at ``a``, joins replica ``k`` (``ws``, ``acc``: its rows; the caller
+    wakes it first if idle): it waits in its queue, and its client's deadline, if any, bounds the replica's clock
     (``acc[deadline_slot]``)."""
     glob[GLOBAL_ROUTED] += 1
     reqi[r, RI_REPLICA] = k
@@ -330,6 +330,24 @@ def end_status_nb(e, t, arrival):
 
 
 @jit_inline
+def emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, emitted, release, itl_from, itl_n):
+    """The emit rule: running request ``r``, ``g`` tokens emitted so far, emits ``emitted`` more at
+    ``t_end``: its first token's time, or (measured) their inter-token latency in
+    ``metrics.itl_group_nb``'s groups (``itl_from``, ``itl_n``); at its last token it retires
+    (:func:`retire_nb`, ``release`` as there). Returns (whether it retired, itl_from, itl_n)."""
+    if g == 0:
+        reqf[r, RF_FIRST_TOKEN] = t_end
+    elif measured_nb(e, r):
+        itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
+    reqf[r, RF_LAST_EMIT] = t_end
+    reqi[r, RI_GENERATED] = g + emitted
+    if g + emitted == reqi[r, RI_OUTPUT]:
+        retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, release)
+        return True, itl_from, itl_n
+    return False, itl_from, itl_n
+
+
+@jit_inline
 def retire_nb(e, lay, t, reqi, reqf, ws, glob, acc, r, release):
     """The retire rule: ``r`` emitted its last token at ``t``. Its blocks go back to the pool
     (``release``; a static batch keeps its rows' blocks until it ends) and it ends done, or timed
@@ -364,6 +382,34 @@ def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
         n += 1
         budget -= new
     return n, budget
+
+
+@jit_inline
+def admit_speculative_nb(e, lay, now, reqi, reqf, ws, n, budget, n_tokens, pairs, kv_read, logits, n_sample,
+                         ctx_sample):
+    """A speculative step's admission after its ``n`` running rows (:func:`admit_waiting_nb`,
+    chunked) with the admitted chunks added to the step's aggregates, in row order (those of
+    :func:`schedule_speculative_nb`; a row that samples adds its logit). Returns (n, budget left,
+    and the six aggregates); :func:`schedule_speculative_nb` and the speculative run
+    (``simcore.fast.spec_run``) both call it."""
+    n_run = n
+    n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, False)
+    for j in range(n_run, n):  # the admitted: their first chunk
+        r = sched_nb(lay, ws, SCHED_REQUEST, j)
+        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
+        c = reqi[r, RI_COMPUTED]
+        q = float(new)
+        cf = float(c)
+        n_tokens += q
+        pairs += q * cf + q * (q + 1.0) * 0.5
+        kv_read += cf + q
+        after = c + new
+        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
+        if over >= 0:
+            n_sample += 1.0
+            ctx_sample += after
+            logits += 1.0 + over
+    return n, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample
 
 
 @jit_inline
@@ -537,23 +583,8 @@ def schedule_speculative_nb(e, lay, now, reqi, reqf, ws):
             if x != 0:
                 reqi[sched_nb(lay, ws, SCHED_REQUEST, j), RI_BLOCKS] += x
     ws[FREE_BLOCKS] = free
-    n_run = n
-    n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, False)
-    for j in range(n_run, n):  # the admitted: their first chunk
-        r = sched_nb(lay, ws, SCHED_REQUEST, j)
-        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        c = reqi[r, RI_COMPUTED]
-        q = float(new)
-        cf = float(c)
-        n_tokens += q
-        pairs += q * cf + q * (q + 1.0) * 0.5
-        kv_read += cf + q
-        after = c + new
-        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-        if over >= 0:
-            n_sample += 1.0
-            ctx_sample += after
-            logits += 1.0 + over
+    n, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = admit_speculative_nb(
+        e, lay, now, reqi, reqf, ws, n, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample)
     return n, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample
 
 

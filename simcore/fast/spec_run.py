@@ -5,11 +5,11 @@ whole need within the token budget and its KV blocks are free, the next speculat
 the explicit path would take the same way (``scheduler.schedule_speculative_nb``, the step's cost,
 the engine's advance), admitting the waiting requests it can after the running ones. This module
 takes such steps back to back without returning to the event loop: per step one loop over the
-running requests that schedules and sums, the admission (``scheduler.admit_waiting_nb``, the
-explicit scheduler's own) and its chunks' sums, then one loop that verifies and emits and one over
-the admitted rows as ``engine._advance_nb`` takes them, with the rules the explicit path calls
-(:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s capacity form),
-``admission_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
+running requests that schedules and sums, the admission with its chunks' sums
+(``scheduler.admit_speculative_nb``, the explicit scheduler's own), then one loop that verifies
+and emits and one over the admitted rows as ``engine._advance_nb`` takes them, with the rules the
+explicit path calls (:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s
+capacity form), ``emit_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
 ``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). The admitted
 join the run when their prompts are in (they decode next); one with a prompt left to compute
 ends it after that step. With one replica under an open loop (``arrivals``) the run also takes
@@ -35,7 +35,6 @@ from simcore.codes import (
     GLOBAL_NEXT_ARRIVAL,
     POLICY_CONTINUOUS,
     RF_ARRIVAL,
-    RF_FIRST_TOKEN,
     RF_LAST_EMIT,
     RI_BLOCKS,
     RI_CACHED,
@@ -54,7 +53,6 @@ from simcore.codes import (
     RUN_NEXT_CAPACITY,
     RUN_OUTPUT,
     SCHED_NEW_TOKENS,
-    SCHED_REQUEST,
     STATUS_RUNNING,
     STAT_DECODE_TOKENS,
     STAT_FAST_ITERATIONS,
@@ -68,14 +66,13 @@ from simcore.codes import (
 from simcore.layout import running_nb, sched_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
-    admission_nb,
-    admit_waiting_nb,
+    admit_speculative_nb,
     arrive_nb,
     blocks_past_nb,
     drop_finished_nb,
+    emit_nb,
     join_nb,
     need_nb,
-    peek_nb,
     retire_nb,
 )
 from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_rests_nb, step_totals_at_nb
@@ -86,22 +83,6 @@ def _decoding_nb(reqi, r):
     """Whether running request ``r`` decodes: it emitted a token and computed all but the last."""
     g = reqi[r, RI_GENERATED]
     return g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1
-
-
-@jit_inline
-def _head_admissible_nb(e, lay, reqi, ws, n_sched, budget, free):
-    """Whether the explicit scheduler (``scheduler.admit_waiting_nb``) would admit the waiting head
-    after ``n_sched`` rows, with ``budget`` tokens and ``free`` blocks left."""
-    cap = e.pipeline_batch_seqs if e.pipeline_batch_seqs > 0 else e.max_num_seqs
-    if ws[RUNNING_COUNT] >= e.max_num_seqs or budget <= 0 or n_sched >= cap:
-        return False
-    h = peek_nb(lay, reqi, ws)
-    if h < 0:
-        return False
-    c = reqi[h, RI_COMPUTED]
-    new, _ = admission_nb(e, ws[RUNNING_COUNT], budget, free, False, c, reqi[h, RI_INPUT] + reqi[h, RI_GENERATED] - c,
-                          reqi[h, RI_CACHED], reqi[h, RI_FIXED_BLOCKS], reqi[h, RI_BLOCKS])
-    return new > 0
 
 
 @jit
@@ -198,27 +179,11 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         if short:
             break
         ws[FREE_BLOCKS] = free
-        n_all = B
-        if _head_admissible_nb(e, lay, reqi, ws, B, budget, free):
-            # The waiting requests the explicit scheduler admits at this step, after the running
-            # rows (schedule rows B.., past the run's rows), and their chunks' sums, in its order.
-            n_all, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, B, budget, False)
-            for j in range(B, n_all):
-                r = sched_nb(lay, ws, SCHED_REQUEST, j)
-                new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-                c = reqi[r, RI_COMPUTED]
-                q = float(new)
-                cf = float(c)
-                n_tokens += q
-                pairs += q * cf + q * (q + 1.0) * 0.5
-                kv_read += cf + q
-                after = c + new
-                over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-                if over >= 0:  # it samples
-                    n_sample += 1.0
-                    ctx_sample += after
-                    logits += 1.0 + over
-            free = ws[FREE_BLOCKS]
+        # The waiting requests the explicit scheduler admits at this step, after the running rows
+        # (schedule rows B.., past the run's rows), and their chunks' sums, in its order.
+        n_all, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = admit_speculative_nb(
+            e, lay, now, reqi, reqf, ws, B, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample)
+        free = ws[FREE_BLOCKS]
         # speculative.step_totals_nb, its memo lookups made when a step's counts change
         key = (n_tokens, logits, n_sample)
         if key != rest_key:
@@ -286,15 +251,10 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 else:
                     prefill_tokens += new
                 if after == total:
-                    if g == 0:
-                        reqf[r, RF_FIRST_TOKEN] = t_end
-                    elif measured_nb(e, r):
-                        itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
-                    reqf[r, RF_LAST_EMIT] = t_end
-                    reqi[r, RI_GENERATED] = g + 1
                     out_tokens += 1
-                    if g + 1 == reqi[r, RI_OUTPUT]:
-                        retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
+                    done, itl_from, itl_n = emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, 1, True, itl_from,
+                                                    itl_n)
+                    if done:
                         finished += 1
                         continue
                     _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
