@@ -104,6 +104,7 @@ from simcore.codes import (
     UNIT_PROJ,
     UNIT_VECTOR,
 )
+from simcore.params import AttentionParams
 
 # FLOPs per element of the FFN activation (SiLU(x) * y or GELU) and of the sampler's passes
 # over the vocabulary (max, exp, sum, normalise, top-k/top-p threshold), and the number of
@@ -662,7 +663,46 @@ def _rest_totals_nb(p, n_tokens, n_emit):
 
 @jit_inline
 def _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`attention_totals_nb` (``n_tokens`` > 0)."""
+    """:func:`attention_totals_nb` (``n_tokens`` > 0): every layer attending to all its keys, from
+    :func:`attention_params_nb` (a real call of a dozen fields instead of CostParams' hundred: the
+    copy cost more than the lookups), else :func:`mixed_attention_totals_nb`."""
+    if mixed_attention_nb(p):
+        return mixed_attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    return full_attention_totals_nb(attention_params_nb(p), n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit_inline
+def attention_params_nb(p):
+    """The :class:`simcore.params.AttentionParams` of CostParams ``p``."""
+    return AttentionParams(p.n_layers, p.kv_heads, p.kv_width, p.pair_flops, p.a_bytes, p.kv_bytes, p.attn_flops,
+                           p.mem_bw, p.eff_compute, p.eff_bw, p.launch_s, p.eff)
+
+
+@jit_inline
+def _attention_roofline_nb(p, flops, nbytes):
+    """One layer's attention seconds at the scalar roofline (no tables)."""
+    return max(flops * (1.0 / (p.attn_flops * p.eff_compute)), nbytes * (1.0 / (p.mem_bw * p.eff_bw))) + p.launch_s
+
+
+@jit
+def full_attention_totals_nb(a, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`attention_totals_nb` of a model whose every layer attends to all its keys
+    (``mixed_attention_nb`` False; ``n_tokens`` > 0), from its :class:`simcore.params.AttentionParams`
+    ``a``: the same arithmetic, bit for bit."""
+    count = a.n_layers  # op_count_nb's for attention
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    flops, nbytes = attention_cost_nb(a, n_tokens, attn_pairs, kv_read_tokens)  # op_cost_nb's, unmixed
+    if shaped_nb(a):
+        seconds, _ = _shaped_attention_part_nb(a, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+    else:
+        seconds = _attention_roofline_nb(a, flops, nbytes)
+    return count * seconds, count * flops, count * nbytes
+
+
+@jit
+def mixed_attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`attention_totals_nb` of any model (``n_tokens`` > 0)."""
     count = op_count_nb(p, OP_ATTENTION)
     if count == 0:
         return 0.0, 0.0, 0.0
@@ -670,8 +710,7 @@ def _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     if shaped_nb(p):
         seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     else:
-        seconds = max(flops * (1.0 / (p.attn_flops * p.eff_compute)), nbytes * (1.0 / (p.mem_bw * p.eff_bw))) \
-            + p.launch_s
+        seconds = _attention_roofline_nb(p, flops, nbytes)
     return count * seconds, count * flops, count * nbytes
 
 
@@ -685,7 +724,7 @@ def rest_totals_nb(p, n_tokens, n_emit):
     return _rest_totals_nb(p, n_tokens, n_emit)
 
 
-@jit
+@jit_inline
 def attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Seconds, FLOPs and memory bytes of an iteration's attention over every layer it runs in."""
     if n_tokens <= 0.0:
@@ -710,24 +749,32 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     return rs + a_s + p.iter_overhead_s, rf + af, rb + ab
 
 
-@jit
+@jit_inline
 def rest_memo_nb(p, acc, off, slots, n_tokens, n_emit):
     """:func:`rest_totals_nb` (to a few ulps; ``n_tokens`` > 0) kept in the memo table at
     ``acc[off]`` (``slots`` entries, a power of two, of ``N_REST`` slots, direct-mapped by
-    (tokens, rows with logits), NaN until set: ``simcore.layout.Layout.off_rest``). On a miss the
-    rest is the whole iteration at no context (the compiled loop of :func:`iteration_totals_nb`)
-    less its attention and overhead: each inlined copy of the operator loop costs numba seconds of
-    compile. A key's value is always the same, so a caller may keep it while the key stays."""
+    (tokens, rows with logits), NaN until set: ``simcore.layout.Layout.off_rest``). A hit is read
+    in place; a miss is a real call (:func:`rest_fill_nb`). A key's value is always the same, so a
+    caller may keep it while the key stays."""
     slot = off + ((np.int64(n_tokens) * 40503 + np.int64(n_emit)) & (slots - 1)) * N_REST
     if acc[slot + REST_TOKENS] != n_tokens or acc[slot + REST_EMIT] != n_emit:
-        rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
-        a_s, af, ab = attention_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
-        acc[slot + REST_TOKENS] = n_tokens
-        acc[slot + REST_EMIT] = n_emit
-        acc[slot + REST_S] = rs - (a_s + p.iter_overhead_s)
-        acc[slot + REST_FLOPS] = rf - af
-        acc[slot + REST_BYTES] = rb - ab
+        rest_fill_nb(p, acc, slot, n_tokens, n_emit)
     return acc[slot + REST_S], acc[slot + REST_FLOPS], acc[slot + REST_BYTES]
+
+
+@jit
+def rest_fill_nb(p, acc, slot, n_tokens, n_emit):
+    """Set memo entry ``acc[slot:slot + N_REST]`` (:func:`rest_memo_nb`) to (``n_tokens``,
+    ``n_emit``)'s rest: the whole iteration at no context (the compiled loop of
+    :func:`iteration_totals_nb`) less its attention and overhead (each inlined copy of the
+    operator loop costs numba seconds of compile)."""
+    rs, rf, rb = iteration_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
+    a_s, af, ab = attention_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
+    acc[slot + REST_TOKENS] = n_tokens
+    acc[slot + REST_EMIT] = n_emit
+    acc[slot + REST_S] = rs - (a_s + p.iter_overhead_s)
+    acc[slot + REST_FLOPS] = rf - af
+    acc[slot + REST_BYTES] = rb - ab
 
 
 @jit_inline

@@ -98,6 +98,26 @@ class CostParams(NamedTuple):
     eff: np.ndarray = NO_EFF_TABLE  # float64
 
 
+class AttentionParams(NamedTuple):
+    """The :class:`CostParams` fields that price attention where every layer attends to all its
+    keys (``simcore.cost.full_attention_totals_nb``), under the same names: the kernels pass these
+    to its real call instead of the whole CostParams, whose every field a call copies
+    (``simcore.cost.attention_params_nb`` takes them from one)."""
+
+    n_layers: int
+    kv_heads: float
+    kv_width: float
+    pair_flops: float
+    a_bytes: float
+    kv_bytes: float
+    attn_flops: float
+    mem_bw: float
+    eff_compute: float
+    eff_bw: float
+    launch_s: float
+    eff: np.ndarray
+
+
 class EngineSettings(NamedTuple):
     """Scheduler settings of one engine replica (scalars only; where things live in its arrays is
     the separate :class:`simcore.layout.Layout`)."""
