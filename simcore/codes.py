@@ -263,6 +263,7 @@ RUN_CAPACITY = 3  # tokens its KV blocks hold
 RUN_HASH = 4  # its acceptance draws' hash (speculative.request_hash_nb)
 RUN_NEED = 5  # the step being planned: the tokens it schedules (its last and its drafts) ...
 RUN_NEXT_CAPACITY = 6  # ... and what its KV blocks hold after it
+RUN_DONE = -1  # RUN_NEED of a row that ended in the step taken (the run drops it)
 
 # Slots of the counters all replicas share (int64, ``glob``): another thread may read
 # GLOBAL_ENDED while the kernel runs.

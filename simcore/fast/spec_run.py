@@ -47,6 +47,7 @@ from simcore.codes import (
     RUNNING_COUNT,
     RUN_CAPACITY,
     RUN_COMPUTED,
+    RUN_DONE,
     RUN_GENERATED,
     RUN_HASH,
     RUN_NEED,
@@ -63,7 +64,7 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.layout import running_nb, sched_nb, set_sched_nb
+from simcore.layout import running_nb, sched_nb, set_running_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     admit_speculative_nb,
@@ -197,6 +198,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             acc[STAT_MIN_FREE_BLOCKS] = free
         # Verify and emit: the engine's advance of decoding rows, in row order.
         finished = 0
+        first_done = n_rows  # the first row that ends ...
+        measured_done = 0.0  # ... and those measured of them (their last inter-token latency is this step's)
         decode_tokens = 0
         out_tokens = 0
         drafts = 0
@@ -231,6 +234,11 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 r = running_nb(lay, ws, j)
                 _store_nb(e, lay, reqi, reqf, ws, j, r, t_end)
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
+                set_sched_nb(lay, ws, RUN_NEED, j, RUN_DONE)
+                if measured_nb(e, r):
+                    measured_done += 1.0
+                if finished == 0:
+                    first_done = j
                 finished += 1
         if k > 0:  # every last token at the previous step's end: one group
             itl_from = now
@@ -255,9 +263,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                     done, itl_from, itl_n = emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, 1, True, itl_from,
                                                     itl_n)
                     if done:
+                        set_sched_nb(lay, ws, RUN_NEED, j, RUN_DONE)
+                        if finished == 0:
+                            first_done = j
                         finished += 1
                         continue
                     _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
+                    set_sched_nb(lay, ws, RUN_NEED, j, 0)  # running (not RUN_DONE)
                     if measured_nb(e, r):
                         measured += 1.0
                 else:
@@ -281,7 +293,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         if finished > 0:
             if e.n_clients > 0:  # a client's next request may arrive at once
                 break
-            B, measured = _drop_finished_rows_nb(e, lay, reqi, ws, B)  # open loop: the batch goes on
+            B = _drop_finished_rows_nb(lay, ws, B, first_done)  # open loop: the batch goes on
+            measured -= measured_done
             if B == 0:
                 break
     if k > 0:
@@ -296,23 +309,20 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
 
 
 @jit_inline
-def _drop_finished_rows_nb(e, lay, reqi, ws, B):
-    """After a step that retired requests: the schedule rows and the running list keep the
-    requests still running, in order (``scheduler.drop_finished_nb``'s). Returns how many, and how
-    many of them are measured."""
-    n = 0
-    measured = 0.0
-    for j in range(B):
-        r = running_nb(lay, ws, j)
-        if reqi[r, RI_STATUS] == STATUS_RUNNING:
-            if n < j:
-                for row in (RUN_COMPUTED, RUN_GENERATED, RUN_OUTPUT, RUN_CAPACITY, RUN_HASH):
-                    set_sched_nb(lay, ws, row, n, sched_nb(lay, ws, row, j))
-            if measured_nb(e, r):
-                measured += 1.0
+def _drop_finished_rows_nb(lay, ws, B, first):
+    """After a step that ended some of the ``B`` rows (``RUN_NEED`` is ``RUN_DONE``; ``first``, the
+    first of them): the schedule rows and the running list keep the requests still running, in
+    order (``scheduler.drop_finished_nb``'s, from the rows' marks instead of each request's
+    status). Returns how many."""
+    n = first
+    for j in range(first + 1, B):
+        if sched_nb(lay, ws, RUN_NEED, j) != RUN_DONE:
+            for row in (RUN_COMPUTED, RUN_GENERATED, RUN_OUTPUT, RUN_CAPACITY, RUN_HASH):
+                set_sched_nb(lay, ws, row, n, sched_nb(lay, ws, row, j))
+            set_running_nb(lay, ws, n, running_nb(lay, ws, j))
             n += 1
-    drop_finished_nb(lay, reqi, ws)
-    return n, measured
+    ws[RUNNING_COUNT] = n
+    return n
 
 
 @jit_inline
