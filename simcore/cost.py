@@ -700,6 +700,34 @@ def full_attention_totals_nb(a, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     return count * seconds, count * flops, count * nbytes
 
 
+@jit_inline
+def decode_rows_coord_nb(p, n_rows):
+    """The decode table's grid coordinate of a batch with ``n_rows`` emitting rows (log2 of rows x
+    KV heads, at least one row): :func:`shaped_attention_nb`'s, for
+    :func:`decode_attention_totals_nb`."""
+    return log2_nb((n_rows if n_rows > 1.0 else 1.0) * p.kv_heads)
+
+
+@jit_inline
+def decode_attention_totals_nb(a, n_rows, ctx, x_rows):
+    """:func:`full_attention_totals_nb` of ``n_rows`` (>= 1) rows that each compute one token, over
+    ``ctx`` keys in all (``attn_pairs`` = ``kv_read_tokens`` = ``ctx``, ``n_emit`` = ``n_rows``),
+    given ``x_rows`` (:func:`decode_rows_coord_nb`): the same arithmetic bit for bit, with keys
+    per query and per row (the same number) taken once for both tables and ``x_rows`` kept by
+    the caller over passes with the same rows."""
+    count = a.n_layers
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    flops, nbytes = attention_cost_nb(a, n_rows, ctx, ctx)
+    if shaped_nb(a):
+        x_ctx = log2_nb(ctx / n_rows)
+        seconds, _ = shaped_attention_at_nb(a, flops, nbytes, log2_nb(flops) - EFF_PF_LOG2_MIN, x_ctx, x_rows, x_ctx,
+                                            0.0)
+    else:
+        seconds = _attention_roofline_nb(a, flops, nbytes)
+    return count * seconds, count * flops, count * nbytes
+
+
 @jit
 def mixed_attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """:func:`attention_totals_nb` of any model (``n_tokens`` > 0)."""

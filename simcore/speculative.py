@@ -30,7 +30,16 @@ import numpy as np
 
 from simcore._jit import jit, jit_inline
 from simcore.codes import N_REST, UNIT_GEMM
-from simcore.cost import iteration_totals_nb, op_time_nb, rest_memo_nb, totals_from_rest_nb
+from simcore.cost import (
+    attention_params_nb,
+    decode_attention_totals_nb,
+    decode_rows_coord_nb,
+    iteration_totals_nb,
+    mixed_attention_nb,
+    op_time_nb,
+    rest_memo_nb,
+    totals_from_rest_nb,
+)
 
 MASK32 = 0xFFFFFFFF
 SEED_SALT = 0x9E3779B9  # the golden ratio's 32 bits: seed 0 does not start the chain at 0
@@ -158,12 +167,33 @@ def _draft_totals_nb(sp, k, n_tokens, attn_pairs, kv_read_tokens, n_sample, ctx_
     if n_sample <= 0.0:
         return t, flops, nbytes
     pt, pf, pb = _proj_totals_nb(d, sp.proj_params, n_sample)  # the same for each later pass
+    if later is not None and not mixed_attention_nb(d):
+        return _later_passes_nb(attention_params_nb(d), later, d.iter_overhead_s, k, n_sample, ctx_sample, pt, pf, pb,
+                                t, flops, nbytes)
     for i in range(1, k):
         ctx = ctx_sample + n_sample * i
         st, sf, sb = _pass_totals_nb(d, later, n_sample, ctx, ctx, n_sample)
         t += st + pt
         flops += sf + pf
         nbytes += sb + pb
+    return t, flops, nbytes
+
+
+@jit
+def _later_passes_nb(a, rest, overhead_s, k, n_sample, ctx_sample, pt, pf, pb, t, flops, nbytes):
+    """The drafter's passes 1 .. ``k - 1`` added to ``t``, ``flops``, ``nbytes`` as
+    :func:`_draft_totals_nb` adds them (each pass's totals from its memo ``rest`` and per-step
+    ``overhead_s``, then its projection ``pt``, ``pf``, ``pb``), for a drafter whose every layer
+    attends to all its keys (``a``: its :class:`simcore.params.AttentionParams`): one real call of
+    a few fields per step, attention's rows coordinate taken once for its passes and one keys
+    coordinate per pass (``cost.decode_attention_totals_nb``). The same sums, bit for bit."""
+    x_rows = decode_rows_coord_nb(a, n_sample)
+    for i in range(1, k):
+        ctx = ctx_sample + n_sample * i
+        a_s, af, ab = decode_attention_totals_nb(a, n_sample, ctx, x_rows)
+        t += (rest[0] + a_s + overhead_s) + pt  # totals_from_rest_nb's sums
+        flops += (rest[1] + af) + pf
+        nbytes += (rest[2] + ab) + pb
     return t, flops, nbytes
 
 
