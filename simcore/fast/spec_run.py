@@ -115,7 +115,6 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     B = ws[RUNNING_COUNT]
     if B == 0 or now >= next_arrival or now >= next_deadline or not _decoding_nb(reqi, running_nb(lay, ws, B - 1)):
         return 0, now  # the newly admitted come last
-    bs = e.block_size
     base = glob[GLOBAL_BASE]
     thresholds = sp.thresholds
     measured = 0.0
@@ -132,6 +131,10 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     rest_key = (-1.0, -1.0, -1.0)  # the tokens, logits and sampling rows they are for
     n_rows = reqi.shape[0]
     deadline_slot = lay.off_clock + CLOCK_DEADLINE
+    planned = False  # whether the previous step planned this one (its totals below)
+    plan = (0.0, 0.0, 0.0, 0.0, 0.0)
+    plan_need = 0
+    plan_blocks = 0
     while True:
         if arrivals:  # the event loop's arrivals before a step that starts at ``now``
             nxt = glob[GLOBAL_NEXT_ARRIVAL]
@@ -144,41 +147,40 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             next_deadline = acc[deadline_slot]
         if now >= next_arrival or now >= next_deadline:
             break
-        # Schedule: schedule_speculative_nb's rows and sums, nothing written yet.
+        # Schedule: schedule_speculative_nb's rows and sums, nothing written but the rows' plans.
         budget = e.max_num_batched_tokens
         free = ws[FREE_BLOCKS]
-        n_tokens = 0.0
-        pairs = 0.0
-        kv_read = 0.0
-        logits = 0.0
-        ctx_sample = 0.0
         n_sample = float(B)
-        short = False
-        for j in range(B):
-            c = sched_nb(lay, ws, RUN_COMPUTED, j)
-            need = need_nb(e, c + 1, c, sched_nb(lay, ws, RUN_GENERATED, j), sched_nb(lay, ws, RUN_OUTPUT, j))
-            if need > budget:
-                short = True  # a partial chunk, or no row at all
+        if planned:  # the previous step planned this one: its rows' needs are >= 1 and blocks >= 0, so
+            #          the first row short of budget or blocks exists when the totals are short
+            if plan_need > budget or plan_blocks > free:
                 break
-            after = c + need
-            cap = sched_nb(lay, ws, RUN_CAPACITY, j)
-            x = blocks_past_nb(after, cap, bs)
-            if x > free:
-                short = True  # the explicit scheduler preempts
+            budget -= plan_need
+            free -= plan_blocks
+            n_tokens, pairs, kv_read, logits, ctx_sample = plan
+        else:
+            n_tokens = 0.0
+            pairs = 0.0
+            kv_read = 0.0
+            logits = 0.0
+            ctx_sample = 0.0
+            short = False
+            for j in range(B):
+                c = sched_nb(lay, ws, RUN_COMPUTED, j)
+                need, after, x = _plan_row_nb(e, lay, ws, j, c, sched_nb(lay, ws, RUN_GENERATED, j),
+                                              sched_nb(lay, ws, RUN_OUTPUT, j), sched_nb(lay, ws, RUN_CAPACITY, j))
+                if need > budget:
+                    short = True  # a partial chunk, or no row at all
+                    break
+                if x > free:
+                    short = True  # the explicit scheduler preempts
+                    break
+                free -= x
+                budget -= need
+                n_tokens, pairs, kv_read, logits, ctx_sample = _add_row_nb(n_tokens, pairs, kv_read, logits,
+                                                                           ctx_sample, need, c, after)
+            if short:
                 break
-            set_sched_nb(lay, ws, RUN_NEED, j, need)  # for the verification below (the rows keep their
-            set_sched_nb(lay, ws, RUN_NEXT_CAPACITY, j, cap + x * bs)  # state if the step is not taken)
-            free -= x
-            budget -= need
-            q = float(need)
-            cf = float(c)
-            n_tokens += q
-            pairs += q * cf + q * (q + 1.0) * 0.5
-            kv_read += cf + q
-            ctx_sample += after
-            logits += 1.0 + (need - 1)  # its own logits and its drafts'
-        if short:
-            break
         ws[FREE_BLOCKS] = free
         # The waiting requests the explicit scheduler admits at this step, after the running rows
         # (schedule rows B.., past the run's rows), and their chunks' sums, in its order.
@@ -196,7 +198,12 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_all, e.num_blocks - free)
         if free < acc[STAT_MIN_FREE_BLOCKS]:
             acc[STAT_MIN_FREE_BLOCKS] = free
-        # Verify and emit: the engine's advance of decoding rows, in row order.
+        # Verify and emit: the engine's advance of decoding rows, in row order; each row that goes on
+        # plans the next step as the loop above would (its sums in the same order).
+        plan = (0.0, 0.0, 0.0, 0.0, 0.0)
+        plan_need = 0
+        plan_blocks = 0
+        planned = True
         finished = 0
         first_done = n_rows  # the first row that ends ...
         measured_done = 0.0  # ... and those measured of them (their last inter-token latency is this step's)
@@ -222,9 +229,10 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 emitted += accepted
             c += emitted
             g += emitted
+            cap = sched_nb(lay, ws, RUN_NEXT_CAPACITY, j)
             set_sched_nb(lay, ws, RUN_COMPUTED, j, c)
             set_sched_nb(lay, ws, RUN_GENERATED, j, g)
-            set_sched_nb(lay, ws, RUN_CAPACITY, j, sched_nb(lay, ws, RUN_NEXT_CAPACITY, j))
+            set_sched_nb(lay, ws, RUN_CAPACITY, j, cap)
             out_tokens += emitted
             if k == 0:  # the requests' last tokens may differ: engine._advance_nb's groups
                 r = running_nb(lay, ws, j)
@@ -240,6 +248,12 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 if finished == 0:
                     first_done = j
                 finished += 1
+            else:
+                need, after, x = _plan_row_nb(e, lay, ws, j, c, g, sched_nb(lay, ws, RUN_OUTPUT, j), cap)
+                plan_need += need
+                plan_blocks += x
+                planned = planned and x >= 0
+                plan = _add_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], need, c, after)
         if k > 0:  # every last token at the previous step's end: one group
             itl_from = now
             itl_n = measured
@@ -269,7 +283,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                         finished += 1
                         continue
                     _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
-                    set_sched_nb(lay, ws, RUN_NEED, j, 0)  # running (not RUN_DONE)
+                    c = sched_nb(lay, ws, RUN_COMPUTED, j)  # its plan of the next step (not RUN_DONE)
+                    need, after, x = _plan_row_nb(e, lay, ws, j, c, sched_nb(lay, ws, RUN_GENERATED, j),
+                                                  sched_nb(lay, ws, RUN_OUTPUT, j), sched_nb(lay, ws, RUN_CAPACITY, j))
+                    plan_need += need
+                    plan_blocks += x
+                    planned = planned and x >= 0
+                    plan = _add_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], need, c, after)
                     if measured_nb(e, r):
                         measured += 1.0
                 else:
@@ -309,6 +329,36 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
 
 
 @jit_inline
+def _plan_row_nb(e, lay, ws, j, c, g, out, cap):
+    """Row ``j``'s next step (``c`` tokens computed, ``g`` of ``out`` output tokens emitted, KV
+    blocks for ``cap`` tokens): its need (:func:`simcore.scheduler.need_nb`) and its blocks past
+    ``cap`` (``blocks_past_nb``), written to ``RUN_NEED`` and ``RUN_NEXT_CAPACITY`` (the rows keep
+    their state if the step is not taken). Returns the need, the tokens computed after it and the
+    blocks."""
+    bs = e.block_size
+    need = need_nb(e, c + 1, c, g, out)
+    after = c + need
+    x = blocks_past_nb(after, cap, bs)
+    set_sched_nb(lay, ws, RUN_NEED, j, need)
+    set_sched_nb(lay, ws, RUN_NEXT_CAPACITY, j, cap + x * bs)
+    return need, after, x
+
+
+@jit_inline
+def _add_row_nb(n_tokens, pairs, kv_read, logits, ctx_sample, need, c, after):
+    """A step's sums with a decoding row that computes ``need`` tokens after ``c`` (``after``
+    then): ``schedule_speculative_nb``'s, in its order."""
+    q = float(need)
+    cf = float(c)
+    n_tokens += q
+    pairs += q * cf + q * (q + 1.0) * 0.5
+    kv_read += cf + q
+    ctx_sample += after
+    logits += 1.0 + (need - 1)  # its own logits and its drafts'
+    return n_tokens, pairs, kv_read, logits, ctx_sample
+
+
+@jit_inline
 def _drop_finished_rows_nb(lay, ws, B, first):
     """After a step that ended some of the ``B`` rows (``RUN_NEED`` is ``RUN_DONE``; ``first``, the
     first of them): the schedule rows and the running list keep the requests still running, in
@@ -317,7 +367,7 @@ def _drop_finished_rows_nb(lay, ws, B, first):
     n = first
     for j in range(first + 1, B):
         if sched_nb(lay, ws, RUN_NEED, j) != RUN_DONE:
-            for row in (RUN_COMPUTED, RUN_GENERATED, RUN_OUTPUT, RUN_CAPACITY, RUN_HASH):
+            for row in (RUN_COMPUTED, RUN_GENERATED, RUN_OUTPUT, RUN_CAPACITY, RUN_HASH, RUN_NEED, RUN_NEXT_CAPACITY):
                 set_sched_nb(lay, ws, row, n, sched_nb(lay, ws, row, j))
             set_running_nb(lay, ws, n, running_nb(lay, ws, j))
             n += 1
