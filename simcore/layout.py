@@ -105,6 +105,15 @@ def set_sched_nb(lay, ws, row, j, value):
 
 
 @jit_inline
+def sched_row_nb(lay, ws, row):
+    """Schedule row ``row`` as a view of ``ws`` (``lay.sched_cap`` entries): entry ``j`` is
+    :func:`sched_nb`'s, and a loop over the entries indexes the view without recomputing (and
+    bounds-wrapping) the offset at each."""
+    o = lay.off_sched + row * lay.sched_cap
+    return ws[o:o + lay.sched_cap]
+
+
+@jit_inline
 def running_nb(lay, ws, i):
     """The ``i``-th running request in admission order."""
     return ws[lay.off_run + i]

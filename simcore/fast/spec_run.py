@@ -64,7 +64,7 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.layout import running_nb, sched_nb, set_running_nb, set_sched_nb
+from simcore.layout import running_nb, sched_nb, sched_row_nb, set_running_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     admit_speculative_nb,
@@ -131,6 +131,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     rest_key = (-1.0, -1.0, -1.0)  # the tokens, logits and sampling rows they are for
     n_rows = reqi.shape[0]
     deadline_slot = lay.off_clock + CLOCK_DEADLINE
+    run_c = sched_row_nb(lay, ws, RUN_COMPUTED)  # the rows' state, as views
+    run_g = sched_row_nb(lay, ws, RUN_GENERATED)
+    run_out = sched_row_nb(lay, ws, RUN_OUTPUT)
+    run_cap = sched_row_nb(lay, ws, RUN_CAPACITY)
+    run_hash = sched_row_nb(lay, ws, RUN_HASH)
+    run_need = sched_row_nb(lay, ws, RUN_NEED)
+    run_next = sched_row_nb(lay, ws, RUN_NEXT_CAPACITY)
     planned = False  # whether the previous step planned this one (its totals below)
     plan = (0.0, 0.0, 0.0, 0.0, 0.0)
     plan_need = 0
@@ -166,9 +173,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             ctx_sample = 0.0
             short = False
             for j in range(B):
-                c = sched_nb(lay, ws, RUN_COMPUTED, j)
-                need, after, x = _plan_row_nb(e, lay, ws, j, c, sched_nb(lay, ws, RUN_GENERATED, j),
-                                              sched_nb(lay, ws, RUN_OUTPUT, j), sched_nb(lay, ws, RUN_CAPACITY, j))
+                c = run_c[j]
+                need, after, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
                 if need > budget:
                     short = True  # a partial chunk, or no row at all
                     break
@@ -215,13 +221,13 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         itl_from = -1.0
         itl_n = 0.0
         for j in range(B):
-            c = sched_nb(lay, ws, RUN_COMPUTED, j)
-            g = sched_nb(lay, ws, RUN_GENERATED, j)
-            need = sched_nb(lay, ws, RUN_NEED, j)
+            c = run_c[j]
+            g = run_g[j]
+            need = run_need[j]
             decode_tokens += need
             emitted = 1
             if need > 1:
-                accepted = accepted_at_nb(thresholds, sched_nb(lay, ws, RUN_HASH, j), g, need - 1)
+                accepted = accepted_at_nb(thresholds, run_hash[j], g, need - 1)
                 count_accepted_nb(lay, acc, accepted)
                 drafts += 1
                 draft_tokens += need - 1
@@ -229,27 +235,28 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                 emitted += accepted
             c += emitted
             g += emitted
-            cap = sched_nb(lay, ws, RUN_NEXT_CAPACITY, j)
-            set_sched_nb(lay, ws, RUN_COMPUTED, j, c)
-            set_sched_nb(lay, ws, RUN_GENERATED, j, g)
-            set_sched_nb(lay, ws, RUN_CAPACITY, j, cap)
+            cap = run_next[j]
+            run_c[j] = c
+            run_g[j] = g
+            run_cap[j] = cap
             out_tokens += emitted
             if k == 0:  # the requests' last tokens may differ: engine._advance_nb's groups
                 r = running_nb(lay, ws, j)
                 if measured_nb(e, r):
                     itl_from, itl_n = itl_group_nb(e, lay, acc, t_end, reqf[r, RF_LAST_EMIT], itl_from, itl_n)
-            if g == sched_nb(lay, ws, RUN_OUTPUT, j):
+            out = run_out[j]
+            if g == out:
                 r = running_nb(lay, ws, j)
                 _store_nb(e, lay, reqi, reqf, ws, j, r, t_end)
                 retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
-                set_sched_nb(lay, ws, RUN_NEED, j, RUN_DONE)
+                run_need[j] = RUN_DONE
                 if measured_nb(e, r):
                     measured_done += 1.0
                 if finished == 0:
                     first_done = j
                 finished += 1
             else:
-                need, after, x = _plan_row_nb(e, lay, ws, j, c, g, sched_nb(lay, ws, RUN_OUTPUT, j), cap)
+                need, after, x = _plan_row_nb(e, run_need, run_next, j, c, g, out, cap)
                 plan_need += need
                 plan_blocks += x
                 planned = planned and x >= 0
@@ -283,9 +290,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                         finished += 1
                         continue
                     _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
-                    c = sched_nb(lay, ws, RUN_COMPUTED, j)  # its plan of the next step (not RUN_DONE)
-                    need, after, x = _plan_row_nb(e, lay, ws, j, c, sched_nb(lay, ws, RUN_GENERATED, j),
-                                                  sched_nb(lay, ws, RUN_OUTPUT, j), sched_nb(lay, ws, RUN_CAPACITY, j))
+                    c = run_c[j]  # its plan of the next step (not RUN_DONE)
+                    need, after, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
                     plan_need += need
                     plan_blocks += x
                     planned = planned and x >= 0
@@ -329,18 +335,18 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
 
 
 @jit_inline
-def _plan_row_nb(e, lay, ws, j, c, g, out, cap):
+def _plan_row_nb(e, run_need, run_next, j, c, g, out, cap):
     """Row ``j``'s next step (``c`` tokens computed, ``g`` of ``out`` output tokens emitted, KV
     blocks for ``cap`` tokens): its need (:func:`simcore.scheduler.need_nb`) and its blocks past
-    ``cap`` (``blocks_past_nb``), written to ``RUN_NEED`` and ``RUN_NEXT_CAPACITY`` (the rows keep
-    their state if the step is not taken). Returns the need, the tokens computed after it and the
-    blocks."""
+    ``cap`` (``blocks_past_nb``), written to entry ``j`` of the ``RUN_NEED`` and
+    ``RUN_NEXT_CAPACITY`` rows (the rows keep their state if the step is not taken). Returns the
+    need, the tokens computed after it and the blocks."""
     bs = e.block_size
     need = need_nb(e, c + 1, c, g, out)
     after = c + need
     x = blocks_past_nb(after, cap, bs)
-    set_sched_nb(lay, ws, RUN_NEED, j, need)
-    set_sched_nb(lay, ws, RUN_NEXT_CAPACITY, j, cap + x * bs)
+    run_need[j] = need
+    run_next[j] = cap + x * bs
     return need, after, x
 
 
