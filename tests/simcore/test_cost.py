@@ -14,6 +14,14 @@ from helpers import ROOT, build
 from simllm.config.workload import generate
 from simllm.sim import simulate as simulate_mod
 from simllm.sim.memory import plan_memory
+from simcore.cost import (
+    attention_params_nb,
+    decode_attention_totals_nb,
+    decode_rows_coord_nb,
+    full_attention_totals_nb,
+    mixed_attention_nb,
+    mixed_attention_totals_nb,
+)
 from simcore import (
     batch_aggregates_nb,
     codes,
@@ -369,6 +377,36 @@ def test_kernels_with_tables_match_the_shaped_reference(name, hw_name, framework
 ], ids=["first-points", "grid-point", "beyond-m", "beyond-context", "tp8-nearest-below", "tp16"])
 def test_shaped_reference_at_the_grid_edges(name, hw_name, framework, tp, batch):
     assert_matches_shaped_reference(name, hw_name, framework, tp, "auto", "auto", batch)
+
+
+@given(
+    name=st.sampled_from(TABLE_MODELS + ["gpt-oss-20b", "gemma-3-27b"]),
+    hw_name=st.sampled_from(TABLE_GPUS),
+    tables=st.booleans(),
+    n_tokens=st.integers(1, 20_000),
+    emit_share=st.floats(0.0, 1.0),
+    ctx=st.integers(0, 200_000),
+    n_rows=st.integers(1, 512),
+)
+@settings(max_examples=60, deadline=None)
+def test_attention_from_its_dozen_fields_is_the_general_path_bit_for_bit(name, hw_name, tables, n_tokens, emit_share,
+                                                                         ctx, n_rows):
+    """Attention priced from AttentionParams (a real call of a dozen fields) gives the general
+    path's totals exactly, with or without tables; so does the decode pass that takes its keys
+    coordinate once for both tables and its rows coordinate from the caller (the speculative
+    drafter's later passes), and a windowed model keeps the general path."""
+    p = shaped(name, hw_name)[4] if tables else build(name, hw_name)[4]
+    n_emit = float(max(1, math.floor(emit_share * n_tokens)))
+    T = float(n_tokens)
+    pairs, kv = T * ctx + T * (T + 1) / 2, float(ctx) + T
+    assert attention_totals_nb(p, T, pairs, kv, n_emit) == mixed_attention_totals_nb(p, T, pairs, kv, n_emit)
+    if not mixed_attention_nb(p):
+        a = attention_params_nb(p)
+        assert full_attention_totals_nb(a, T, pairs, kv, n_emit) == mixed_attention_totals_nb(p, T, pairs, kv, n_emit)
+        n, c = float(n_rows), float(n_rows + ctx)
+        want = mixed_attention_totals_nb(p, n, c, c, n)
+        assert decode_attention_totals_nb(a, n, c, decode_rows_coord_nb(p, n)) == want
+        assert all(math.isfinite(v) and v > 0 for v in want)
 
 
 @given(
