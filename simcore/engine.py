@@ -76,6 +76,7 @@ from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
+    add_speculative_row_nb,
     arrive_nb,
     drop_finished_nb,
     emit_nb,
@@ -408,18 +409,9 @@ def _spec_step_nb(p, sp, e, lay, reqi, ws, acc, n_sched):
     logits = 0.0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
-        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        q = float(new)
-        c = float(reqi[r, RI_COMPUTED])
-        n_tokens += q
-        pairs += q * c + q * (q + 1.0) * 0.5
-        kv_read += c + q
-        after = reqi[r, RI_COMPUTED] + new
-        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-        if over >= 0:  # it samples: 1 + its drafts logits
-            n_sample += 1.0
-            ctx_sample += after
-            logits += 1.0 + over
+        n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = add_speculative_row_nb(
+            n_tokens, pairs, kv_read, logits, n_sample, ctx_sample, sched_nb(lay, ws, SCHED_NEW_TOKENS, j),
+            reqi[r, RI_COMPUTED], reqi[r, RI_INPUT] + reqi[r, RI_GENERATED])
     # Each pass's cost but attention's is looked up in the replica's memo (steps repeat their
     # tokens and rows: Layout.off_rest).
     dt, flops, nbytes = step_totals_nb(p, sp, e.num_speculative_tokens, acc, lay, n_tokens, pairs, kv_read,

@@ -385,6 +385,29 @@ def admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, whole):
 
 
 @jit_inline
+def add_speculative_row_nb(n_tokens, pairs, kv_read, logits, n_sample, ctx_sample, new, c, total):
+    """A speculative step's aggregates with a row that computes ``new`` tokens after its ``c``
+    computed, of ``total`` tokens so far (prompt + emitted): its tokens, query-key pairs and keys
+    read, and when it then samples (every token so far computed; what it computes past them are
+    its drafts) one sampling row at its context and logits at its token and each draft. Every
+    speculative step sums its rows with it, in row order (:func:`schedule_speculative_nb`,
+    :func:`admit_speculative_nb`, ``engine._spec_step_nb``, ``simcore.fast.spec_run``). Returns
+    the six aggregates."""
+    q = float(new)
+    cf = float(c)
+    n_tokens += q
+    pairs += q * cf + q * (q + 1.0) * 0.5
+    kv_read += cf + q
+    after = c + new
+    over = after - total
+    if over >= 0:  # it samples: 1 + its drafts logits
+        n_sample += 1.0
+        ctx_sample += after
+        logits += 1.0 + over
+    return n_tokens, pairs, kv_read, logits, n_sample, ctx_sample
+
+
+@jit_inline
 def admit_speculative_nb(e, lay, now, reqi, reqf, ws, n, budget, n_tokens, pairs, kv_read, logits, n_sample,
                          ctx_sample):
     """A speculative step's admission after its ``n`` running rows (:func:`admit_waiting_nb`,
@@ -396,19 +419,9 @@ def admit_speculative_nb(e, lay, now, reqi, reqf, ws, n, budget, n_tokens, pairs
     n, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n, budget, False)
     for j in range(n_run, n):  # the admitted: their first chunk
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
-        new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        c = reqi[r, RI_COMPUTED]
-        q = float(new)
-        cf = float(c)
-        n_tokens += q
-        pairs += q * cf + q * (q + 1.0) * 0.5
-        kv_read += cf + q
-        after = c + new
-        over = after - reqi[r, RI_INPUT] - reqi[r, RI_GENERATED]
-        if over >= 0:
-            n_sample += 1.0
-            ctx_sample += after
-            logits += 1.0 + over
+        n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = add_speculative_row_nb(
+            n_tokens, pairs, kv_read, logits, n_sample, ctx_sample, sched_nb(lay, ws, SCHED_NEW_TOKENS, j),
+            reqi[r, RI_COMPUTED], reqi[r, RI_INPUT] + reqi[r, RI_GENERATED])
     return n, budget, n_tokens, pairs, kv_read, logits, n_sample, ctx_sample
 
 
@@ -567,16 +580,8 @@ def schedule_speculative_nb(e, lay, now, reqi, reqf, ws):
         set_sched_nb(lay, ws, SCHED_NEW_BLOCKS, n, x)
         budget -= new
         n += 1
-        q = float(new)
-        cf = float(c)
-        n_tokens += q
-        pairs += q * cf + q * (q + 1.0) * 0.5
-        kv_read += cf + q
-        over = after - total
-        if over >= 0:  # it samples: 1 + its drafts logits
-            n_sample += 1.0
-            ctx_sample += after
-            logits += 1.0 + over
+        n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = add_speculative_row_nb(
+            n_tokens, pairs, kv_read, logits, n_sample, ctx_sample, new, c, total)
     if any_blocks:  # no preemption: the blocks are taken
         for j in range(n):
             x = sched_nb(lay, ws, SCHED_NEW_BLOCKS, j)

@@ -67,6 +67,7 @@ from simcore.codes import (
 from simcore.layout import running_nb, sched_nb, sched_row_nb, set_running_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, itl_group_nb, measured_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
+    add_speculative_row_nb,
     admit_speculative_nb,
     arrive_nb,
     blocks_past_nb,
@@ -139,7 +140,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     run_need = sched_row_nb(lay, ws, RUN_NEED)
     run_next = sched_row_nb(lay, ws, RUN_NEXT_CAPACITY)
     planned = False  # whether the previous step planned this one (its totals below)
-    plan = (0.0, 0.0, 0.0, 0.0, 0.0)
+    plan = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     plan_need = 0
     plan_blocks = 0
     while True:
@@ -157,24 +158,24 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         # Schedule: schedule_speculative_nb's rows and sums, nothing written but the rows' plans.
         budget = e.max_num_batched_tokens
         free = ws[FREE_BLOCKS]
-        n_sample = float(B)
         if planned:  # the previous step planned this one: its rows' needs are >= 1 and blocks >= 0, so
             #          the first row short of budget or blocks exists when the totals are short
             if plan_need > budget or plan_blocks > free:
                 break
             budget -= plan_need
             free -= plan_blocks
-            n_tokens, pairs, kv_read, logits, ctx_sample = plan
+            n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = plan
         else:
             n_tokens = 0.0
             pairs = 0.0
             kv_read = 0.0
             logits = 0.0
+            n_sample = 0.0
             ctx_sample = 0.0
             short = False
             for j in range(B):
                 c = run_c[j]
-                need, after, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
+                need, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
                 if need > budget:
                     short = True  # a partial chunk, or no row at all
                     break
@@ -183,8 +184,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                     break
                 free -= x
                 budget -= need
-                n_tokens, pairs, kv_read, logits, ctx_sample = _add_row_nb(n_tokens, pairs, kv_read, logits,
-                                                                           ctx_sample, need, c, after)
+                n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = add_speculative_row_nb(
+                    n_tokens, pairs, kv_read, logits, n_sample, ctx_sample, need, c, c + 1)
             if short:
                 break
         ws[FREE_BLOCKS] = free
@@ -206,7 +207,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             acc[STAT_MIN_FREE_BLOCKS] = free
         # Verify and emit: the engine's advance of decoding rows, in row order; each row that goes on
         # plans the next step as the loop above would (its sums in the same order).
-        plan = (0.0, 0.0, 0.0, 0.0, 0.0)
+        plan = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         plan_need = 0
         plan_blocks = 0
         planned = True
@@ -256,11 +257,11 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                     first_done = j
                 finished += 1
             else:
-                need, after, x = _plan_row_nb(e, run_need, run_next, j, c, g, out, cap)
+                need, x = _plan_row_nb(e, run_need, run_next, j, c, g, out, cap)
                 plan_need += need
                 plan_blocks += x
                 planned = planned and x >= 0
-                plan = _add_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], need, c, after)
+                plan = add_speculative_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], plan[5], need, c, c + 1)
         if k > 0:  # every last token at the previous step's end: one group
             itl_from = now
             itl_n = measured
@@ -291,11 +292,11 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                         continue
                     _load_nb(e, sp, lay, reqi, ws, j, r, glob[GLOBAL_BASE])
                     c = run_c[j]  # its plan of the next step (not RUN_DONE)
-                    need, after, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
+                    need, x = _plan_row_nb(e, run_need, run_next, j, c, run_g[j], run_out[j], run_cap[j])
                     plan_need += need
                     plan_blocks += x
                     planned = planned and x >= 0
-                    plan = _add_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], need, c, after)
+                    plan = add_speculative_row_nb(plan[0], plan[1], plan[2], plan[3], plan[4], plan[5], need, c, c + 1)
                     if measured_nb(e, r):
                         measured += 1.0
                 else:
@@ -340,28 +341,13 @@ def _plan_row_nb(e, run_need, run_next, j, c, g, out, cap):
     blocks for ``cap`` tokens): its need (:func:`simcore.scheduler.need_nb`) and its blocks past
     ``cap`` (``blocks_past_nb``), written to entry ``j`` of the ``RUN_NEED`` and
     ``RUN_NEXT_CAPACITY`` rows (the rows keep their state if the step is not taken). Returns the
-    need, the tokens computed after it and the blocks."""
+    need and the blocks."""
     bs = e.block_size
     need = need_nb(e, c + 1, c, g, out)
-    after = c + need
-    x = blocks_past_nb(after, cap, bs)
+    x = blocks_past_nb(c + need, cap, bs)
     run_need[j] = need
     run_next[j] = cap + x * bs
-    return need, after, x
-
-
-@jit_inline
-def _add_row_nb(n_tokens, pairs, kv_read, logits, ctx_sample, need, c, after):
-    """A step's sums with a decoding row that computes ``need`` tokens after ``c`` (``after``
-    then): ``schedule_speculative_nb``'s, in its order."""
-    q = float(need)
-    cf = float(c)
-    n_tokens += q
-    pairs += q * cf + q * (q + 1.0) * 0.5
-    kv_read += cf + q
-    ctx_sample += after
-    logits += 1.0 + (need - 1)  # its own logits and its drafts'
-    return n_tokens, pairs, kv_read, logits, ctx_sample
+    return need, x
 
 
 @jit_inline
