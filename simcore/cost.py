@@ -808,8 +808,8 @@ def rest_fill_nb(p, acc, slot, n_tokens, n_emit):
 @jit_inline
 def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """:func:`iteration_totals_nb` (to a few ulps; ``n_tokens`` > 0) from its ``rest`` (a
-    :func:`rest_memo_nb` triple): the rest, then attention (a real call: inlined it compiles
-    anew at each site, and runs no faster), then the per-step overhead."""
+    :func:`rest_memo_nb` triple): the rest, then attention (:func:`attention_totals_nb`: a real
+    call of a dozen fields), then the per-step overhead."""
     a_s, af, ab = attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     return rest[0] + a_s + p.iter_overhead_s, rest[1] + af, rest[2] + ab
 

@@ -78,6 +78,7 @@ from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_n
 from simcore.scheduler import (
     add_speculative_row_nb,
     arrive_nb,
+    compute_nb,
     drop_finished_nb,
     emit_nb,
     finish_nb,
@@ -246,15 +247,11 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thr
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
         new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        before = reqi[r, RI_COMPUTED]
-        after = before + new
-        reqi[r, RI_COMPUTED] = after
+        before, after, g, total, decoding = compute_nb(reqi, r, new)
         if reqi[r, RI_STATUS] != STATUS_RUNNING:
             continue  # padding row of a finished request in a static batch
-        g = reqi[r, RI_GENERATED]
-        total = reqi[r, RI_INPUT] + g
         emitted = 1
-        if g >= 1 and before == total - 1:
+        if decoding:
             decode_tokens += new
             if thresholds is not None:  # pruned without speculation
                 if new > 1:  # drafts verified: the rejected ones' KV is dropped

@@ -330,6 +330,27 @@ def end_status_nb(e, t, arrival):
 
 
 @jit_inline
+def decoding_nb(reqi, r):
+    """Whether request ``r`` decodes: it emitted a token and computed all but the last (what it
+    computes next is a decode token and its drafts, not a prompt chunk)."""
+    g = reqi[r, RI_GENERATED]
+    return g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1
+
+
+@jit_inline
+def compute_nb(reqi, r, new):
+    """The advance rule's first part: scheduled request ``r`` computes its ``new`` tokens. Returns
+    its tokens computed before and after, its output tokens so far and its tokens so far (prompt +
+    emitted), and whether it was decoding (:func:`decoding_nb`, before)."""
+    decoding = decoding_nb(reqi, r)
+    before = reqi[r, RI_COMPUTED]
+    after = before + new
+    reqi[r, RI_COMPUTED] = after
+    g = reqi[r, RI_GENERATED]
+    return before, after, g, reqi[r, RI_INPUT] + g, decoding
+
+
+@jit_inline
 def emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, emitted, release, itl_from, itl_n):
     """The emit rule: running request ``r``, ``g`` tokens emitted so far, emits ``emitted`` more at
     ``t_end``: its first token's time, or (measured) their inter-token latency in

@@ -58,6 +58,8 @@ from simcore.scheduler import (
     admission_nb,
     admit_waiting_nb,
     blocks_for_nb,
+    compute_nb,
+    decoding_nb,
     drop_finished_nb,
     peek_nb,
     retire_nb,
@@ -145,8 +147,7 @@ def rebuild_nb(e, lay, reqi, ws):
     ws[PREFILLING_COUNT] = 0
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
-        g = reqi[r, RI_GENERATED]
-        if g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1:
+        if decoding_nb(reqi, r):
             join_nb(e, lay, reqi, ws, r)
         else:
             set_sched_nb(lay, ws, SCHED_PREFILLING, ws[PREFILLING_COUNT], r)
@@ -190,12 +191,8 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
         new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-        before = reqi[r, RI_COMPUTED]
-        after = before + new
-        reqi[r, RI_COMPUTED] = after
-        g = reqi[r, RI_GENERATED]
-        total = reqi[r, RI_INPUT] + g
-        if new == 1 and g >= 1 and before == total - 1:
+        _, after, g, total, decoding = compute_nb(reqi, r, new)
+        if new == 1 and decoding:
             acc[STAT_DECODE_TOKENS] += 1.0
         else:
             acc[STAT_PREFILL_TOKENS] += new

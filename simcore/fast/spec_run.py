@@ -4,12 +4,14 @@ When every running request decodes (one token behind, its drafts to verify) and 
 whole need within the token budget and its KV blocks are free, the next speculative step is one
 the explicit path would take the same way (``scheduler.schedule_speculative_nb``, the step's cost,
 the engine's advance), admitting the waiting requests it can after the running ones. This module
-takes such steps back to back without returning to the event loop: per step one loop over the
-running requests that schedules and sums, the admission with its chunks' sums
-(``scheduler.admit_speculative_nb``, the explicit scheduler's own), then one loop that verifies
-and emits and one over the admitted rows as ``engine._advance_nb`` takes them, with the rules the
-explicit path calls (:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s
-capacity form), ``emit_nb``, ``retire_nb``, :func:`simcore.speculative.accepted_at_nb` and
+takes such steps back to back without returning to the event loop: per step the schedule's
+sums (planned by the step before, else one loop over the running requests), the admission with
+its chunks' sums (``scheduler.admit_speculative_nb``, the explicit scheduler's own), then one
+loop that verifies, emits and plans the next step and one over the admitted rows as
+``engine._advance_nb`` takes them, with the rules the explicit path calls
+(:func:`simcore.scheduler.need_nb`, ``blocks_past_nb`` (``extra_blocks_nb``'s capacity form),
+``add_speculative_row_nb``, ``compute_nb``, ``emit_nb``, ``retire_nb``,
+:func:`simcore.speculative.accepted_at_nb` and
 ``count_accepted_nb`` (``verify_nb``'s parts), :func:`simcore.metrics.itl_group_nb`). The admitted
 join the run when their prompts are in (they decode next); one with a prompt left to compute
 ends it after that step. With one replica under an open loop (``arrivals``) the run also takes
@@ -41,7 +43,6 @@ from simcore.codes import (
     RI_COMPUTED,
     RI_FIXED_BLOCKS,
     RI_GENERATED,
-    RI_INPUT,
     RI_OUTPUT,
     RI_STATUS,
     RUNNING_COUNT,
@@ -71,6 +72,8 @@ from simcore.scheduler import (
     admit_speculative_nb,
     arrive_nb,
     blocks_past_nb,
+    compute_nb,
+    decoding_nb,
     drop_finished_nb,
     emit_nb,
     join_nb,
@@ -79,12 +82,7 @@ from simcore.scheduler import (
 )
 from simcore.speculative import accepted_at_nb, count_accepted_nb, request_hash_nb, step_rests_nb, step_totals_at_nb
 
-
-@jit_inline
-def _decoding_nb(reqi, r):
-    """Whether running request ``r`` decodes: it emitted a token and computed all but the last."""
-    g = reqi[r, RI_GENERATED]
-    return g >= 1 and reqi[r, RI_COMPUTED] == reqi[r, RI_INPUT] + g - 1
+NO_SUMS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # a step's six aggregates before its rows (add_speculative_row_nb)
 
 
 @jit
@@ -94,12 +92,14 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     (continuous batching with chunked prefill, one pipeline stage).
 
     The running requests' state moves into the schedule rows (``RUN_*``: contiguous, the hash of
-    their acceptance draws computed once) for the run and back at its end; each step is one loop
-    over them that schedules and sums, writing nothing but each row's step plan (``RUN_NEED``,
-    ``RUN_NEXT_CAPACITY``: kept unless the step is taken), then the admission (its rows in the
-    schedule rows past the run's, then the run's own once they decode), and one loop that verifies
-    and emits. Every step but the first starts with each decoding request's last token at the
-    previous step's end: their inter-token latencies are one histogram entry.
+    their acceptance draws computed once) for the run and back at its end. A step's schedule is
+    each row's plan (``RUN_NEED``, ``RUN_NEXT_CAPACITY``: kept unless the step is taken) and the
+    sums, which the step before made while it verified (the run's first step, or one after a row
+    with a negative block count, loops over the rows instead); then the admission (its rows in the
+    schedule rows past the run's, then the run's own once they decode), and one loop that
+    verifies, emits and plans the next step. Every step but the first starts with each decoding
+    request's last token at the previous step's end: their inter-token latencies are one
+    histogram entry.
 
     With ``arrivals`` (one replica, an open loop, every request's row present) the requests that
     arrive before a step join the replica's queue here, as the event loop would have them join
@@ -114,14 +114,14 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
         Time at the end of the last step.
     """
     B = ws[RUNNING_COUNT]
-    if B == 0 or now >= next_arrival or now >= next_deadline or not _decoding_nb(reqi, running_nb(lay, ws, B - 1)):
+    if B == 0 or now >= next_arrival or now >= next_deadline or not decoding_nb(reqi, running_nb(lay, ws, B - 1)):
         return 0, now  # the newly admitted come last
     base = glob[GLOBAL_BASE]
     thresholds = sp.thresholds
     measured = 0.0
     for j in range(B):
         r = running_nb(lay, ws, j)
-        if not _decoding_nb(reqi, r):
+        if not decoding_nb(reqi, r):
             return 0, now
         _load_nb(e, sp, lay, reqi, ws, j, r, base)
         if measured_nb(e, r):
@@ -140,7 +140,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
     run_need = sched_row_nb(lay, ws, RUN_NEED)
     run_next = sched_row_nb(lay, ws, RUN_NEXT_CAPACITY)
     planned = False  # whether the previous step planned this one (its totals below)
-    plan = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    plan = NO_SUMS
     plan_need = 0
     plan_blocks = 0
     while True:
@@ -166,12 +166,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             free -= plan_blocks
             n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = plan
         else:
-            n_tokens = 0.0
-            pairs = 0.0
-            kv_read = 0.0
-            logits = 0.0
-            n_sample = 0.0
-            ctx_sample = 0.0
+            n_tokens, pairs, kv_read, logits, n_sample, ctx_sample = NO_SUMS
             short = False
             for j in range(B):
                 c = run_c[j]
@@ -207,7 +202,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             acc[STAT_MIN_FREE_BLOCKS] = free
         # Verify and emit: the engine's advance of decoding rows, in row order; each row that goes on
         # plans the next step as the loop above would (its sums in the same order).
-        plan = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        plan = NO_SUMS
         plan_need = 0
         plan_blocks = 0
         planned = True
@@ -271,12 +266,8 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
             for j in range(B, n_all):  # engine._advance_nb's rows, in its order
                 r = running_nb(lay, ws, j)
                 new = sched_nb(lay, ws, SCHED_NEW_TOKENS, j)
-                before = reqi[r, RI_COMPUTED]
-                after = before + new
-                reqi[r, RI_COMPUTED] = after
-                g = reqi[r, RI_GENERATED]
-                total = reqi[r, RI_INPUT] + g
-                if g >= 1 and before == total - 1:  # its one token left (a cached prefix): no drafts
+                _, after, g, total, decoding = compute_nb(reqi, r, new)
+                if decoding:  # its one token left (a cached prefix): no drafts
                     decode_tokens += new
                 else:
                     prefill_tokens += new
@@ -285,7 +276,7 @@ def spec_run_nb(p, sp, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws,
                     done, itl_from, itl_n = emit_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, g, 1, True, itl_from,
                                                     itl_n)
                     if done:
-                        set_sched_nb(lay, ws, RUN_NEED, j, RUN_DONE)
+                        run_need[j] = RUN_DONE
                         if finished == 0:
                             first_done = j
                         finished += 1
