@@ -228,6 +228,18 @@ REST_BYTES = 4
 N_REST = 5
 REST_SLOTS = 8192  # a power of two: a speculative engine's tables (without speculation: one entry, unused)
 
+# Slots of the memo of the operators before the LM head (at Layout.off_prefix: Layout.prefix_slots
+# entries of N_PREFIX slots, direct-mapped by the batch's tokens; NaN until set): they depend on the
+# tokens alone, and an admission iteration's tokens (the decode cohort plus a prompt) repeat where
+# its rows with logits and contexts do not (``cost.prefix_memo_nb``).
+PREFIX_TOKENS = 0  # the key
+PREFIX_S = 1  # the operators' sums, as cost.rest_ops_nb leaves them before OP_LM_HEAD
+PREFIX_FLOPS = 2
+PREFIX_BYTES = 3
+PREFIX_GEMM_S = 4  # the summed weight-GEMM curve at the tokens (with kernel tables; else 0)
+N_PREFIX = 5
+PREFIX_SLOTS = 2048  # a power of two: every batch of up to 2048 tokens has its own entry
+
 # Slots of a replica's int64 workspace ``ws`` (then, at the offsets of Layout: the cohort's
 # block-phase counts, the running list, the schedule rows and the waiting queue).
 QUEUE_HEAD = 0  # ring-buffer head of the waiting queue

@@ -65,6 +65,7 @@ from simcore.codes import (
     EFF_PREFILL,
     EFF_SIZE,
     N_OPS,
+    N_PREFIX,
     N_REST,
     REST_BYTES,
     REST_EMIT,
@@ -97,6 +98,11 @@ from simcore.codes import (
     OP_RESIDUAL,
     OP_ROPE,
     OP_SAMPLING,
+    PREFIX_BYTES,
+    PREFIX_FLOPS,
+    PREFIX_GEMM_S,
+    PREFIX_S,
+    PREFIX_TOKENS,
     UNIT_A2A,
     UNIT_ATTN,
     UNIT_GEMM,
@@ -593,18 +599,28 @@ def op_runs_nb(op, n_tokens, n_emit):
 
 @jit_inline
 def _rest_totals_nb(p, n_tokens, n_emit):
-    """:func:`rest_totals_nb` (``n_tokens`` > 0)."""
-    total = 0.0
-    total_flops = 0.0
-    total_bytes = 0.0
+    """:func:`rest_totals_nb` (``n_tokens`` > 0): every operator but attention in order
+    (:func:`rest_ops_nb`), then, with tables, the summed curve of the weight GEMMs it leaves out."""
+    total, total_flops, total_bytes = rest_ops_nb(p, 0, N_OPS, n_tokens, n_emit, 0.0, 0.0, 0.0)
+    if shaped_nb(p):
+        total += gemm_curve_nb(p.eff, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
+    return total, total_flops, total_bytes
+
+
+@jit_inline
+def rest_ops_nb(p, op_lo, op_hi, n_tokens, n_emit, total, total_flops, total_bytes):
+    """The sums of :func:`rest_totals_nb` (seconds, FLOPs, memory bytes; ``n_tokens`` > 0) carried
+    on from ``total``, ``total_flops``, ``total_bytes`` over operators ``op_lo`` .. ``op_hi - 1`` but
+    attention, in order: over ``0 .. N_OPS - 1`` from zeros, less the summed weight-GEMM curve that
+    the tables add at the end. Operators before ``OP_LM_HEAD`` depend on ``n_tokens`` alone."""
     if shaped_nb(p):
         # The tables' times (as :func:`shaped_time_nb`), the elementwise divisions hoisted and the
         # weight GEMMs over the batch's tokens read off their summed curve ``EFF_GEMM_SUM`` in one
-        # lookup.
+        # lookup (by the caller).
         tab = p.eff
         per_vector = 1.0 / (p.vector_flops * p.eff_compute)
         per_byte = 1.0 / (p.mem_bw * p.eff_bw)
-        for op in range(N_OPS):
+        for op in range(op_lo, op_hi):
             count = op_count_nb(p, op)
             if op == OP_ATTENTION or count == 0 or not op_runs_nb(op, n_tokens, n_emit):
                 continue
@@ -628,7 +644,6 @@ def _rest_totals_nb(p, n_tokens, n_emit):
             total_flops += count * flops
             if unit != UNIT_LINK and unit != UNIT_A2A:
                 total_bytes += count * nbytes
-        total += gemm_curve_nb(tab, EFF_GEMM_SUM, n_tokens)  # every other weight GEMM, count-weighted
         return total, total_flops, total_bytes
     # The scalar roofline, the divisions by peak rates hoisted out of the operator loop (they
     # dominated its cost).
@@ -637,7 +652,7 @@ def _rest_totals_nb(p, n_tokens, n_emit):
     per_vector = 1.0 / (p.vector_flops * p.eff_compute)
     per_byte = 1.0 / (p.mem_bw * p.eff_bw)
     per_link_byte = 1.0 / (p.link_bw * p.eff_link)
-    for op in range(N_OPS):
+    for op in range(op_lo, op_hi):
         count = op_count_nb(p, op)
         if op == OP_ATTENTION or count == 0 or not op_runs_nb(op, n_tokens, n_emit):
             continue
@@ -806,21 +821,59 @@ def rest_fill_nb(p, acc, slot, n_tokens, n_emit):
 
 
 @jit_inline
+def prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit):
+    """:func:`rest_totals_nb` bit for bit (``n_tokens`` > 0), the sums of the operators before the
+    LM head (which depend on the tokens alone) and the summed weight-GEMM curve kept in the memo
+    table at ``acc[off]`` (``slots`` entries, a power of two, of ``N_PREFIX`` slots, direct-mapped
+    by tokens, NaN until set: ``simcore.layout.Layout.off_prefix``): a hit prices only the LM head,
+    the logits gather, the sampler and the experts' all-to-all on from them (:func:`rest_ops_nb`);
+    a miss is a real call (:func:`prefix_fill_nb`)."""
+    slot = off + (np.int64(n_tokens) & (slots - 1)) * N_PREFIX
+    if acc[slot + PREFIX_TOKENS] != n_tokens:
+        prefix_fill_nb(p, acc, slot, n_tokens)
+    total, total_flops, total_bytes = rest_ops_nb(p, OP_LM_HEAD, N_OPS, n_tokens, n_emit, acc[slot + PREFIX_S],
+                                                  acc[slot + PREFIX_FLOPS], acc[slot + PREFIX_BYTES])
+    if shaped_nb(p):
+        total += acc[slot + PREFIX_GEMM_S]
+    return total, total_flops, total_bytes
+
+
+@jit
+def prefix_fill_nb(p, acc, slot, n_tokens):
+    """Set memo entry ``acc[slot:slot + N_PREFIX]`` (:func:`prefix_memo_nb`) to ``n_tokens``'s."""
+    total, total_flops, total_bytes = rest_ops_nb(p, 0, OP_LM_HEAD, n_tokens, 0.0, 0.0, 0.0, 0.0)
+    acc[slot + PREFIX_TOKENS] = n_tokens
+    acc[slot + PREFIX_S] = total
+    acc[slot + PREFIX_FLOPS] = total_flops
+    acc[slot + PREFIX_BYTES] = total_bytes
+    acc[slot + PREFIX_GEMM_S] = gemm_curve_nb(p.eff, EFF_GEMM_SUM, n_tokens) if shaped_nb(p) else 0.0
+
+
+@jit_inline
 def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`iteration_totals_nb` (to a few ulps; ``n_tokens`` > 0) from its ``rest`` (a
-    :func:`rest_memo_nb` triple): the rest, then attention (:func:`attention_totals_nb`: a real
-    call of a dozen fields), then the per-step overhead."""
+    """:func:`iteration_totals_nb` (``n_tokens`` > 0) from its ``rest`` (a :func:`rest_totals_nb`
+    triple, bit for bit from :func:`prefix_memo_nb`, to a few ulps from :func:`rest_memo_nb`): the
+    rest, then attention (:func:`attention_totals_nb`: a real call of a dozen fields), then the
+    per-step overhead, summed as that function sums them."""
     a_s, af, ab = attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     return rest[0] + a_s + p.iter_overhead_s, rest[1] + af, rest[2] + ab
 
 
 @jit
 def iteration_totals_memo_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`iteration_totals_nb` (to a few ulps) with the cost of every operator but attention
-    kept in the memo table at ``acc[off]`` (:func:`rest_memo_nb`, :func:`totals_from_rest_nb`)."""
+    """:func:`iteration_totals_nb` bit for bit, the operators before the LM head kept by tokens in
+    the memo table at ``acc[off]`` (``slots`` entries: :func:`prefix_memo_nb`): the explicit
+    scheduler's iterations (:func:`iteration_totals_memo_inline_nb` is the same inlined, for the
+    decode cohort's)."""
+    return iteration_totals_memo_inline_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+
+
+@jit_inline
+def iteration_totals_memo_inline_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`iteration_totals_memo_nb` inlined (saves the call's copy of CostParams)."""
     if n_tokens <= 0.0:
         return 0.0, 0.0, 0.0
-    return totals_from_rest_nb(p, rest_memo_nb(p, acc, off, slots, n_tokens, n_emit), n_tokens, attn_pairs,
+    return totals_from_rest_nb(p, prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit), n_tokens, attn_pairs,
                                kv_read_tokens, n_emit)
 
 

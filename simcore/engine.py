@@ -68,7 +68,7 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_nb, moe_experts_seconds_nb
+from simcore.cost import iteration_totals_memo_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.fast.spec_run import spec_run_nb, spec_run_possible
@@ -462,7 +462,8 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
         n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, pad_to)
         if not continuous:
             n_emit = float(n_sched)
-        dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+        dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_prefix, lay.prefix_slots, n_tokens, pairs, kv_read,
+                                                     n_emit)
         if pipe is not None:  # pruned without pipeline stages
             if e.pipeline_stages > 1:
                 # The batch passes the stages; each of a replica's GPUs holds 1 / stages of it.
@@ -517,7 +518,8 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
             continue
         if sp is None:
             n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
-            dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, n_emit)
+            dt, flops, nbytes = iteration_totals_memo_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens, pairs,
+                                                         kv_read, n_emit)
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
             dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], acc[k], n_sched)
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))

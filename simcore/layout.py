@@ -5,8 +5,8 @@ the small inline accessors kernels use instead of offset arithmetic.
 The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogram of
 ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
 the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``), the
-accepted drafts by position and the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
-size). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
+accepted drafts by position, the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
+size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
 decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
 schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
 ``wq_cap`` entries whose front takes preempted requests. Fixed slot indices are in codes.py; the
@@ -17,7 +17,18 @@ from typing import NamedTuple
 import numpy as np
 
 from simcore._jit import jit_inline
-from simcore.codes import N_CLOCK, N_MEMO, N_REST, N_SCHED_ROWS, N_STATS, N_WIN, N_WORKSPACE_SLOTS, REST_SLOTS
+from simcore.codes import (
+    N_CLOCK,
+    N_MEMO,
+    N_PREFIX,
+    N_REST,
+    N_SCHED_ROWS,
+    N_STATS,
+    N_WIN,
+    N_WORKSPACE_SLOTS,
+    PREFIX_SLOTS,
+    REST_SLOTS,
+)
 
 
 class Layout(NamedTuple):
@@ -37,6 +48,8 @@ class Layout(NamedTuple):
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
     off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x rest_slots each)
     rest_slots: int  # entries of each (a power of two: REST_SLOTS under speculation, else 1)
+    off_prefix: int  # PREFIX_* memo table (N_PREFIX x prefix_slots): the decode cohort's admissions
+    prefix_slots: int  # its entries (a power of two: PREFIX_SLOTS without speculation, else 1)
     acc_len: int
     # int64 workspace
     sched_cap: int  # entries of a schedule row and of the running list
@@ -59,6 +72,8 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     off_memo = off_spec + (spec_positions + 1 if spec_positions > 0 else 0)
     off_rest = off_memo + (max_num_seqs + 1) * N_MEMO
     rest_slots = REST_SLOTS if spec_positions > 0 else 1
+    off_prefix = off_rest + 2 * rest_slots * N_REST
+    prefix_slots = 1 if spec_positions > 0 else PREFIX_SLOTS
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
@@ -67,8 +82,8 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
-                  off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots,
-                  acc_len=off_rest + 2 * rest_slots * N_REST,
+                  off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, off_prefix=off_prefix,
+                  prefix_slots=prefix_slots, acc_len=off_prefix + prefix_slots * N_PREFIX,
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

@@ -51,7 +51,7 @@ from simcore.codes import (
     STAT_PREFILL_TOKENS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_nb
+from simcore.cost import iteration_totals_memo_inline_nb, iteration_totals_memo_nb
 from simcore.layout import phase_slot_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
 from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
@@ -70,7 +70,8 @@ from simcore.scheduler import (
 
 @jit_inline
 def needs_block_class_nb(d, bs):
-    """Cohort class whose members need a new block at the advance after ``d`` advances."""
+    """Cohort class whose members need a new block at the advance after ``d`` (>= 0) advances:
+    ``(bs - d % bs) % bs``, with one integer division instead of two."""
     return (bs - d % bs) % bs
 
 
@@ -230,7 +231,8 @@ def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     and nothing else (the cohort waits; it does not advance)."""
     n_sched, _ = admit_waiting_nb(e, lay, now, reqi, reqf, ws, 0, e.max_num_batched_tokens, True)
     n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
-    dt, flops, nbytes = iteration_totals_nb(p, n_tokens, pairs, kv_read, float(n_sched))
+    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_prefix, lay.prefix_slots, n_tokens, pairs, kv_read,
+                                                 float(n_sched))
     t_end = now + dt
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, e.num_blocks - ws[FREE_BLOCKS])
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
@@ -291,7 +293,8 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     fc = float(n_c)
     ctx = float(ws[COHORT_CONTEXT_SUM]) + fc
     n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
-    dt, flops, nbytes = iteration_totals_nb(p, fc + n_tokens, ctx + pairs, ctx + kv_read, fc + n_emit)
+    dt, flops, nbytes = iteration_totals_memo_inline_nb(p, acc, lay.off_prefix, lay.prefix_slots, fc + n_tokens,
+                                                        ctx + pairs, ctx + kv_read, fc + n_emit)
     t_end = now + dt
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_c + n_sched, e.num_blocks - ws[FREE_BLOCKS])
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:

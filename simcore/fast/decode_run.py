@@ -183,10 +183,12 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     itl_sq = 0.0
     n_itl = 0.0
     t_cohort = acc[lay.off_clock + CLOCK_COHORT]
+    phase = needs_block_class_nb(d0, bs)  # the class that needs a block at the next advance: one less at each
     while k < k_max and now < next_arrival and now < next_deadline:
-        new_blocks = ws[phase_slot_nb(lay, needs_block_class_nb(d0 + k, bs))]
+        new_blocks = ws[phase_slot_nb(lay, phase)]
         if new_blocks > free:
             break
+        phase = phase - 1 if phase > 0 else bs - 1
         if mixed:
             fa, ba, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
             att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)

@@ -21,6 +21,8 @@ from simcore.cost import (
     full_attention_totals_nb,
     mixed_attention_nb,
     mixed_attention_totals_nb,
+    prefix_memo_nb,
+    rest_memo_nb,
 )
 from simcore import (
     batch_aggregates_nb,
@@ -258,11 +260,12 @@ def test_chunk_that_does_not_finish_its_prompt_skips_lm_head_and_sampler():
 @pytest.mark.parametrize("tables", [False, True])
 def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
     """An iteration's cost is its cost but attention's, attention's and the step overhead, bit for
-    bit; with the part but attention kept per (tokens, rows with logits) in the engine's memo it is
-    the same to a few ulps, on hits, misses and slots that two keys share."""
+    bit; with the operators before the LM head kept by tokens in the engine's memo it is the same
+    bit for bit, on hits, misses and slots that two keys share."""
     p = shaped("llama-3.1-8b", "h100-sxm", "vllm", 1, "auto", "auto")[4] if tables else \
         build("llama-3.1-8b", "h100-sxm")[4]
-    memo = np.full(64 * codes.N_REST, np.nan)  # few entries: keys evict each other
+    memo = np.full(64 * codes.N_PREFIX, np.nan)  # few entries: keys evict each other
+    rest_memo = np.full(64 * codes.N_REST, np.nan)  # the speculative steps' memo, to a few ulps
     rng = np.random.default_rng(0)
     keys = [(t, e) for t in (1.0, 7.0, 64.0, 65.0, 1000.0) for e in (1.0, min(t, 5.0))]
     for i in range(300):
@@ -270,14 +273,15 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
         pairs = n_tokens * rng.integers(1, 5000)
         kv = n_tokens + rng.integers(0, 5000)
         want = iteration_totals_nb(p, n_tokens, pairs, kv, n_emit)
-        assert iteration_totals_memo_nb(p, memo, 0, 64, n_tokens, pairs, kv, n_emit) == pytest.approx(want, rel=1e-13)
+        assert iteration_totals_memo_nb(p, memo, 0, 64, n_tokens, pairs, kv, n_emit) == want
         rest = rest_totals_nb(p, n_tokens, n_emit)
         att = attention_totals_nb(p, n_tokens, pairs, kv, n_emit)
         assert rest[0] + att[0] + p.iter_overhead_s == want[0]
         assert (rest[1] + att[1], rest[2] + att[2]) == want[1:]
+        assert rest_memo_nb(p, rest_memo, 0, 64, n_tokens, n_emit) == pytest.approx(rest, rel=1e-13)
         assert iteration_costs_nb(p, n_tokens, pairs, kv, n_emit, *new_cost_arrays()) == pytest.approx(want[0],
                                                                                                       rel=1e-12)
-    assert np.isfinite(memo).sum() > 5 * codes.N_REST
+    assert np.isfinite(memo).sum() >= 4 * codes.N_PREFIX
     assert iteration_totals_memo_nb(p, memo, 0, 64, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
 
 
@@ -407,6 +411,31 @@ def test_attention_from_its_dozen_fields_is_the_general_path_bit_for_bit(name, h
         want = mixed_attention_totals_nb(p, n, c, c, n)
         assert decode_attention_totals_nb(a, n, c, decode_rows_coord_nb(p, n)) == want
         assert all(math.isfinite(v) and v > 0 for v in want)
+
+
+@given(
+    name=st.sampled_from(TABLE_MODELS + ["gpt-oss-20b", "qwen3-30b-a3b"]),
+    tables=st.booleans(),
+    parallel=st.sampled_from([{}, {"tensor_parallel_size": 2}, {"tensor_parallel_size": 2, "enable_expert_parallel": True}]),
+    keys=st.lists(st.tuples(st.integers(1, 5000), st.floats(0.0, 1.0)), min_size=1, max_size=12),
+)
+@settings(max_examples=40, deadline=None)
+def test_the_prefix_memo_gives_the_rest_bit_for_bit(name, tables, parallel, keys):
+    """The cost of every operator but attention from the memo of the operators before the LM head
+    (kept by tokens, the rows with logits priced on from it) is the operator loop's to the last
+    bit, on misses, hits with other rows, and slots two token counts share; with dense and MoE
+    models, tensor parallelism (the logits gather) and expert parallelism (the all-to-all after the
+    sampler)."""
+    try:
+        p = build(name, "h100-sxm", tables=tables, **parallel)[4]
+    except ValueError:
+        return  # expert parallelism of a dense model
+    memo = np.full(8 * codes.N_PREFIX, np.nan)  # eight entries: 1 and 9 tokens share one
+    for n_tokens, emit_share in keys + keys[::-1]:
+        for tokens in (n_tokens, n_tokens + 8):
+            T = float(tokens)
+            n_emit = float(math.floor(emit_share * tokens))
+            assert prefix_memo_nb(p, memo, 0, 8, T, n_emit) == rest_totals_nb(p, T, n_emit)
 
 
 @given(
