@@ -334,7 +334,9 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, c
     :func:`pipeline_flag`'s, None without pipeline stages: likewise; ``cohort_paths`` is
     :func:`cohort_args`' (None under speculation, which leaves out the cohort's paths). With
     ``arrivals`` (one replica under an open loop, every row present: the event loop's call) a
-    speculative run takes the arrivals due before its steps itself.
+    speculative run takes the arrivals due before its steps itself, and decode runs that end at an
+    advance completing members go on at once while the next still starts before the next arrival
+    (the event loop would step the replica again; same results, fewer trips through it).
     """
     ws[FINISHED_LAST_STEP] = 0
     cohort = False
@@ -344,10 +346,23 @@ def step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, acc, pipe, c
         if cohort:
             deadline = acc[lay.off_clock + CLOCK_DEADLINE]
             if now < deadline:
-                if pure_decode_nb(e, lay, now, next_arrival, deadline, reqi, ws):
-                    k, t = decode_run_nb(p, e, lay, now, next_arrival, deadline, reqi, reqf, ws, glob, acc)
-                    if k > 0:
-                        return t
+                # Decode runs back to back: one replica under an open loop (``arrivals``) would be
+                # stepped again at once by the event loop while the run ended before the next
+                # arrival (at an advance that completed members); anywhere else, one run a step.
+                t = now
+                ran = False
+                while pure_decode_nb(e, lay, t, next_arrival, deadline, reqi, ws):
+                    if ran:
+                        ws[FINISHED_LAST_STEP] = 0  # as the next step would start
+                    k, t_run = decode_run_nb(p, e, lay, t, next_arrival, deadline, reqi, reqf, ws, glob, acc)
+                    if k == 0:
+                        break
+                    t = t_run
+                    ran = True
+                    if not arrivals:
+                        break
+                if ran:
+                    return t
                 handled, t = fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
                 if handled:
                     return t
