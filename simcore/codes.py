@@ -228,17 +228,25 @@ REST_BYTES = 4
 N_REST = 5
 REST_SLOTS = 8192  # a power of two: a speculative engine's tables (without speculation: one entry, unused)
 
-# Slots of the memo of the operators before the LM head (at Layout.off_prefix: Layout.prefix_slots
-# entries of N_PREFIX slots, direct-mapped by the batch's tokens; NaN until set): they depend on the
-# tokens alone, and an admission iteration's tokens (the decode cohort plus a prompt) repeat where
-# its rows with logits and contexts do not (``cost.prefix_memo_nb``).
+# Slots of the memo of a batch's cost but attention's in two tables (at Layout.off_prefix, then
+# Layout.prefix_slots * N_PREFIX further; Layout.prefix_slots entries each, direct-mapped; NaN until
+# set; ``cost.prefix_memo_nb``): the operators that depend on the tokens alone, by tokens (an
+# admission iteration's tokens, the decode cohort plus a prompt, repeat where its rows with logits
+# and contexts do not), and the LM head, logits gather and sampler, by rows with logits.
 PREFIX_TOKENS = 0  # the key
 PREFIX_S = 1  # the operators' sums, as cost.rest_ops_nb leaves them before OP_LM_HEAD
 PREFIX_FLOPS = 2
 PREFIX_BYTES = 3
-PREFIX_GEMM_S = 4  # the summed weight-GEMM curve at the tokens (with kernel tables; else 0)
-N_PREFIX = 5
-PREFIX_SLOTS = 2048  # a power of two: every batch of up to 2048 tokens has its own entry
+PREFIX_A2A_S = 4  # the experts' all-to-all after the sampler (OP_MOE_ALLTOALL): seconds, FLOPs
+PREFIX_A2A_FLOPS = 5
+PREFIX_GEMM_S = 6  # the summed weight-GEMM curve at the tokens (with kernel tables; else 0)
+N_PREFIX = 7
+EMIT_ROWS = 0  # the key
+EMIT_LM_HEAD = 1  # seconds, FLOPs and memory bytes of OP_LM_HEAD, OP_LOGITS_GATHER, OP_SAMPLING
+EMIT_GATHER = 4
+EMIT_SAMPLING = 7
+N_EMIT = 10
+PREFIX_SLOTS = 2048  # a power of two: every batch of up to 2048 tokens (and rows) has its own entry
 
 # Slots of a replica's int64 workspace ``ws`` (then, at the offsets of Layout: the cohort's
 # block-phase counts, the running list, the schedule rows and the waiting queue).

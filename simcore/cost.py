@@ -65,6 +65,11 @@ from simcore.codes import (
     EFF_PREFILL,
     EFF_SIZE,
     N_OPS,
+    EMIT_GATHER,
+    EMIT_LM_HEAD,
+    EMIT_ROWS,
+    EMIT_SAMPLING,
+    N_EMIT,
     N_PREFIX,
     N_REST,
     REST_BYTES,
@@ -98,6 +103,8 @@ from simcore.codes import (
     OP_RESIDUAL,
     OP_ROPE,
     OP_SAMPLING,
+    PREFIX_A2A_FLOPS,
+    PREFIX_A2A_S,
     PREFIX_BYTES,
     PREFIX_FLOPS,
     PREFIX_GEMM_S,
@@ -111,6 +118,9 @@ from simcore.codes import (
     UNIT_VECTOR,
 )
 from simcore.params import AttentionParams
+
+# prefix_memo_nb's order: the operators before the LM head, the three by rows with logits, the all-to-all.
+assert (OP_LOGITS_GATHER, OP_SAMPLING, OP_MOE_ALLTOALL, N_OPS) == tuple(OP_LM_HEAD + i for i in (1, 2, 3, 4))
 
 # FLOPs per element of the FFN activation (SiLU(x) * y or GELU) and of the sampler's passes
 # over the vocabulary (max, exp, sum, normalise, top-k/top-p threshold), and the number of
@@ -822,17 +832,27 @@ def rest_fill_nb(p, acc, slot, n_tokens, n_emit):
 
 @jit_inline
 def prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit):
-    """:func:`rest_totals_nb` bit for bit (``n_tokens`` > 0), the sums of the operators before the
-    LM head (which depend on the tokens alone) and the summed weight-GEMM curve kept in the memo
-    table at ``acc[off]`` (``slots`` entries, a power of two, of ``N_PREFIX`` slots, direct-mapped
-    by tokens, NaN until set: ``simcore.layout.Layout.off_prefix``): a hit prices only the LM head,
-    the logits gather, the sampler and the experts' all-to-all on from them (:func:`rest_ops_nb`);
-    a miss is a real call (:func:`prefix_fill_nb`)."""
+    """:func:`rest_totals_nb` bit for bit (``n_tokens`` > 0) from two memo tables at ``acc[off]``
+    (``slots`` entries each, a power of two, NaN until set: ``simcore.layout.Layout.off_prefix``):
+    by tokens (``N_PREFIX`` slots, direct-mapped) the sums of the operators before the LM head, the
+    experts' all-to-all after the sampler and the summed weight-GEMM curve, which depend on the
+    tokens alone; by rows with logits (``N_EMIT`` slots, ``slots * N_PREFIX`` further) the LM head,
+    the logits gather and the sampler. A hit adds them up in the operator loop's order (an operator
+    that does not run adds an exact zero); a miss is a real call (:func:`prefix_fill_nb`,
+    :func:`emit_fill_nb`)."""
     slot = off + (np.int64(n_tokens) & (slots - 1)) * N_PREFIX
     if acc[slot + PREFIX_TOKENS] != n_tokens:
         prefix_fill_nb(p, acc, slot, n_tokens)
-    total, total_flops, total_bytes = rest_ops_nb(p, OP_LM_HEAD, N_OPS, n_tokens, n_emit, acc[slot + PREFIX_S],
-                                                  acc[slot + PREFIX_FLOPS], acc[slot + PREFIX_BYTES])
+    rows = off + slots * N_PREFIX + (np.int64(n_emit) & (slots - 1)) * N_EMIT
+    if acc[rows + EMIT_ROWS] != n_emit:
+        emit_fill_nb(p, acc, rows, n_emit)
+    total = acc[slot + PREFIX_S] + acc[rows + EMIT_LM_HEAD] + acc[rows + EMIT_GATHER] + acc[rows + EMIT_SAMPLING]
+    total += acc[slot + PREFIX_A2A_S]
+    total_flops = acc[slot + PREFIX_FLOPS] + acc[rows + EMIT_LM_HEAD + 1] + acc[rows + EMIT_GATHER + 1]
+    total_flops += acc[rows + EMIT_SAMPLING + 1]
+    total_flops += acc[slot + PREFIX_A2A_FLOPS]
+    total_bytes = acc[slot + PREFIX_BYTES] + acc[rows + EMIT_LM_HEAD + 2] + acc[rows + EMIT_GATHER + 2]
+    total_bytes += acc[rows + EMIT_SAMPLING + 2]
     if shaped_nb(p):
         total += acc[slot + PREFIX_GEMM_S]
     return total, total_flops, total_bytes
@@ -840,13 +860,38 @@ def prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit):
 
 @jit
 def prefix_fill_nb(p, acc, slot, n_tokens):
-    """Set memo entry ``acc[slot:slot + N_PREFIX]`` (:func:`prefix_memo_nb`) to ``n_tokens``'s."""
-    total, total_flops, total_bytes = rest_ops_nb(p, 0, OP_LM_HEAD, n_tokens, 0.0, 0.0, 0.0, 0.0)
+    """Set the tokens memo entry ``acc[slot:slot + N_PREFIX]`` (:func:`prefix_memo_nb`) to
+    ``n_tokens``'s."""
+    total, total_flops, total_bytes = rest_range_nb(p, 0, OP_LM_HEAD, n_tokens, 0.0)
+    a2a_s, a2a_flops, _ = rest_range_nb(p, OP_MOE_ALLTOALL, OP_MOE_ALLTOALL + 1, n_tokens, 0.0)
     acc[slot + PREFIX_TOKENS] = n_tokens
     acc[slot + PREFIX_S] = total
     acc[slot + PREFIX_FLOPS] = total_flops
     acc[slot + PREFIX_BYTES] = total_bytes
+    acc[slot + PREFIX_A2A_S] = a2a_s
+    acc[slot + PREFIX_A2A_FLOPS] = a2a_flops
     acc[slot + PREFIX_GEMM_S] = gemm_curve_nb(p.eff, EFF_GEMM_SUM, n_tokens) if shaped_nb(p) else 0.0
+
+
+@jit
+def rest_range_nb(p, op_lo, op_hi, n_tokens, n_emit):
+    """:func:`rest_ops_nb` from zeros: one compiled copy of the operator loop for the memo's
+    misses (each inlined copy costs numba seconds of compile)."""
+    return rest_ops_nb(p, op_lo, op_hi, n_tokens, n_emit, 0.0, 0.0, 0.0)
+
+
+@jit
+def emit_fill_nb(p, acc, slot, n_emit):
+    """Set the rows memo entry ``acc[slot:slot + N_EMIT]`` (:func:`prefix_memo_nb`) to ``n_emit``'s:
+    each of the LM head, logits gather and sampler alone (seconds, FLOPs, memory bytes summed over
+    its layers), as :func:`rest_ops_nb` adds it."""
+    acc[slot + EMIT_ROWS] = n_emit
+    for i in range(3):
+        op = OP_LM_HEAD + i
+        s, f, b = rest_range_nb(p, op, op + 1, 1.0, n_emit)
+        acc[slot + EMIT_LM_HEAD + 3 * i] = s
+        acc[slot + EMIT_LM_HEAD + 3 * i + 1] = f
+        acc[slot + EMIT_LM_HEAD + 3 * i + 2] = b
 
 
 @jit_inline

@@ -6,7 +6,7 @@ The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogra
 ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
 the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``), the
 accepted drafts by position, the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
-size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
+size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``, ``EMIT_*``). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
 decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
 schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
 ``wq_cap`` entries whose front takes preempted requests. Fixed slot indices are in codes.py; the
@@ -20,6 +20,7 @@ from simcore._jit import jit_inline
 from simcore.codes import (
     N_CLOCK,
     N_MEMO,
+    N_EMIT,
     N_PREFIX,
     N_REST,
     N_SCHED_ROWS,
@@ -48,7 +49,7 @@ class Layout(NamedTuple):
     off_memo: int  # MEMO_* slots, N_MEMO per batch size 0..max_num_seqs
     off_rest: int  # REST_* memo tables: the model's, then the drafter's (N_REST x rest_slots each)
     rest_slots: int  # entries of each (a power of two: REST_SLOTS under speculation, else 1)
-    off_prefix: int  # PREFIX_* memo table (N_PREFIX x prefix_slots): the decode cohort's admissions
+    off_prefix: int  # PREFIX_* memo table (N_PREFIX x prefix_slots), then EMIT_* (N_EMIT x prefix_slots)
     prefix_slots: int  # its entries (a power of two: PREFIX_SLOTS without speculation, else 1)
     acc_len: int
     # int64 workspace
@@ -83,7 +84,7 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
                   off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, off_prefix=off_prefix,
-                  prefix_slots=prefix_slots, acc_len=off_prefix + prefix_slots * N_PREFIX,
+                  prefix_slots=prefix_slots, acc_len=off_prefix + prefix_slots * (N_PREFIX + N_EMIT),
                   sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 

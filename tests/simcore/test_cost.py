@@ -264,7 +264,7 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
     bit for bit, on hits, misses and slots that two keys share."""
     p = shaped("llama-3.1-8b", "h100-sxm", "vllm", 1, "auto", "auto")[4] if tables else \
         build("llama-3.1-8b", "h100-sxm")[4]
-    memo = np.full(64 * codes.N_PREFIX, np.nan)  # few entries: keys evict each other
+    memo = np.full(64 * (codes.N_PREFIX + codes.N_EMIT), np.nan)  # few entries: keys evict each other
     rest_memo = np.full(64 * codes.N_REST, np.nan)  # the speculative steps' memo, to a few ulps
     rng = np.random.default_rng(0)
     keys = [(t, e) for t in (1.0, 7.0, 64.0, 65.0, 1000.0) for e in (1.0, min(t, 5.0))]
@@ -281,7 +281,7 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
         assert rest_memo_nb(p, rest_memo, 0, 64, n_tokens, n_emit) == pytest.approx(rest, rel=1e-13)
         assert iteration_costs_nb(p, n_tokens, pairs, kv, n_emit, *new_cost_arrays()) == pytest.approx(want[0],
                                                                                                       rel=1e-12)
-    assert np.isfinite(memo).sum() >= 4 * codes.N_PREFIX
+    assert np.isfinite(memo[:64 * codes.N_PREFIX]).sum() >= 4 * codes.N_PREFIX
     assert iteration_totals_memo_nb(p, memo, 0, 64, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
 
 
@@ -430,7 +430,7 @@ def test_the_prefix_memo_gives_the_rest_bit_for_bit(name, tables, parallel, keys
         p = build(name, "h100-sxm", tables=tables, **parallel)[4]
     except ValueError:
         return  # expert parallelism of a dense model
-    memo = np.full(8 * codes.N_PREFIX, np.nan)  # eight entries: 1 and 9 tokens share one
+    memo = np.full(8 * (codes.N_PREFIX + codes.N_EMIT), np.nan)  # eight entries a table: 1 and 9 share one
     for n_tokens, emit_share in keys + keys[::-1]:
         for tokens in (n_tokens, n_tokens + 8):
             T = float(tokens)
