@@ -70,8 +70,7 @@ from simcore.scheduler import (
 
 @jit_inline
 def needs_block_class_nb(d, bs):
-    """Cohort class whose members need a new block at the advance after ``d`` (>= 0) advances:
-    ``(bs - d % bs) % bs``, with one integer division instead of two."""
+    """Cohort class whose members need a new block at the advance after ``d`` advances."""
     return (bs - d % bs) % bs
 
 
