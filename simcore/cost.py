@@ -906,10 +906,10 @@ def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 
 @jit
 def iteration_totals_memo_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit):
-    """:func:`iteration_totals_nb` bit for bit, the operators before the LM head kept by tokens in
-    the memo table at ``acc[off]`` (``slots`` entries: :func:`prefix_memo_nb`): the explicit
-    scheduler's iterations (:func:`iteration_totals_memo_inline_nb` is the same inlined, for the
-    decode cohort's)."""
+    """:func:`iteration_totals_nb` bit for bit, every operator but attention read from the memo
+    tables at ``acc[off]`` (by tokens and by rows with logits, ``slots`` entries each:
+    :func:`prefix_memo_nb`): the explicit scheduler's iterations
+    (:func:`iteration_totals_memo_inline_nb` is the same inlined, for the decode cohort's)."""
     return iteration_totals_memo_inline_nb(p, acc, off, slots, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 
 

@@ -6,10 +6,11 @@ The float accumulator ``acc`` holds the ``STAT_*`` totals, a batch-size histogra
 ``max_num_seqs + 1`` bins, ``n_windows`` time-series rows of ``N_WIN`` columns, ``n_bins`` ITL bins,
 the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.pipeline``), the
 accepted drafts by position, the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
-size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``, ``EMIT_*``). The int64 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the
-decode cohort's ``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS``
-schedule rows of ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of
-``wq_cap`` entries whose front takes preempted requests. Fixed slot indices are in codes.py; the
+size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``, ``EMIT_*``). The int64
+workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the decode cohort's
+``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS`` schedule rows of
+``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of ``wq_cap`` entries
+whose front takes preempted requests. Fixed slot indices are in codes.py; the
 offsets here depend on sizes.
 """
 from typing import NamedTuple
@@ -19,8 +20,8 @@ import numpy as np
 from simcore._jit import jit_inline
 from simcore.codes import (
     N_CLOCK,
-    N_MEMO,
     N_EMIT,
+    N_MEMO,
     N_PREFIX,
     N_REST,
     N_SCHED_ROWS,
