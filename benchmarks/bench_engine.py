@@ -11,6 +11,7 @@ from simllm.cli.main import main
 from simllm.config.disagg import DisaggConfig
 from simllm.sim.disagg import simulate_disagg
 from benchmarks.common import bench_requests, closed_loop_requests, configs
+from benchmarks.plain_loop import plain_loop
 
 SIZES = [10_000, 100_000, 1_000_000]
 
@@ -113,6 +114,43 @@ class EngineKernelTables:
                                keep_requests=False).summary["simulated_requests_per_s"]
 
     track_kernel_requests_per_second.unit = "requests/s"
+
+
+class PlainLoop:
+    """Issue 17's yardstick: a deliberately plain per-request numba loop with one roofline term
+    (``benchmarks.plain_loop``) on bench-1m's 10^6 requests, and simllm's kernel time over the plain
+    loop's, both measured in the same call (best of 3 each, interleaved). The target is 0.5."""
+
+    number = 1
+    repeat = 1
+    timeout = 900
+
+    def setup(self):
+        self.m, self.h, _, _ = configs()
+        self.s = _serving(True)
+        self.w, self.req = bench_requests(1_000_000)
+        _warm(self.m, self.h, self.s)
+        plain_loop(self.m, self.h, self.s, bench_requests(100)[1])
+
+    def _plain_s(self):
+        start = time.perf_counter()
+        plain_loop(self.m, self.h, self.s, self.req)
+        return time.perf_counter() - start
+
+    def track_plain_loop_requests_per_second(self):
+        return len(self.req.arrival_s) / self._plain_s()
+
+    track_plain_loop_requests_per_second.unit = "requests/s"
+
+    def track_kernel_time_over_plain_loop(self):
+        kernel, plain = [], []
+        for _ in range(3):
+            res = simllm.simulate(self.m, self.h, self.s, self.w, requests=self.req, keep_requests=False)
+            kernel.append(len(self.req.arrival_s) / res.summary["simulated_requests_per_s"])
+            plain.append(self._plain_s())
+        return min(kernel) / min(plain)
+
+    track_kernel_time_over_plain_loop.unit = "ratio"
 
 
 class PeakMemory:
