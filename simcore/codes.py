@@ -212,7 +212,12 @@ MEMO_ATTN_FLOPS = 3  # attention FLOPs at context sum 0 ...
 MEMO_ATTN_BYTES = 4
 MEMO_ATTN_FLOPS_SLOPE = 5  # ... and per token of context sum
 MEMO_ATTN_BYTES_SLOPE = 6
-N_MEMO = 7
+# With shape-aware tables, the run's fixed grid coordinates (cost.shaped_attention_at_nb): log2 of
+# rows x KV heads, of the batch size, and of the FLOPs slope over 2**EFF_PF_LOG2_MIN.
+MEMO_X_ROWS = 7
+MEMO_LOG_B = 8
+MEMO_LOG_SLOPE = 9
+N_MEMO = 10
 
 # Slots of the memo of a batch's cost but attention's (at Layout.off_rest: two tables, the model's
 # then a speculative drafter's, of Layout.rest_slots entries of N_REST slots, direct-mapped by the

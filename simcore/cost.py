@@ -583,7 +583,9 @@ def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row
     ef = interp2_nb(p.eff, EFF_PREFILL, EFF_PF_POINTS, EFF_CTX_POINTS, x_flops, x_ctx_q)
     ed = interp2_nb(p.eff, EFF_DECODE, EFF_DEC_POINTS, EFF_CTX_POINTS, x_rows, x_ctx_row)
     t_compute = flops / (p.attn_flops * ef)
-    t_memory = nbytes / (p.mem_bw * ed) + stream_bytes / p.mem_bw
+    t_memory = nbytes / (p.mem_bw * ed)
+    if stream_bytes != 0.0:  # (adding 0 / p.mem_bw would change nothing but cost a division)
+        t_memory += stream_bytes / p.mem_bw
     if t_compute > t_memory:
         return t_compute, BOUND_COMPUTE
     return t_memory, BOUND_MEMORY

@@ -29,9 +29,12 @@ from simcore.codes import (
     MEMO_ATTN_BYTES_SLOPE,
     MEMO_ATTN_FLOPS,
     MEMO_ATTN_FLOPS_SLOPE,
+    MEMO_LOG_B,
+    MEMO_LOG_SLOPE,
     MEMO_REST_BYTES,
     MEMO_REST_FLOPS,
     MEMO_REST_S,
+    MEMO_X_ROWS,
     OP_ATTENTION,
     PREFILLING_COUNT,
     RF_LAST_EMIT,
@@ -152,6 +155,10 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
         acc[m + MEMO_ATTN_BYTES] = ba0
         acc[m + MEMO_ATTN_FLOPS_SLOPE] = fa1 - fa0
         acc[m + MEMO_ATTN_BYTES_SLOPE] = ba1 - ba0
+        acc[m + MEMO_X_ROWS] = log2_nb(fb * p.kv_heads)
+        acc[m + MEMO_LOG_B] = log2_nb(fb)
+        f_slope = fa1 - fa0
+        acc[m + MEMO_LOG_SLOPE] = math.log2(f_slope) - EFF_PF_LOG2_MIN if f_slope > 0.0 else 0.0
     t_rest = acc[m + MEMO_REST_S]
     f_rest = acc[m + MEMO_REST_FLOPS]
     b_rest = acc[m + MEMO_REST_BYTES]
@@ -169,9 +176,9 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     mixed = mixed_attention_nb(p)
     if shaped and not mixed and not (fa0 == 0.0 and f_slope > 0.0):
         return 0, now  # not decode attention's shape: the explicit path prices it
-    x_rows = log2_nb(fb * p.kv_heads)
-    log_b = log2_nb(fb)
-    log_slope = math.log2(f_slope) - EFF_PF_LOG2_MIN if shaped and not mixed else 0.0
+    x_rows = acc[m + MEMO_X_ROWS]
+    log_b = acc[m + MEMO_LOG_B]
+    log_slope = acc[m + MEMO_LOG_SLOPE]  # used where shaped and not mixed, where f_slope > 0
     last_window = lay.n_windows - 1
     window = -1
     k = 0
