@@ -39,7 +39,7 @@ from simcore.codes import (
     RF_LAST_EMIT,
     RI_CACHED,
     RI_COMPUTED,
-    RI_EPOCH,
+    RI_DONE,
     RI_FIXED_BLOCKS,
     RI_GENERATED,
     RI_INPUT,
@@ -226,7 +226,7 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
     hr = np.empty(max(n, 1), dtype=np.int64)
     n_heap = 0
     for r in range(n):
-        reqi[r, RI_EPOCH] = -1
+        reqi[r, RI_DONE] = -1
         xfer[r, XF_PREFILL_DONE] = -1.0
         xfer[r, XF_START] = -1.0
         xfer[r, XF_DONE] = -1.0

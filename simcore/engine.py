@@ -45,7 +45,7 @@ from simcore.codes import (
     RF_ARRIVAL,
     RF_FINISH,
     RI_COMPUTED,
-    RI_EPOCH,
+    RI_DONE,
     RI_GENERATED,
     RI_INPUT,
     RI_STATUS,
@@ -625,7 +625,7 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None,
     n = reqi.shape[0]
     ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
     for r in range(n):
-        reqi[r, RI_EPOCH] = -1
+        reqi[r, RI_DONE] = -1
     start_run_nb(e, lay, n, ws, glob, acc)
     run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False, cohort)
     end = last_finish_nb(reqf)
@@ -637,7 +637,7 @@ def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None,
 def start_run_nb(e, lay, n_requests, ws, glob, acc):
     """Set up a run of ``n_requests`` requests in all: the replicas' zeroed workspaces ``ws`` (shape
     (n_replicas, lay.ws_len)) and accumulators ``acc``, and the counters ``glob``. The request rows'
-    ``RI_EPOCH`` must be -1 (not in a cohort)."""
+    ``RI_DONE`` must be -1 (not in a cohort)."""
     glob[GLOBAL_NEXT_SEND] = e.n_clients if e.n_clients < n_requests else n_requests
     glob[GLOBAL_NEXT_ARRIVAL] = 0  # requests arrive in index order
     init_replicas_nb(e, lay, ws, acc)

@@ -3,13 +3,14 @@ O(1) in them instead of O(batch).
 
 Every cohort member gets exactly one token in every cohort *advance*, so a member's state is its
 state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
-values at joining and ``RI_EPOCH`` the replica's advance count ``ws[COHORT_ADVANCES]`` then. The
-replica keeps what iterations need in aggregate: members (``COHORT_SIZE``), the sum of their
-contexts (``COHORT_CONTEXT_SUM``), when the first of them completes (``COHORT_NEXT_DONE``), and how
-many need a new KV block at each advance (the phase counts at ``Layout.off_phase``, by
-``(computed - epoch) mod block_size``). Members that joined since the last advance (listed in
-schedule row ``SCHED_JOINER``) get their first inter-token latency individually; the others share
-``t_cohort``, the time of the last advance.
+values at joining and ``RI_DONE`` the replica's advance count ``ws[COHORT_ADVANCES]`` whose advance
+emits its last token (it joined at the *epoch* ``RI_DONE - RI_OUTPUT + RI_GENERATED``; a completion
+reads one field per member). The replica keeps what iterations need in aggregate: members
+(``COHORT_SIZE``), the sum of their contexts (``COHORT_CONTEXT_SUM``), when the first of them
+completes (``COHORT_NEXT_DONE``), and how many need a new KV block at each advance (the phase
+counts at ``Layout.off_phase``, by ``(computed - epoch) mod block_size``). Members that joined since
+the last advance (listed in schedule row ``SCHED_JOINER``) get their first inter-token latency
+individually; the others share ``t_cohort``, the time of the last advance.
 
 Anything the aggregate path does not cover (preemption, a budget too small for everyone, client
 timeouts, v0 prefill iterations, static batches) first materialises every member
@@ -34,8 +35,8 @@ from simcore.codes import (
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
+    RI_DONE,
     RI_FIXED_BLOCKS,
-    RI_EPOCH,
     RI_GENERATED,
     RI_INPUT,
     RI_OUTPUT,
@@ -75,18 +76,24 @@ def needs_block_class_nb(d, bs):
 
 
 @jit_inline
+def joined_at_nb(reqi, r):
+    """The cohort advance count when member ``r`` joined."""
+    return reqi[r, RI_DONE] - reqi[r, RI_OUTPUT] + reqi[r, RI_GENERATED]
+
+
+@jit_inline
 def join_nb(e, lay, reqi, ws, r):
     """``r`` (decoding, state explicit) joins the cohort."""
     d = ws[COHORT_ADVANCES]
     bs = e.block_size
     c = reqi[r, RI_COMPUTED]
-    reqi[r, RI_EPOCH] = d
+    done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+    reqi[r, RI_DONE] = done
     ws[phase_slot_nb(lay, (c - d) % bs)] += 1
     ws[COHORT_SIZE] += 1
     if measured_nb(e, r):
         ws[COHORT_MEASURED] += 1
     ws[COHORT_CONTEXT_SUM] += c
-    done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     if done < ws[COHORT_NEXT_DONE]:
         ws[COHORT_NEXT_DONE] = done
     set_sched_nb(lay, ws, SCHED_JOINER, ws[COHORT_JOINERS], r)
@@ -98,9 +105,10 @@ def leave_nb(e, lay, reqi, ws, r):
     """``r`` leaves the cohort: its explicit state is brought up to date (blocks included)."""
     d = ws[COHORT_ADVANCES]
     bs = e.block_size
-    k = d - reqi[r, RI_EPOCH]
+    epoch = joined_at_nb(reqi, r)
+    k = d - epoch
     c0 = reqi[r, RI_COMPUTED]
-    ws[phase_slot_nb(lay, (c0 - reqi[r, RI_EPOCH]) % bs)] -= 1
+    ws[phase_slot_nb(lay, (c0 - epoch) % bs)] -= 1
     ws[COHORT_SIZE] -= 1
     if measured_nb(e, r):
         ws[COHORT_MEASURED] -= 1
@@ -109,7 +117,7 @@ def leave_nb(e, lay, reqi, ws, r):
     reqi[r, RI_COMPUTED] = c
     reqi[r, RI_GENERATED] += k
     reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs)
-    reqi[r, RI_EPOCH] = -1
+    reqi[r, RI_DONE] = -1
 
 
 @jit_inline
@@ -131,8 +139,8 @@ def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
     d = ws[COHORT_ADVANCES]
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
-        if reqi[r, RI_EPOCH] >= 0:
-            if reqi[r, RI_EPOCH] < d:  # took part in the last advance
+        if reqi[r, RI_DONE] >= 0:
+            if joined_at_nb(reqi, r) < d:  # took part in the last advance
                 reqf[r, RF_LAST_EMIT] = t_cohort
             leave_nb(e, lay, reqi, ws, r)
     ws[COHORT_JOINERS] = 0
@@ -163,9 +171,8 @@ def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
     k = 0
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
-        ep = reqi[r, RI_EPOCH]
-        if ep >= 0:
-            done = ep + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
+        done = reqi[r, RI_DONE]
+        if done >= 0:
             if done == d:
                 leave_nb(e, lay, reqi, ws, r)
                 reqf[r, RF_LAST_EMIT] = t_end
@@ -215,7 +222,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
     k = 0
     for j in range(n_sched):
         r = sched_nb(lay, ws, SCHED_REQUEST, j)
-        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_EPOCH] < 0:
+        if reqi[r, RI_STATUS] == STATUS_RUNNING and reqi[r, RI_DONE] < 0:
             set_sched_nb(lay, ws, SCHED_PREFILLING, k, r)
             k += 1
     ws[PREFILLING_COUNT] = k

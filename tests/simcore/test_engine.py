@@ -40,7 +40,7 @@ def request_arrays(e, arrival, prompt, output, cached=None, ready=None, delay=No
     reqi[:, codes.RI_OUTPUT] = output
     reqi[:, codes.RI_CACHED] = 0 if cached is None else cached
     reqi[:, codes.RI_FIXED_BLOCKS] = 0 if fixed is None else fixed
-    reqi[:, codes.RI_EPOCH] = -1
+    reqi[:, codes.RI_DONE] = -1
     reqf = np.full((n, codes.N_RF), -1.0)
     reqf[:, codes.RF_ARRIVAL] = arrival
     reqf[:, codes.RF_FINISH] = -1.0 if ready is None or not e.n_clients else ready

@@ -246,7 +246,7 @@ def request_rows(e, pool, requests, first=0, delays=None):
     reqi = np.zeros((m, codes.N_RI), dtype=np.int32)
     reqi[:, codes.RI_INPUT] = requests.input_len
     reqi[:, codes.RI_OUTPUT] = requests.output_len
-    reqi[:, codes.RI_EPOCH] = -1
+    reqi[:, codes.RI_DONE] = -1
     if memory.window_blocks or memory.state_blocks:
         reqi[:, codes.RI_FIXED_BLOCKS] = memory.fixed_blocks(requests.input_len.astype(np.int64) + requests.output_len)
     if e.prefix_blocks:  # a prefix-cache hit skips the shared prefix's whole blocks

@@ -36,7 +36,7 @@ class StreamStats:
 
 def run_streamed(p, sp, e, lay, chunks, n, on_rows, glob, acc, stats=None):
     """Simulate ``n`` requests whose rows come in ``chunks`` (an iterable of ``(reqi, reqf)`` in send
-    order, as ``simcore.engine.simulate_nb`` takes them, ``RI_EPOCH`` -1), calling
+    order, as ``simcore.engine.simulate_nb`` takes them, ``RI_DONE`` -1), calling
     ``on_rows(reqi, reqf, first)`` with the rows of requests ``first, first + 1, ...`` once they have
     ended (in send order; the arrays are reused after the call returns). The same run as
     ``simulate_into_nb`` over all the rows at once, in memory for the requests in flight and the
