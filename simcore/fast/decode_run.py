@@ -188,8 +188,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     kv_seconds = 0.0
     itl_sum = 0.0
     itl_sq = 0.0
-    n_itl = 0.0
-    t_cohort = acc[lay.off_clock + CLOCK_COHORT]
+    t_first = now  # end of the run's first iteration
     phase = needs_block_class_nb(d0, bs)  # the class that needs a block at the next advance: one less at each
     while k < k_max and now < next_arrival and now < next_deadline:
         new_blocks = ws[phase_slot_nb(lay, phase)]
@@ -221,23 +220,27 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
         nbytes += b_rest + n_att * ba
         kv_seconds += (e.num_blocks - free) * dt
         if k == 0:
-            regular = regular_members_nb(e, lay, ws)
-            if regular > 0:
-                record_itl_nb(e, lay, acc, t_end - t_cohort, float(regular))
-            for j in range(ws[COHORT_JOINERS]):
-                r = sched_nb(lay, ws, SCHED_JOINER, j)
-                record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
+            t_first = t_end
         else:
             itl = t_end - now
             itl_sum += fm * itl
             itl_sq += fm * itl * itl
-            n_itl += fm
             acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fm
         now = t_end
         x += fb
         k += 1
     if k == 0:
         return 0, now
+    # The first iteration's ITLs, recorded after the loop (it keeps fewer values live): members that
+    # took part in the cohort's last advance count from it, joiners from their own last token. Into
+    # the ITL sums they go before the later iterations' (as in the loop); the counts are whole
+    # numbers, exact in any order.
+    regular = regular_members_nb(e, lay, ws)
+    if regular > 0:
+        record_itl_nb(e, lay, acc, t_first - acc[lay.off_clock + CLOCK_COHORT], float(regular))
+    for j in range(ws[COHORT_JOINERS]):
+        r = sched_nb(lay, ws, SCHED_JOINER, j)
+        record_request_itl_nb(e, lay, acc, r, t_first - reqf[r, RF_LAST_EMIT])
     ws[COHORT_ADVANCES] = d0 + k
     ws[COHORT_CONTEXT_SUM] += B * k
     ws[COHORT_JOINERS] = 0
@@ -253,7 +256,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     acc[STAT_DECODE_TOKENS] += fb * k
     acc[STAT_ITL_SUM] += itl_sum
     acc[STAT_ITL_SQSUM] += itl_sq
-    acc[STAT_ITL_COUNT] += n_itl
+    acc[STAT_ITL_COUNT] += fm * (k - 1)  # the later iterations' (whole numbers: the loop's sum exactly)
     if used > acc[STAT_PEAK_BLOCKS]:
         acc[STAT_PEAK_BLOCKS] = used
     batch_add_nb(e, lay, acc, B, k)
