@@ -179,56 +179,15 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     x_rows = acc[m + MEMO_X_ROWS]
     log_b = acc[m + MEMO_LOG_B]
     log_slope = acc[m + MEMO_LOG_SLOPE]  # used where shaped and not mixed, where f_slope > 0
-    last_window = lay.n_windows - 1
-    window = -1
-    k = 0
-    busy = 0.0
-    flops = 0.0
-    nbytes = 0.0
-    kv_seconds = 0.0
-    itl_sum = 0.0
-    itl_sq = 0.0
-    t_first = now  # end of the run's first iteration
-    phase = needs_block_class_nb(d0, bs)  # the class that needs a block at the next advance: one less at each
-    while k < k_max and now < next_arrival and now < next_deadline:
-        new_blocks = ws[phase_slot_nb(lay, phase)]
-        if new_blocks > free:
-            break
-        phase = phase - 1 if phase > 0 else bs - 1
-        if mixed:
-            fa, ba, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
-            att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
-        elif shaped:
-            fa = fa0 + f_slope * x
-            ba = ba0 + b_slope * x
-            lx = math.log2(x)
-            att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b, 0.0)
-        else:
-            fa = fa0 + f_slope * x
-            ba = ba0 + b_slope * x
-            att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables
-        dt = t_rest + n_att * att
-        t_end = now + dt
-        w = window_of_nb(e, lay, t_end)
-        if window < 0:
-            window = w
-        elif w != window and window != last_window:
-            break
-        free -= new_blocks
-        busy += dt
-        flops += f_rest + n_att * fa
-        nbytes += b_rest + n_att * ba
-        kv_seconds += (e.num_blocks - free) * dt
-        if k == 0:
-            t_first = t_end
-        else:
-            itl = t_end - now
-            itl_sum += fm * itl
-            itl_sq += fm * itl * itl
-            acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fm
-        now = t_end
-        x += fb
-        k += 1
+    phase = needs_block_class_nb(d0, bs)  # the class that needs a block at the next advance
+    if shaped and not mixed:  # the tables' decode attention: a loop of its own (fewer values live)
+        k, now, free, window, t_first, busy, flops, nbytes, kv_seconds, itl_sum, itl_sq = _iterations_nb(
+            p, e, lay, ws, acc, True, False, now, next_arrival, next_deadline, k_max, free, phase, x, fb, fm,
+            t_rest, f_rest, b_rest, fa0, ba0, f_slope, b_slope, n_att, x_rows, log_b, log_slope)
+    else:
+        k, now, free, window, t_first, busy, flops, nbytes, kv_seconds, itl_sum, itl_sq = _iterations_nb(
+            p, e, lay, ws, acc, False, mixed, now, next_arrival, next_deadline, k_max, free, phase, x, fb, fm,
+            t_rest, f_rest, b_rest, fa0, ba0, f_slope, b_slope, n_att, x_rows, log_b, log_slope)
     if k == 0:
         return 0, now
     # The first iteration's ITLs, recorded after the loop (it keeps fewer values live): members that
@@ -271,3 +230,72 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     if d0 + k == ws[COHORT_NEXT_DONE]:  # the last advance completed members: they retire
         ws[FINISHED_LAST_STEP] = complete_members_nb(e, lay, now, reqi, reqf, ws, glob, acc)
     return k, now
+
+
+@jit_inline
+def _iterations_nb(p, e, lay, ws, acc, tables, mixed, now, next_arrival, next_deadline, k_max, free, phase, x, fb, fm,
+                   t_rest, f_rest, b_rest, fa0, ba0, f_slope, b_slope, n_att, x_rows, log_b, log_slope):
+    """The iterations of :func:`decode_run_nb` from ``now`` (context sum read by attention ``x``,
+    ``free`` blocks, block ``phase``): each priced (``tables``: the tables' decode attention at one
+    log2 of ``x``; else ``mixed`` attention in full, or the scalar roofline), timed and summed, the
+    ITL histogram counting every iteration's but the first. ``tables`` is a constant at each call,
+    so each call site compiles a loop with one pricing.
+
+    Returns
+    -------
+    k, now, free, window, t_first, busy, flops, nbytes, kv_seconds, itl_sum, itl_sq
+        Iterations, the end time, the blocks left free, the time series' row, the end of the first
+        iteration, and the run's sums (seconds, FLOPs, bytes, block-seconds, ITL seconds over
+        measured members and their squares).
+    """
+    bs = e.block_size
+    last_window = lay.n_windows - 1
+    window = -1
+    k = 0
+    busy = 0.0
+    flops = 0.0
+    nbytes = 0.0
+    kv_seconds = 0.0
+    itl_sum = 0.0
+    itl_sq = 0.0
+    t_first = now
+    while k < k_max and now < next_arrival and now < next_deadline:
+        new_blocks = ws[phase_slot_nb(lay, phase)]
+        if new_blocks > free:
+            break
+        phase = phase - 1 if phase > 0 else bs - 1
+        if tables:
+            fa = fa0 + f_slope * x
+            ba = ba0 + b_slope * x
+            lx = math.log2(x)
+            att, _ = shaped_attention_at_nb(p, fa, ba, log_slope + lx, lx - log_b, x_rows, lx - log_b, 0.0)
+        elif mixed:
+            fa, ba, _ = op_cost_nb(p, OP_ATTENTION, fb, x, x, fb)
+            att, _ = op_seconds_nb(p, OP_ATTENTION, fa, ba, UNIT_ATTN, fb, x, x, fb)
+        else:
+            fa = fa0 + f_slope * x
+            ba = ba0 + b_slope * x
+            att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables
+        dt = t_rest + n_att * att
+        t_end = now + dt
+        w = window_of_nb(e, lay, t_end)
+        if window < 0:
+            window = w
+        elif w != window and window != last_window:
+            break
+        free -= new_blocks
+        busy += dt
+        flops += f_rest + n_att * fa
+        nbytes += b_rest + n_att * ba
+        kv_seconds += (e.num_blocks - free) * dt
+        if k == 0:
+            t_first = t_end
+        else:
+            itl = t_end - now
+            itl_sum += fm * itl
+            itl_sq += fm * itl * itl
+            acc[lay.off_itl + itl_bin_nb(e, lay, itl)] += fm
+        now = t_end
+        x += fb
+        k += 1
+    return k, now, free, window, t_first, busy, flops, nbytes, kv_seconds, itl_sum, itl_sq
