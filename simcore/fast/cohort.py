@@ -132,6 +132,18 @@ def regular_members_nb(e, lay, ws):
 
 
 @jit_inline
+def record_advance_itls_nb(e, lay, t_end, reqf, ws, acc):
+    """The ITLs of a cohort advance ending at ``t_end``: members that took part in the last advance
+    count from it, joiners from their own last token."""
+    regular = regular_members_nb(e, lay, ws)
+    if regular > 0:
+        record_itl_nb(e, lay, acc, t_end - acc[lay.off_clock + CLOCK_COHORT], float(regular))
+    for j in range(ws[COHORT_JOINERS]):
+        r = sched_nb(lay, ws, SCHED_JOINER, j)
+        record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
+
+
+@jit_inline
 def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
     """Every member leaves the cohort with its explicit state (and last emit time) restored."""
     if ws[COHORT_SIZE] == 0:
@@ -308,12 +320,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
     if n_c > 0:
-        regular = regular_members_nb(e, lay, ws)
-        if regular > 0:
-            record_itl_nb(e, lay, acc, t_end - acc[lay.off_clock + CLOCK_COHORT], float(regular))
-        for j in range(ws[COHORT_JOINERS]):
-            r = sched_nb(lay, ws, SCHED_JOINER, j)
-            record_request_itl_nb(e, lay, acc, r, t_end - reqf[r, RF_LAST_EMIT])
+        record_advance_itls_nb(e, lay, t_end, reqf, ws, acc)
         ws[COHORT_JOINERS] = 0
         ws[COHORT_ADVANCES] = d + 1
         ws[COHORT_CONTEXT_SUM] += n_c

@@ -37,7 +37,6 @@ from simcore.codes import (
     MEMO_X_ROWS,
     OP_ATTENTION,
     PREFILLING_COUNT,
-    RF_LAST_EMIT,
     RI_BLOCKS,
     RI_CACHED,
     RI_COMPUTED,
@@ -45,7 +44,6 @@ from simcore.codes import (
     RI_GENERATED,
     RI_INPUT,
     RUNNING_COUNT,
-    SCHED_JOINER,
     STAT_BUSY_S,
     STAT_DECODE_TOKENS,
     STAT_FAST_ITERATIONS,
@@ -66,7 +64,7 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
     WIN_SEQ_SECONDS,
 )
-from simcore.fast.cohort import complete_members_nb, needs_block_class_nb, regular_members_nb
+from simcore.fast.cohort import complete_members_nb, needs_block_class_nb, record_advance_itls_nb
 from simcore.cost import (
     iteration_totals_nb,
     mixed_attention_nb,
@@ -78,8 +76,8 @@ from simcore.cost import (
     shaped_attention_at_nb,
     shaped_nb,
 )
-from simcore.layout import memo_slot_nb, phase_slot_nb, sched_nb
-from simcore.metrics import batch_add_nb, itl_bin_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
+from simcore.layout import memo_slot_nb, phase_slot_nb
+from simcore.metrics import batch_add_nb, itl_bin_nb, win_add_nb, window_of_nb
 from simcore.scheduler import admission_nb, peek_nb
 
 
@@ -194,12 +192,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     # took part in the cohort's last advance count from it, joiners from their own last token. Into
     # the ITL sums they go before the later iterations' (as in the loop); the counts are whole
     # numbers, exact in any order.
-    regular = regular_members_nb(e, lay, ws)
-    if regular > 0:
-        record_itl_nb(e, lay, acc, t_first - acc[lay.off_clock + CLOCK_COHORT], float(regular))
-    for j in range(ws[COHORT_JOINERS]):
-        r = sched_nb(lay, ws, SCHED_JOINER, j)
-        record_request_itl_nb(e, lay, acc, r, t_first - reqf[r, RF_LAST_EMIT])
+    record_advance_itls_nb(e, lay, t_first, reqf, ws, acc)
     ws[COHORT_ADVANCES] = d0 + k
     ws[COHORT_CONTEXT_SUM] += B * k
     ws[COHORT_JOINERS] = 0
