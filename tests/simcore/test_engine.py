@@ -179,6 +179,31 @@ def test_kernel_matches_reference_with_windowed_or_linear_layers(tables, blocks,
     assert stats[codes.STAT_FAST_ITERATIONS] > 0  # the decode runs took the windowed branch
 
 
+@pytest.mark.parametrize("name, tables", [("llama-3.1-8b", False), ("llama-3.1-8b", True), ("gpt-oss-120b", True)],
+                         ids=["scalar", "tables", "windowed"])
+def test_decode_runs_price_and_record_itls_as_the_explicit_path(name, tables):
+    """Each pricing of a decode run's iterations (``fast.decode_run._iterations_nb``: the scalar
+    roofline, the tables' decode attention at one log2 of the context, windowed attention in full),
+    with warm-up requests among the members: per-request times and the ITL count and sums against
+    the reference, and the ITL sum of squares and histogram against the explicit path. The first
+    advance's ITLs (members since the last advance, joiners since their own token) are recorded
+    after the run's loop, the later ones summed in it."""
+    rng = np.random.default_rng(11)
+    arrival, ready, prompt, output = workload(rng, 100, 25.0, 600, 200)
+    p = build(name, "h100-sxm", tables=tables)[4]
+    fixed = np.minimum(9, -(-(prompt + output) // 16)) if p.window > 0 else None
+    e = engine(num_blocks=400, max_model_len=1024, warmup=5)
+    ref, stats = assert_same(e, arrival, ready, prompt, output, p=p, fixed=fixed)
+    assert stats[codes.STAT_FAST_ITERATIONS] > 0.3 * stats[codes.STAT_ITERATIONS]  # the runs are exercised
+    itls = [x for r in ref if r.idx >= e.warmup for x in r.itls]
+    assert stats[codes.STAT_ITL_SQSUM] == pytest.approx(sum(x * x for x in itls), rel=1e-9, abs=1e-15)
+    slow = run_kernel(e._replace(fast_forward=False), arrival.copy(), prompt, output, p=p, fixed=fixed)
+    assert stats[codes.STAT_ITL_SQSUM] == pytest.approx(slow[2][codes.STAT_ITL_SQSUM], rel=1e-9)
+    fast = run_kernel(e, arrival.copy(), prompt, output, p=p, fixed=fixed)
+    assert fast[3].sum() == slow[3].sum() == len(itls)
+    assert np.abs(fast[3] - slow[3]).sum() <= 2  # an ITL on a bin edge may round to either side
+
+
 # Attention data parallelism with expert parallelism: DeepSeek-V3 over 4 ranks of one GPU, EP 4.
 P_EP = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_size=4, expert_parallel_size=4,
              dtype="fp8")[4]
