@@ -278,6 +278,7 @@ SCHED_NEW_TOKENS = 1  # ... and the tokens each computes in it
 SCHED_JOINER = 2  # cohort members that joined since the last advance
 SCHED_PREFILLING = 3  # running requests outside the cohort, in admission order
 SCHED_NEW_BLOCKS = 4  # a speculative iteration's blocks for each running row (scheduler.py)
+SCHED_FINISHING = 5  # cohort members that finish at an advance, then retire (fast/cohort.py; no cohort under speculation)
 N_SCHED_ROWS = 7
 # A speculative run's per-request state (simcore/fast/spec_run.py), entry j for running request j,
 # kept in the schedule rows while the run lasts (without a cohort no schedule row outlives a step).

@@ -8,7 +8,8 @@ the clock (``CLOCK_*``), a pipelined replica's stage and batch times (``simcore.
 accepted drafts by position, the decode-run coefficients by batch size (``MEMO_*``, ``N_MEMO`` per
 size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``, ``EMIT_*``). The int64
 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the decode cohort's
-``block_size`` phase counts, the running list in admission order, ``N_SCHED_ROWS`` schedule rows of
+``block_size`` phase counts, the running list in admission order and beside it each running
+request's ``RI_DONE`` (read by a cohort completion without a gather), ``N_SCHED_ROWS`` schedule rows of
 ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of ``wq_cap`` entries
 whose front takes preempted requests. Fixed slot indices are in codes.py; the
 offsets here depend on sizes.
@@ -28,6 +29,7 @@ from simcore.codes import (
     N_STATS,
     N_WIN,
     N_WORKSPACE_SLOTS,
+    RUNNING_COUNT,
     PREFIX_SLOTS,
     REST_SLOTS,
 )
@@ -58,6 +60,7 @@ class Layout(NamedTuple):
     wq_cap: int  # entries of the waiting queue's ring
     off_phase: int  # the cohort's members by block phase (block_size counts)
     off_run: int  # running list
+    off_run_done: int  # RI_DONE of each running request, entry for entry (kept where the cohort runs)
     off_sched: int  # N_SCHED_ROWS schedule rows
     off_queue: int  # waiting queue
     ws_len: int
@@ -79,14 +82,16 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
     off_run = off_phase + block_size
-    off_sched = off_run + cap
+    off_run_done = off_run + cap
+    off_sched = off_run_done + cap
     off_queue = off_sched + N_SCHED_ROWS * cap
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
                   off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, off_prefix=off_prefix,
                   prefix_slots=prefix_slots, acc_len=off_prefix + prefix_slots * (N_PREFIX + N_EMIT),
-                  sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run, off_sched=off_sched,
+                  sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run,
+                  off_run_done=off_run_done, off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 
 
@@ -139,6 +144,37 @@ def running_nb(lay, ws, i):
 @jit_inline
 def set_running_nb(lay, ws, i, r):
     ws[lay.off_run + i] = r
+
+
+@jit_inline
+def running_done_nb(lay, ws, i):
+    """``RI_DONE`` of the ``i``-th running request, as the running list's twin row keeps it: where
+    the decode cohort runs (``simcore.fast.cohort``) it is that request's ``reqi[r, RI_DONE]``; the
+    explicit scheduler leaves it stale and ``cohort.rebuild_nb`` writes it afresh."""
+    return ws[lay.off_run_done + i]
+
+
+@jit_inline
+def set_running_done_nb(lay, ws, i, done):
+    ws[lay.off_run_done + i] = done
+
+
+@jit_inline
+def move_running_nb(lay, ws, i, k):
+    """Entry ``i`` of the running list and of its ``RI_DONE`` row moves to ``k`` (a compaction)."""
+    ws[lay.off_run + k] = ws[lay.off_run + i]
+    ws[lay.off_run_done + k] = ws[lay.off_run_done + i]
+
+
+@jit_inline
+def find_running_nb(lay, ws, r):
+    """Where running request ``r`` is in the running list (searched from the end: the newest
+    admitted, those that finish their prefill first, are last); -1 if it is not there."""
+    i = ws[RUNNING_COUNT] - 1
+    o = lay.off_run
+    while i >= 0 and ws[o + i] != r:
+        i -= 1
+    return i
 
 
 @jit_inline

@@ -57,7 +57,16 @@ from simcore.codes import (
     WIN_ARRIVALS,
     WIN_COMPLETED,
 )
-from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_queue_entry_nb, set_running_nb, set_sched_nb
+from simcore.layout import (
+    move_running_nb,
+    queue_entry_nb,
+    running_nb,
+    sched_nb,
+    set_queue_entry_nb,
+    set_running_done_nb,
+    set_running_nb,
+    set_sched_nb,
+)
 from simcore.metrics import itl_group_nb, measured_nb, win_add_nb, window_of_nb
 
 
@@ -235,6 +244,7 @@ def admit_nb(lay, now, reqi, reqf, ws, r):
     pop_front_nb(lay, ws)
     reqi[r, RI_STATUS] = STATUS_RUNNING
     set_running_nb(lay, ws, ws[RUNNING_COUNT], r)
+    set_running_done_nb(lay, ws, ws[RUNNING_COUNT], -1)  # not in the cohort (yet)
     ws[RUNNING_COUNT] += 1
     if reqf[r, RF_FIRST_SCHED] < 0.0:
         reqf[r, RF_FIRST_SCHED] = now
@@ -265,7 +275,7 @@ def drop_finished_nb(lay, reqi, ws):
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
         if reqi[r, RI_STATUS] == STATUS_RUNNING:
-            set_running_nb(lay, ws, k, r)
+            move_running_nb(lay, ws, i, k)
             k += 1
     ws[RUNNING_COUNT] = k
 

@@ -42,6 +42,7 @@ from simcore.codes import (
     RI_OUTPUT,
     RI_STATUS,
     RUNNING_COUNT,
+    SCHED_FINISHING,
     SCHED_JOINER,
     SCHED_NEW_TOKENS,
     SCHED_PREFILLING,
@@ -53,7 +54,15 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_memo_inline_nb, iteration_totals_memo_nb
-from simcore.layout import phase_slot_nb, running_nb, sched_nb, set_running_nb, set_sched_nb
+from simcore.layout import (
+    find_running_nb,
+    phase_slot_nb,
+    running_nb,
+    sched_nb,
+    set_running_done_nb,
+    sched_row_nb,
+    set_sched_nb,
+)
 from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
 from simcore.scheduler import (
     admission_nb,
@@ -82,13 +91,14 @@ def joined_at_nb(reqi, r):
 
 
 @jit_inline
-def join_nb(e, lay, reqi, ws, r):
-    """``r`` (decoding, state explicit) joins the cohort."""
+def join_nb(e, lay, reqi, ws, r, slot):
+    """``r`` (decoding, state explicit; entry ``slot`` of the running list) joins the cohort."""
     d = ws[COHORT_ADVANCES]
     bs = e.block_size
     c = reqi[r, RI_COMPUTED]
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     reqi[r, RI_DONE] = done
+    set_running_done_nb(lay, ws, slot, done)
     ws[phase_slot_nb(lay, (c - d) % bs)] += 1
     ws[COHORT_SIZE] += 1
     if measured_nb(e, r):
@@ -163,40 +173,59 @@ def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
 def rebuild_nb(e, lay, reqi, ws):
     """After an explicit iteration: running requests that are decoding (all their tokens so far
     computed but the last one emitted) join the cohort; the others are listed in schedule row
-    ``SCHED_PREFILLING``."""
+    ``SCHED_PREFILLING``. The running list's ``RI_DONE`` row is written afresh."""
     ws[PREFILLING_COUNT] = 0
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
         if decoding_nb(reqi, r):
-            join_nb(e, lay, reqi, ws, r)
+            join_nb(e, lay, reqi, ws, r, i)
         else:
+            set_running_done_nb(lay, ws, i, -1)
             set_sched_nb(lay, ws, SCHED_PREFILLING, ws[PREFILLING_COUNT], r)
             ws[PREFILLING_COUNT] += 1
 
 
 @jit_inline
 def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
-    """Members whose last token came with the advance just made finish; returns how many."""
+    """Members whose last token came with the advance just made finish, in running-list order;
+    returns how many. The running list and its ``RI_DONE`` row (contiguous: no gather per member)
+    keep the others in order; those that finish are listed in schedule row ``SCHED_FINISHING``,
+    then leave and retire."""
     d = ws[COHORT_ADVANCES]
+    n = ws[RUNNING_COUNT]
+    run = ws[lay.off_run:lay.off_run + n]
+    done = ws[lay.off_run_done:lay.off_run_done + n]
+    fin = sched_row_nb(lay, ws, SCHED_FINISHING)
+    nxt = NEVER  # the next completion among those that go on (-1: not a member)
+    i = 0
+    while i < n:  # those before the first that finishes stay where they are
+        v = done[i]
+        if v == d:
+            break
+        u = v if v >= 0 else NEVER
+        nxt = u if u < nxt else nxt
+        i += 1
+    k = i
     finished = 0
-    nxt = NEVER
-    k = 0
-    for i in range(ws[RUNNING_COUNT]):
-        r = running_nb(lay, ws, i)
-        done = reqi[r, RI_DONE]
-        if done >= 0:
-            if done == d:
-                leave_nb(e, lay, reqi, ws, r)
-                reqf[r, RF_LAST_EMIT] = t_end
-                retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
-                finished += 1
-                continue
-            if done < nxt:
-                nxt = done
-        set_running_nb(lay, ws, k, r)
-        k += 1
+    for j in range(i, n):
+        v = done[j]
+        r = run[j]
+        if v == d:
+            fin[finished] = r
+            finished += 1
+        else:
+            run[k] = r
+            done[k] = v
+            k += 1
+            u = v if v >= 0 else NEVER
+            nxt = u if u < nxt else nxt
     ws[RUNNING_COUNT] = k
     ws[COHORT_NEXT_DONE] = nxt
+    for f in range(finished):
+        r = fin[f]
+        leave_nb(e, lay, reqi, ws, r)
+        reqf[r, RF_LAST_EMIT] = t_end
+        retire_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, r, True)
     return finished
 
 
@@ -228,7 +257,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
                 finished += 1
                 any_done = True
             else:
-                join_nb(e, lay, reqi, ws, r)
+                join_nb(e, lay, reqi, ws, r, find_running_nb(lay, ws, r))
     # The prefilling list keeps those still prefilling, in admission order; the running list
     # drops requests that finished.
     k = 0
