@@ -93,6 +93,16 @@ def window_of_nb(e, lay, t):
 
 
 @jit_inline
+def window_sure_until_nb(e, lay, w):
+    """A time before which every time ``t`` from one in row ``w`` of the time series on is in row
+    ``w`` by :func:`window_of_nb` too, without its division: a margin of 1e-12 relative keeps
+    the rounding of ``t / window_s`` out (rows are far fewer than 2**40). inf for the last row."""
+    if w >= lay.n_windows - 1:
+        return math.inf
+    return (w + 1) * e.window_s * (1.0 - 1e-12)
+
+
+@jit_inline
 def win_add_nb(lay, acc, w, col, value):
     """Add ``value`` to column ``col`` (``WIN_*``) of time-series row ``w``."""
     acc[lay.off_win + w * N_WIN + col] += value

@@ -77,7 +77,7 @@ from simcore.cost import (
     shaped_nb,
 )
 from simcore.layout import memo_slot_nb, phase_slot_nb
-from simcore.metrics import batch_add_nb, itl_bin_nb, win_add_nb, window_of_nb
+from simcore.metrics import batch_add_nb, itl_bin_nb, win_add_nb, window_of_nb, window_sure_until_nb
 from simcore.scheduler import admission_nb, peek_nb
 
 
@@ -244,6 +244,7 @@ def _iterations_nb(p, e, lay, ws, acc, tables, mixed, now, next_arrival, next_de
     bs = e.block_size
     last_window = lay.n_windows - 1
     window = -1
+    t_sure = -math.inf  # before it, an end time is in the run's window for sure
     k = 0
     busy = 0.0
     flops = 0.0
@@ -271,11 +272,13 @@ def _iterations_nb(p, e, lay, ws, acc, tables, mixed, now, next_arrival, next_de
             att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables
         dt = t_rest + n_att * att
         t_end = now + dt
-        w = window_of_nb(e, lay, t_end)
-        if window < 0:
-            window = w
-        elif w != window and window != last_window:
-            break
+        if t_end >= t_sure:  # else still in the run's window
+            w = window_of_nb(e, lay, t_end)
+            if window < 0:
+                window = w
+            elif w != window and window != last_window:
+                break
+            t_sure = window_sure_until_nb(e, lay, window)
         free -= new_blocks
         busy += dt
         flops += f_rest + n_att * fa
