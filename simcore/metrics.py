@@ -10,6 +10,8 @@ from ``2**(itl_min_exp - 1)`` seconds up. Mean and standard deviation come from 
 """
 import math
 
+import numpy as np
+
 from simcore._jit import jit_inline
 from simcore.codes import (
     STAT_BUSY_S,
@@ -35,9 +37,13 @@ def itl_bin_nb(e, lay, itl):
     """Histogram bin of an inter-token latency (clamped to the first and last bins)."""
     if itl <= 0.0:
         return 0
-    mant, ex = math.frexp(itl)  # itl = mant * 2**ex, mant in [0.5, 1)
-    sub = 1 << e.itl_sub_bits
-    b = (ex - e.itl_min_exp) * sub + int((2.0 * mant - 1.0) * sub)
+    # frexp's itl = mant * 2**ex (mant in [0.5, 1)) from the float's bits: ex is the biased
+    # exponent less 1022 and the sub-bin, int((2 * mant - 1) * sub), the mantissa's top bits (exact
+    # for normal floats; a subnormal one lands below the first bin either way).
+    bits = np.float64(itl).view(np.int64)
+    s = e.itl_sub_bits
+    ex = (bits >> 52) - 1022
+    b = (ex - e.itl_min_exp) * (1 << s) + ((bits >> (52 - s)) & ((1 << s) - 1))
     if b < 0:
         return 0
     if b >= lay.n_bins:
