@@ -17,7 +17,7 @@ timeouts, v0 prefill iterations, static batches) first materialises every member
 (:func:`materialize_nb`), runs the explicit scheduler, and rebuilds the cohort
 (:func:`rebuild_nb`). Results are identical to the explicit path (the tests check it).
 """
-from simcore._jit import jit, jit_inline
+from simcore._jit import jit_inline
 from simcore.codes import (
     CLOCK_COHORT,
     COHORT_ADVANCES,
@@ -272,7 +272,7 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
     return finished
 
 
-@jit
+@jit_inline
 def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
     and nothing else (the cohort waits; it does not advance)."""
