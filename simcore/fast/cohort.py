@@ -4,8 +4,9 @@ O(1) in them instead of O(batch).
 Every cohort member gets exactly one token in every cohort *advance*, so a member's state is its
 state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
 values at joining and ``RI_DONE`` the replica's advance count ``ws[COHORT_ADVANCES]`` whose advance
-emits its last token (it joined at the *epoch* ``RI_DONE - RI_OUTPUT + RI_GENERATED``; a completion
-reads one field per member). The replica keeps what iterations need in aggregate: members
+emits its last token (it joined at the *epoch* ``RI_DONE - RI_OUTPUT + RI_GENERATED``), kept too in
+the row beside the running list (``Layout.off_run_done``), which a completion reads without a gather
+per member. The replica keeps what iterations need in aggregate: members
 (``COHORT_SIZE``), the sum of their contexts (``COHORT_CONTEXT_SUM``), when the first of them
 completes (``COHORT_NEXT_DONE``), and how many need a new KV block at each advance (the phase
 counts at ``Layout.off_phase``, by ``(computed - epoch) mod block_size``). Members that joined since
