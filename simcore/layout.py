@@ -29,9 +29,9 @@ from simcore.codes import (
     N_STATS,
     N_WIN,
     N_WORKSPACE_SLOTS,
-    RUNNING_COUNT,
     PREFIX_SLOTS,
     REST_SLOTS,
+    RUNNING_COUNT,
 )
 
 
@@ -147,11 +147,14 @@ def set_running_nb(lay, ws, i, r):
 
 
 @jit_inline
-def running_done_nb(lay, ws, i):
-    """``RI_DONE`` of the ``i``-th running request, as the running list's twin row keeps it: where
-    the decode cohort runs (``simcore.fast.cohort``) it is that request's ``reqi[r, RI_DONE]``; the
-    explicit scheduler leaves it stale and ``cohort.rebuild_nb`` writes it afresh."""
-    return ws[lay.off_run_done + i]
+def running_rows_nb(lay, ws):
+    """The running list and, entry for entry, each running request's ``RI_DONE`` as views of ``ws``
+    (the first ``ws[RUNNING_COUNT]`` entries hold requests). Where the decode cohort runs
+    (``simcore.fast.cohort``) the second is ``reqi[r, RI_DONE]`` of the first's ``r``; the explicit
+    scheduler leaves it stale and ``cohort.rebuild_nb`` writes it afresh. For kernels: numba cannot
+    return views to Python without reference counting."""
+    n = ws[RUNNING_COUNT]
+    return ws[lay.off_run:lay.off_run + n], ws[lay.off_run_done:lay.off_run_done + n]
 
 
 @jit_inline

@@ -59,9 +59,10 @@ from simcore.layout import (
     find_running_nb,
     phase_slot_nb,
     running_nb,
+    running_rows_nb,
     sched_nb,
-    set_running_done_nb,
     sched_row_nb,
+    set_running_done_nb,
     set_sched_nb,
 )
 from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, record_request_itl_nb, win_add_nb, window_of_nb
@@ -194,8 +195,7 @@ def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
     then leave and retire."""
     d = ws[COHORT_ADVANCES]
     n = ws[RUNNING_COUNT]
-    run = ws[lay.off_run:lay.off_run + n]
-    done = ws[lay.off_run_done:lay.off_run_done + n]
+    run, done = running_rows_nb(lay, ws)
     fin = sched_row_nb(lay, ws, SCHED_FINISHING)
     nxt = NEVER  # the next completion among those that go on (-1: not a member)
     i = 0

@@ -6,7 +6,7 @@ import numpy as np
 
 from simcore import codes
 from simcore.fast.cohort import complete_members_nb, rebuild_nb
-from simcore.layout import make_layout, running_done_nb, running_nb, sched_nb, set_running_nb
+from simcore.layout import make_layout, running_nb, sched_nb, set_running_nb
 from test_engine import engine
 
 # Admission order of the running requests, and each one's prompt and output tokens. Requests 5 and 6
@@ -45,7 +45,9 @@ def replica():
 
 
 def done_row(lay, ws):
-    return [running_done_nb(lay, ws, i) for i in range(ws[codes.RUNNING_COUNT])]
+    # Read by the layout's offsets: the kernels' view accessor (layout.running_rows_nb) returns views,
+    # which numba cannot hand back to Python without reference counting.
+    return list(ws[lay.off_run_done:lay.off_run_done + ws[codes.RUNNING_COUNT]])
 
 
 def running(lay, ws):
