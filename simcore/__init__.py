@@ -6,76 +6,50 @@ settings ``e``, layout ``lay``,
 times (``now`` or ``t_end`` first, then bounds such as ``next_arrival``), request arrays ``reqi``,
 ``reqf``, the replica's workspace ``ws``, the shared counters ``glob``, the accumulator ``acc``, then
 the kernel's own operands (a request, a count, a value, a flag). A kernel takes only those it uses.
-"""
-from simcore import codes
-from simcore._jit import CACHING
-from simcore.cost import (
-    batch_aggregates_nb,
-    decode_run_time_nb,
-    experts_hit_nb,
-    moe_assignments_nb,
-    moe_experts_seconds_nb,
-    moe_local_nb,
-    iteration_costs_nb,
-    iteration_time_nb,
-    iteration_totals_memo_nb,
-    iteration_totals_nb,
-    attention_totals_nb,
-    new_cost_arrays,
-    op_cost_nb,
-    op_count_nb,
-    op_seconds_nb,
-    op_time_nb,
-    op_total_seconds_nb,
-    rest_totals_nb,
-    routing_factors_nb,
-)
-from simcore.memory import (
-    activation_workspace_bytes_nb,
-    kv_bytes_per_token_nb,
-    resident_weight_bytes_nb,
-    streamed_weight_bytes_nb,
-)
-from simcore.engine import simulate_nb
-from simcore.layout import Layout, make_layout, split_accumulator
-from simcore.params import CostParams, EngineSettings, Speculation
-from simcore.speculative import acceptance_thresholds, accepted_nb, draft_totals_nb, uniform_nb
 
-__all__ = [
-    "CACHING",
-    "CostParams",
-    "EngineSettings",
-    "Speculation",
-    "acceptance_thresholds",
-    "accepted_nb",
-    "draft_totals_nb",
-    "uniform_nb",
-    "Layout",
-    "make_layout",
-    "simulate_nb",
-    "split_accumulator",
-    "activation_workspace_bytes_nb",
-    "batch_aggregates_nb",
-    "decode_run_time_nb",
-    "codes",
-    "experts_hit_nb",
-    "moe_assignments_nb",
-    "moe_experts_seconds_nb",
-    "moe_local_nb",
-    "iteration_costs_nb",
-    "iteration_time_nb",
-    "iteration_totals_nb",
-    "iteration_totals_memo_nb",
-    "attention_totals_nb",
-    "rest_totals_nb",
-    "kv_bytes_per_token_nb",
-    "new_cost_arrays",
-    "op_cost_nb",
-    "op_count_nb",
-    "op_seconds_nb",
-    "op_total_seconds_nb",
-    "op_time_nb",
-    "resident_weight_bytes_nb",
-    "routing_factors_nb",
-    "streamed_weight_bytes_nb",
-]
+Importing simcore imports :mod:`simcore.codes` (plain constants, which the configuration layer
+reads) and nothing compiled: the names below come from their modules, numba with them, the first
+time one is read (PEP 562), so ``import simllm`` does not pay numba's import until it simulates.
+"""
+
+import importlib
+
+from simcore import codes
+
+# Each public name and the module that defines it, imported when the name is first read.
+_HOMES = {
+    "simcore._jit": ("CACHING",),
+    "simcore.cost": (
+        "batch_aggregates_nb", "decode_run_time_nb", "experts_hit_nb", "moe_assignments_nb",
+        "moe_experts_seconds_nb", "moe_local_nb", "iteration_costs_nb", "iteration_time_nb",
+        "iteration_totals_memo_nb", "iteration_totals_nb", "attention_totals_nb", "new_cost_arrays",
+        "op_cost_nb", "op_count_nb", "op_seconds_nb", "op_time_nb", "op_total_seconds_nb", "rest_totals_nb",
+        "routing_factors_nb",
+    ),
+    "simcore.memory": (
+        "activation_workspace_bytes_nb", "kv_bytes_per_token_nb", "resident_weight_bytes_nb",
+        "streamed_weight_bytes_nb",
+    ),
+    "simcore.engine": ("simulate_nb",),
+    "simcore.layout": ("Layout", "make_layout", "split_accumulator"),
+    "simcore.params": ("CostParams", "EngineSettings", "Speculation"),
+    "simcore.speculative": ("acceptance_thresholds", "accepted_nb", "draft_totals_nb", "uniform_nb"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = ["codes", *_HOME_OF]
+
+
+
+def __getattr__(name):
+    """A public name's value, from its module (imported now if it was not)."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simcore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

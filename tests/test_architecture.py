@@ -1,7 +1,10 @@
 """The package's rules, checked on its source: layers import one way, no private names cross
-modules, function-level imports only for optional dependencies, at most 8 top-level modules, and
-simcore never imports simllm (docs/architecture.md says why)."""
+modules, function-level imports only for optional dependencies (and the package roots' lazy
+names), at most 8 top-level modules, and simcore never imports simllm (docs/architecture.md says
+why)."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,44 @@ def test_function_level_imports_only_for_optional_dependencies():
 def test_simcore_never_imports_simllm(path):
     for _, mod, _, _ in imports(ast.parse(path.read_text())):
         assert not mod.startswith("simllm"), f"{path.name} imports {mod}"
+
+
+def test_only_the_package_roots_and_optional_imports_import_by_name():
+    """``importlib.import_module`` is a function-level import by another name: the package roots'
+    lazy names and ``errors.optional_import`` are its only users."""
+    allowed = {ROOT / "simcore" / "__init__.py", PKG / "__init__.py", PKG / "errors.py"}
+    paths = [*PKG.rglob("*.py"), *(ROOT / "simcore").rglob("*.py")]
+    bad = [str(p.relative_to(ROOT)) for p in paths if "import_module(" in p.read_text() and p not in allowed]
+    assert not bad, bad
+
+
+def test_import_simllm_leaves_numba_for_the_first_simulation():
+    """``import simllm`` (and the configuration layer) imports no numba; every public name of
+    simllm and simcore resolves on first read, numba with it, and is the defining module's object."""
+    script = (
+        "import sys, importlib\n"
+        "import simllm, simllm.config.workload\n"
+        "assert 'numba' not in sys.modules, 'import simllm imported numba'\n"
+        "simllm.load_model('llama-3.1-8b'); simllm.load_hardware('h100-sxm')\n"
+        "assert 'numba' not in sys.modules, 'loading configs imported numba'\n"
+        "import simcore\n"
+        "assert 'numba' not in sys.modules, 'import simcore imported numba'\n"
+        "for pkg in (simllm, simcore):\n"
+        "    assert set(pkg.__all__) <= set(dir(pkg))\n"
+        "    for name in pkg.__all__:\n"
+        "        value = getattr(pkg, name)\n"
+        "        home = pkg._HOME_OF.get(name)\n"
+        "        assert home is None or getattr(importlib.import_module(home), name) is value, name\n"
+        "assert 'numba' in sys.modules\n"
+        "from simllm import simulate, SimResult\n"
+        "assert simulate.__module__ == 'simllm.sim.simulate' and SimResult.__module__ == 'simllm.sim.results'\n"
+        "for pkg in (simllm, simcore):\n"
+        "    try:\n"
+        "        pkg.no_such_name\n"
+        "    except AttributeError as e:\n"
+        "        assert 'no_such_name' in str(e)\n"
+        "    else:\n"
+        "        raise AssertionError(pkg)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]

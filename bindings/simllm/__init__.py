@@ -24,6 +24,8 @@ simllm.config (what users write) -> simllm.sim (one simulation) -> simllm.analys
 simllm.calibration (many simulations) -> simllm.formats, simllm.report (what other tools and people
 read) -> simllm.cli (the ``simllm`` command).
 """
+import importlib
+
 from simllm.config.disagg import DisaggConfig
 from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
@@ -32,16 +34,22 @@ from simllm.config.presets import preset_names
 from simllm.config.serving import ServingConfig
 from simllm.config.workload import LengthDist, Workload, generate, load_workload, read_trace, workload_from_dict
 from simllm.errors import ConfigError, SimulatedOOM
-from simllm.search.optimize import optimize
-from simllm.search.pareto import pareto
-from simllm.search.spec import load_sweep_spec
-from simllm.search.sweep import SweepResult, sweep
-from simllm.sim.disagg import simulate_disagg
-from simllm.sim.estimate import Estimate, estimate
-from simllm.sim.memory import MemoryPlan, plan_memory
-from simllm.sim.pack import pack_cost_params
-from simllm.sim.results import SimResult
-from simllm.sim.simulate import simulate
+
+# What simulates (simllm.sim, simllm.search) is imported with numba the first time one of its names
+# is read (PEP 562): ``import simllm`` and the configuration classes cost no compiled code.
+_HOMES = {
+    "simllm.search.optimize": ("optimize",),
+    "simllm.search.pareto": ("pareto",),
+    "simllm.search.spec": ("load_sweep_spec",),
+    "simllm.search.sweep": ("SweepResult", "sweep"),
+    "simllm.sim.disagg": ("simulate_disagg",),
+    "simllm.sim.estimate": ("Estimate", "estimate"),
+    "simllm.sim.memory": ("MemoryPlan", "plan_memory"),
+    "simllm.sim.pack": ("pack_cost_params",),
+    "simllm.sim.results": ("SimResult",),
+    "simllm.sim.simulate": ("simulate",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -80,3 +88,17 @@ __all__ = [
     "plan_memory",
     "preset_names",
 ]
+
+
+def __getattr__(name):
+    """A public name's value, from its module (imported now if it was not)."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
