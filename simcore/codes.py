@@ -269,8 +269,10 @@ COHORT_NEXT_DONE = 10  # advance count at which the first member completes (NEVE
 COHORT_JOINERS = 11  # members that joined since the last advance (listed in row SCHED_JOINER)
 PREFILLING_COUNT = 12  # running requests outside the cohort (listed in row SCHED_PREFILLING)
 COHORT_MEASURED = 13  # members past the warm-up (EngineSettings.warmup): their tokens' ITLs count
-N_WORKSPACE_SLOTS = 14
+RUNNING_HOLES = 14  # entries of the running list that members completing left empty (-1), removed lazily
+N_WORKSPACE_SLOTS = 15
 NEVER = 1 << 62  # an advance count no run reaches
+DONE_RING = 1024  # buckets of the cohort's members by RI_DONE modulo this (a power of two; Layout.off_done_ring)
 
 # Rows of the workspace's schedule (Layout.off_sched, Layout.sched_cap entries each).
 SCHED_REQUEST = 0  # this iteration's requests ...

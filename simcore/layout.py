@@ -9,7 +9,8 @@ accepted drafts by position, the decode-run coefficients by batch size (``MEMO_*
 size) and the memo tables of batch costs (``REST_*``, ``PREFIX_*``, ``EMIT_*``). The int64
 workspace ``ws`` holds the workspace slots (``QUEUE_HEAD`` ... in codes.py), the decode cohort's
 ``block_size`` phase counts, the running list in admission order and beside it each running
-request's ``RI_DONE`` (read by a cohort completion without a gather), ``N_SCHED_ROWS`` schedule rows of
+request's ``RI_DONE`` and the cohort's buckets of members by ``RI_DONE`` (a completion finds its
+members there, without a pass over the running list), ``N_SCHED_ROWS`` schedule rows of
 ``sched_cap`` entries (``SCHED_*``) and the waiting queue, a ring buffer of ``wq_cap`` entries
 whose front takes preempted requests. Fixed slot indices are in codes.py; the
 offsets here depend on sizes.
@@ -28,10 +29,14 @@ from simcore.codes import (
     N_SCHED_ROWS,
     N_STATS,
     N_WIN,
+    COHORT_SIZE,
+    DONE_RING,
+    NEVER,
     N_WORKSPACE_SLOTS,
     PREFIX_SLOTS,
     REST_SLOTS,
     RUNNING_COUNT,
+    RUNNING_HOLES,
 )
 
 
@@ -56,11 +61,14 @@ class Layout(NamedTuple):
     prefix_slots: int  # its entries (a power of two: PREFIX_SLOTS without speculation, else 1)
     acc_len: int
     # int64 workspace
-    sched_cap: int  # entries of a schedule row and of the running list
+    sched_cap: int  # entries of a schedule row
+    run_cap: int  # entries of the running list and its rows: twice sched_cap, room for its holes
     wq_cap: int  # entries of the waiting queue's ring
     off_phase: int  # the cohort's members by block phase (block_size counts)
-    off_run: int  # running list
-    off_run_done: int  # RI_DONE of each running request, entry for entry (kept where the cohort runs)
+    off_run: int  # running list (-1: a hole, RUNNING_HOLES)
+    off_run_done: int  # RI_DONE of each running request, entry for entry (-1 outside the cohort)
+    off_run_chain: int  # entry for entry, the next member (entry + 1; 0 ends) in the member's bucket
+    off_done_ring: int  # DONE_RING buckets: each the first member (entry + 1; 0: none) by RI_DONE mod DONE_RING
     off_sched: int  # N_SCHED_ROWS schedule rows
     off_queue: int  # waiting queue
     ws_len: int
@@ -81,17 +89,21 @@ def make_layout(max_num_seqs, block_size, n_requests, n_windows, n_bins, pipelin
     prefix_slots = 1 if spec_positions > 0 else PREFIX_SLOTS
     cap = max(max_num_seqs, 1)
     off_phase = N_WORKSPACE_SLOTS
+    run_cap = 2 * cap
     off_run = off_phase + block_size
-    off_run_done = off_run + cap
-    off_sched = off_run_done + cap
+    off_run_done = off_run + run_cap
+    off_run_chain = off_run_done + run_cap
+    off_done_ring = off_run_chain + run_cap
+    off_sched = off_done_ring + DONE_RING
     off_queue = off_sched + N_SCHED_ROWS * cap
     wq_cap = max(n_requests, 1)
     return Layout(n_windows=n_windows, n_bins=n_bins, off_batch=off_batch, off_win=off_win, off_itl=off_itl,
                   off_clock=off_clock, off_pipe=off_pipe, off_spec=off_spec,
                   off_memo=off_memo, off_rest=off_rest, rest_slots=rest_slots, off_prefix=off_prefix,
                   prefix_slots=prefix_slots, acc_len=off_prefix + prefix_slots * (N_PREFIX + N_EMIT),
-                  sched_cap=cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run,
-                  off_run_done=off_run_done, off_sched=off_sched,
+                  sched_cap=cap, run_cap=run_cap, wq_cap=wq_cap, off_phase=off_phase, off_run=off_run,
+                  off_run_done=off_run_done, off_run_chain=off_run_chain, off_done_ring=off_done_ring,
+                  off_sched=off_sched,
                   off_queue=off_queue, ws_len=off_queue + wq_cap)
 
 
@@ -137,7 +149,8 @@ def sched_row_nb(lay, ws, row):
 
 @jit_inline
 def running_nb(lay, ws, i):
-    """The ``i``-th running request in admission order."""
+    """The ``i``-th entry of the running list in admission order: a request, or -1 (a hole: see
+    :func:`running_end_nb`)."""
     return ws[lay.off_run + i]
 
 
@@ -147,14 +160,24 @@ def set_running_nb(lay, ws, i, r):
 
 
 @jit_inline
+def running_end_nb(ws):
+    """Entries of the running list: its ``ws[RUNNING_COUNT]`` requests and the ``ws[RUNNING_HOLES]``
+    holes (-1) that cohort members completing left (``cohort.complete_members_nb``). Holes exist only
+    while the cohort runs: :func:`compact_running_nb` removes them before anything else reads the
+    list (the explicit scheduler, a preemption, a static batch)."""
+    return ws[RUNNING_COUNT] + ws[RUNNING_HOLES]
+
+
+@jit_inline
 def running_rows_nb(lay, ws):
-    """The running list and, entry for entry, each running request's ``RI_DONE`` as views of ``ws``
-    (the first ``ws[RUNNING_COUNT]`` entries hold requests). Where the decode cohort runs
-    (``simcore.fast.cohort``) the second is ``reqi[r, RI_DONE]`` of the first's ``r``; the explicit
-    scheduler leaves it stale and ``cohort.rebuild_nb`` writes it afresh. For kernels: numba cannot
-    return views to Python without reference counting."""
-    n = ws[RUNNING_COUNT]
-    return ws[lay.off_run:lay.off_run + n], ws[lay.off_run_done:lay.off_run_done + n]
+    """The running list, each entry's ``RI_DONE`` (-1 outside the cohort and for holes; the explicit
+    scheduler leaves none) and each member's next in its bucket, as views of ``ws`` of
+    ``lay.run_cap`` entries, then the ``DONE_RING`` buckets (see :func:`link_done_nb`). For kernels:
+    numba cannot return views to Python without reference counting."""
+    o = lay.off_run
+    c = lay.run_cap
+    return (ws[o:o + c], ws[lay.off_run_done:lay.off_run_done + c], ws[lay.off_run_chain:lay.off_run_chain + c],
+            ws[lay.off_done_ring:lay.off_done_ring + DONE_RING])
 
 
 @jit_inline
@@ -163,21 +186,73 @@ def set_running_done_nb(lay, ws, i, done):
 
 
 @jit_inline
-def move_running_nb(lay, ws, i, k):
-    """Entry ``i`` of the running list and of its ``RI_DONE`` row moves to ``k`` (a compaction)."""
-    ws[lay.off_run + k] = ws[lay.off_run + i]
-    ws[lay.off_run_done + k] = ws[lay.off_run_done + i]
-
-
-@jit_inline
 def find_running_nb(lay, ws, r):
     """Where running request ``r`` is in the running list (searched from the end: the newest
     admitted, those that finish their prefill first, are last); -1 if it is not there."""
-    i = ws[RUNNING_COUNT] - 1
+    i = running_end_nb(ws) - 1
     o = lay.off_run
     while i >= 0 and ws[o + i] != r:
         i -= 1
     return i
+
+
+@jit_inline
+def link_done_nb(lay, ws, i, done):
+    """Entry ``i`` of the running list, a cohort member completing at advance ``done``, goes into
+    bucket ``done % DONE_RING``: a chain through ``Layout.off_run_chain`` (entries + 1, 0 ends it),
+    in no particular order. A bucket holds the members completing at ``done``, ``done +
+    DONE_RING``, ... ; a completion walks one bucket instead of the whole running list."""
+    b = lay.off_done_ring + (done & (DONE_RING - 1))
+    ws[lay.off_run_chain + i] = ws[b]
+    ws[b] = i + 1
+
+
+@jit_inline
+def next_done_nb(lay, ws, d):
+    """The smallest ``RI_DONE`` above advance ``d`` among the cohort's members (NEVER if there is
+    none): the buckets from ``d + 1`` on, one lap of the ring, then (members further than a lap
+    ahead) the running list's row."""
+    ring = lay.off_done_ring
+    chain = lay.off_run_chain
+    row = lay.off_run_done
+    for v in range(d + 1, d + DONE_RING + 1):
+        j = ws[ring + (v & (DONE_RING - 1))]
+        while j != 0:
+            if ws[row + j - 1] == v:
+                return v
+            j = ws[chain + j - 1]
+    nxt = NEVER
+    for i in range(running_end_nb(ws)):
+        v = ws[row + i]
+        if v > d and v < nxt:
+            nxt = v
+    return nxt
+
+
+@jit_inline
+def compact_running_nb(lay, ws):
+    """The running list without its holes, in order; members' buckets relinked for their new
+    entries."""
+    if ws[RUNNING_HOLES] == 0:
+        return
+    run, done, _, ring = running_rows_nb(lay, ws)
+    members = ws[COHORT_SIZE] > 0
+    n = running_end_nb(ws)
+    if members:
+        for i in range(n):
+            if done[i] >= 0:
+                ring[done[i] & (DONE_RING - 1)] = 0
+    k = 0
+    for i in range(n):
+        if run[i] >= 0:
+            run[k] = run[i]
+            done[k] = done[i]
+            k += 1
+    ws[RUNNING_HOLES] = 0
+    if members:
+        for i in range(k):
+            if done[i] >= 0:
+                link_done_nb(lay, ws, i, done[i])
 
 
 @jit_inline

@@ -45,6 +45,7 @@ from simcore.codes import (
     RI_REPLICA,
     RI_STATUS,
     RUNNING_COUNT,
+    RUNNING_HOLES,
     SCHED_NEW_BLOCKS,
     SCHED_NEW_TOKENS,
     SCHED_REQUEST,
@@ -58,8 +59,9 @@ from simcore.codes import (
     WIN_COMPLETED,
 )
 from simcore.layout import (
-    move_running_nb,
+    compact_running_nb,
     queue_entry_nb,
+    running_end_nb,
     running_nb,
     sched_nb,
     set_queue_entry_nb,
@@ -243,8 +245,11 @@ def _preempt_last_nb(lay, reqi, ws):
 def admit_nb(lay, now, reqi, reqf, ws, r):
     pop_front_nb(lay, ws)
     reqi[r, RI_STATUS] = STATUS_RUNNING
-    set_running_nb(lay, ws, ws[RUNNING_COUNT], r)
-    set_running_done_nb(lay, ws, ws[RUNNING_COUNT], -1)  # not in the cohort (yet)
+    if running_end_nb(ws) == lay.run_cap:  # no room after the holes: they go
+        compact_running_nb(lay, ws)
+    end = running_end_nb(ws)
+    set_running_nb(lay, ws, end, r)
+    set_running_done_nb(lay, ws, end, -1)  # not in the cohort (yet)
     ws[RUNNING_COUNT] += 1
     if reqf[r, RF_FIRST_SCHED] < 0.0:
         reqf[r, RF_FIRST_SCHED] = now
@@ -270,14 +275,14 @@ def release_blocks_nb(reqi, ws, r):
 @jit_inline
 def drop_finished_nb(lay, reqi, ws):
     """The running list keeps the requests still running, in admission order (after an iteration
-    that retired some)."""
-    k = 0
-    for i in range(ws[RUNNING_COUNT]):
+    that retired some), and no holes."""
+    for i in range(running_end_nb(ws)):
         r = running_nb(lay, ws, i)
-        if reqi[r, RI_STATUS] == STATUS_RUNNING:
-            move_running_nb(lay, ws, i, k)
-            k += 1
-    ws[RUNNING_COUNT] = k
+        if r >= 0 and reqi[r, RI_STATUS] != STATUS_RUNNING:
+            set_running_nb(lay, ws, i, -1)
+            ws[RUNNING_COUNT] -= 1
+            ws[RUNNING_HOLES] += 1
+    compact_running_nb(lay, ws)
 
 
 # ------------------------------------------------------------------ rules both paths call

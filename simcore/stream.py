@@ -29,14 +29,21 @@ from simcore.codes import (
     QUEUE_ENTRIES,
     QUEUE_HEAD,
     RI_STATUS,
-    RUNNING_COUNT,
     SCHED_JOINER,
     SCHED_PREFILLING,
     STATUS_DONE,
     STATUS_REJECTED,
     STATUS_TIMED_OUT,
 )
-from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_queue_entry_nb, set_running_nb, set_sched_nb
+from simcore.layout import (
+    queue_entry_nb,
+    running_end_nb,
+    running_nb,
+    sched_nb,
+    set_queue_entry_nb,
+    set_running_nb,
+    set_sched_nb,
+)
 
 
 @jit_inline
@@ -58,8 +65,10 @@ def drop_point_nb(lay, reqi, ws, glob):
     cap = lay.wq_cap
     for k in range(ws.shape[0]):
         w = ws[k]
-        for i in range(w[RUNNING_COUNT]):
-            s = min(s, running_nb(lay, w, i))
+        for i in range(running_end_nb(w)):
+            r = running_nb(lay, w, i)
+            if r >= 0:  # not a hole
+                s = min(s, r)
         for i in range(w[QUEUE_ENTRIES]):
             s = min(s, queue_entry_nb(lay, w, (w[QUEUE_HEAD] + i) % cap))
         for j in range(w[COHORT_JOINERS]):
@@ -76,8 +85,10 @@ def rebase_nb(lay, ws, glob, s):
     cap = lay.wq_cap
     for k in range(ws.shape[0]):
         w = ws[k]
-        for i in range(w[RUNNING_COUNT]):
-            set_running_nb(lay, w, i, running_nb(lay, w, i) - s)
+        for i in range(running_end_nb(w)):
+            r = running_nb(lay, w, i)
+            if r >= 0:  # not a hole
+                set_running_nb(lay, w, i, r - s)
         for i in range(w[QUEUE_ENTRIES]):
             pos = (w[QUEUE_HEAD] + i) % cap
             set_queue_entry_nb(lay, w, pos, queue_entry_nb(lay, w, pos) - s)

@@ -5,8 +5,11 @@ Every cohort member gets exactly one token in every cohort *advance*, so a membe
 state when it joined plus the number of advances since: ``RI_COMPUTED``/``RI_GENERATED`` hold the
 values at joining and ``RI_DONE`` the replica's advance count ``ws[COHORT_ADVANCES]`` whose advance
 emits its last token (it joined at the *epoch* ``RI_DONE - RI_OUTPUT + RI_GENERATED``), kept too in
-the row beside the running list (``Layout.off_run_done``), which a completion reads without a gather
-per member. The replica keeps what iterations need in aggregate: members
+the row beside the running list (``Layout.off_run_done``), and the member is filed in the bucket of
+its ``RI_DONE`` (``layout.link_done_nb``): a completion takes its members from one bucket and leaves
+holes in the running list where they were, removed (``layout.compact_running_nb``) when the cohort
+dissolves or the list is full, so it costs O(finishers), not O(batch). The replica keeps what
+iterations need in aggregate: members
 (``COHORT_SIZE``), the sum of their contexts (``COHORT_CONTEXT_SUM``), when the first of them
 completes (``COHORT_NEXT_DONE``), and how many need a new KV block at each advance (the phase
 counts at ``Layout.off_phase``, by ``(computed - epoch) mod block_size``). Members that joined since
@@ -27,6 +30,7 @@ from simcore.codes import (
     COHORT_NEXT_DONE,
     COHORT_MEASURED,
     COHORT_SIZE,
+    DONE_RING,
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
     NEVER,
@@ -43,6 +47,7 @@ from simcore.codes import (
     RI_OUTPUT,
     RI_STATUS,
     RUNNING_COUNT,
+    RUNNING_HOLES,
     SCHED_FINISHING,
     SCHED_JOINER,
     SCHED_NEW_TOKENS,
@@ -56,8 +61,12 @@ from simcore.codes import (
 )
 from simcore.cost import iteration_totals_memo_inline_nb, iteration_totals_memo_nb
 from simcore.layout import (
+    compact_running_nb,
     find_running_nb,
+    link_done_nb,
+    next_done_nb,
     phase_slot_nb,
+    running_end_nb,
     running_nb,
     running_rows_nb,
     sched_nb,
@@ -101,6 +110,7 @@ def join_nb(e, lay, reqi, ws, r, slot):
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     reqi[r, RI_DONE] = done
     set_running_done_nb(lay, ws, slot, done)
+    link_done_nb(lay, ws, slot, done)
     ws[phase_slot_nb(lay, (c - d) % bs)] += 1
     ws[COHORT_SIZE] += 1
     if measured_nb(e, r):
@@ -157,25 +167,30 @@ def record_advance_itls_nb(e, lay, t_end, reqf, ws, acc):
 
 @jit_inline
 def materialize_nb(e, lay, t_cohort, reqi, reqf, ws):
-    """Every member leaves the cohort with its explicit state (and last emit time) restored."""
-    if ws[COHORT_SIZE] == 0:
-        return
-    d = ws[COHORT_ADVANCES]
-    for i in range(ws[RUNNING_COUNT]):
-        r = running_nb(lay, ws, i)
-        if reqi[r, RI_DONE] >= 0:
-            if joined_at_nb(reqi, r) < d:  # took part in the last advance
-                reqf[r, RF_LAST_EMIT] = t_cohort
-            leave_nb(e, lay, reqi, ws, r)
-    ws[COHORT_JOINERS] = 0
-    ws[COHORT_NEXT_DONE] = NEVER
+    """Every member leaves the cohort with its explicit state (and last emit time) restored; the
+    running list loses its holes and the buckets their members."""
+    if ws[COHORT_SIZE] > 0:
+        d = ws[COHORT_ADVANCES]
+        run, done, _, ring = running_rows_nb(lay, ws)
+        for i in range(running_end_nb(ws)):
+            r = run[i]
+            if r >= 0 and reqi[r, RI_DONE] >= 0:
+                if joined_at_nb(reqi, r) < d:  # took part in the last advance
+                    reqf[r, RF_LAST_EMIT] = t_cohort
+                ring[done[i] & (DONE_RING - 1)] = 0
+                done[i] = -1
+                leave_nb(e, lay, reqi, ws, r)
+        ws[COHORT_JOINERS] = 0
+        ws[COHORT_NEXT_DONE] = NEVER
+    compact_running_nb(lay, ws)
 
 
 @jit_inline
 def rebuild_nb(e, lay, reqi, ws):
-    """After an explicit iteration: running requests that are decoding (all their tokens so far
-    computed but the last one emitted) join the cohort; the others are listed in schedule row
-    ``SCHED_PREFILLING``. The running list's ``RI_DONE`` row is written afresh."""
+    """After an explicit iteration (the running list has no holes, the buckets no members): running
+    requests that are decoding (all their tokens so far computed but the last one emitted) join the
+    cohort; the others are listed in schedule row ``SCHED_PREFILLING``. The running list's
+    ``RI_DONE`` row is written afresh."""
     ws[PREFILLING_COUNT] = 0
     for i in range(ws[RUNNING_COUNT]):
         r = running_nb(lay, ws, i)
@@ -190,38 +205,41 @@ def rebuild_nb(e, lay, reqi, ws):
 @jit_inline
 def complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc):
     """Members whose last token came with the advance just made finish, in running-list order;
-    returns how many. The running list and its ``RI_DONE`` row (contiguous: no gather per member)
-    keep the others in order; those that finish are listed in schedule row ``SCHED_FINISHING``,
-    then leave and retire."""
+    returns how many. They are the members of the advance's bucket (``layout.link_done_nb``) whose
+    ``RI_DONE`` is the advance: each leaves its entry of the running list a hole, is listed in
+    schedule row ``SCHED_FINISHING`` (in entry order), then leaves and retires. The next completion
+    comes from the buckets after it (``layout.next_done_nb``)."""
     d = ws[COHORT_ADVANCES]
-    n = ws[RUNNING_COUNT]
-    run, done = running_rows_nb(lay, ws)
+    run, done, chain, ring = running_rows_nb(lay, ws)
     fin = sched_row_nb(lay, ws, SCHED_FINISHING)
-    nxt = NEVER  # the next completion among those that go on (-1: not a member)
-    i = 0
-    while i < n:  # those before the first that finishes stay where they are
-        v = done[i]
-        if v == d:
-            break
-        u = v if v >= 0 else NEVER
-        nxt = u if u < nxt else nxt
-        i += 1
-    k = i
+    b = d & (DONE_RING - 1)
     finished = 0
-    for j in range(i, n):
-        v = done[j]
-        r = run[j]
-        if v == d:
-            fin[finished] = r
+    prev = -1  # the last member kept in the bucket (-1: its head)
+    j = ring[b]
+    while j != 0:
+        i = j - 1
+        j = chain[i]
+        if done[i] == d:  # out of the bucket, into the finishers in entry order
+            if prev < 0:
+                ring[b] = j
+            else:
+                chain[prev] = j
+            f = finished
+            while f > 0 and fin[f - 1] > i:
+                fin[f] = fin[f - 1]
+                f -= 1
+            fin[f] = i
             finished += 1
         else:
-            run[k] = r
-            done[k] = v
-            k += 1
-            u = v if v >= 0 else NEVER
-            nxt = u if u < nxt else nxt
-    ws[RUNNING_COUNT] = k
-    ws[COHORT_NEXT_DONE] = nxt
+            prev = i
+    for f in range(finished):
+        i = fin[f]
+        fin[f] = run[i]
+        run[i] = -1
+        done[i] = -1
+    ws[RUNNING_COUNT] -= finished
+    ws[RUNNING_HOLES] += finished
+    ws[COHORT_NEXT_DONE] = next_done_nb(lay, ws, d) if ws[COHORT_SIZE] > finished else NEVER
     for f in range(finished):
         r = fin[f]
         leave_nb(e, lay, reqi, ws, r)
