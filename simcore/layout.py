@@ -21,6 +21,9 @@ import numpy as np
 
 from simcore._jit import jit_inline
 from simcore.codes import (
+    COHORT_SIZE,
+    DONE_RING,
+    NEVER,
     N_CLOCK,
     N_EMIT,
     N_MEMO,
@@ -29,9 +32,6 @@ from simcore.codes import (
     N_SCHED_ROWS,
     N_STATS,
     N_WIN,
-    COHORT_SIZE,
-    DONE_RING,
-    NEVER,
     N_WORKSPACE_SLOTS,
     PREFIX_SLOTS,
     REST_SLOTS,
