@@ -12,9 +12,8 @@ reads) and nothing compiled: the names below come from their modules, numba with
 time one is read (PEP 562), so ``import simllm`` does not pay numba's import until it simulates.
 """
 
-import importlib
-
 from simcore import codes
+from simcore.lazy import lazy_names
 
 # Each public name and the module that defines it, imported when the name is first read.
 _HOMES = {
@@ -35,21 +34,6 @@ _HOMES = {
     "simcore.params": ("CostParams", "EngineSettings", "Speculation"),
     "simcore.speculative": ("acceptance_thresholds", "accepted_nb", "draft_totals_nb", "uniform_nb"),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_HOME_OF, __getattr__, __dir__ = lazy_names(globals(), _HOMES)
 
 __all__ = ["codes", *_HOME_OF]
-
-
-
-def __getattr__(name):
-    """A public name's value, from its module (imported now if it was not)."""
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simcore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))

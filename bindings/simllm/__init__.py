@@ -24,8 +24,7 @@ simllm.config (what users write) -> simllm.sim (one simulation) -> simllm.analys
 simllm.calibration (many simulations) -> simllm.formats, simllm.report (what other tools and people
 read) -> simllm.cli (the ``simllm`` command).
 """
-import importlib
-
+from simcore.lazy import lazy_names
 from simllm.config.disagg import DisaggConfig
 from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import HardwareConfig, hardware_from_dict, load_hardware
@@ -49,7 +48,7 @@ _HOMES = {
     "simllm.sim.results": ("SimResult",),
     "simllm.sim.simulate": ("simulate",),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_HOME_OF, __getattr__, __dir__ = lazy_names(globals(), _HOMES)
 
 __version__ = "0.1.0"
 
@@ -88,17 +87,3 @@ __all__ = [
     "plan_memory",
     "preset_names",
 ]
-
-
-def __getattr__(name):
-    """A public name's value, from its module (imported now if it was not)."""
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simllm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
