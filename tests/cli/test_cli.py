@@ -415,6 +415,24 @@ def test_console_script_on_path():
     assert "llama-3.1-8b" in proc.stdout
 
 
+def test_collector_tuned_for_the_console_script_only(capsys):
+    """The console script (``main()`` reading ``sys.argv``) freezes what the imports built and raises
+    the collector's threshold for its own process; ``main(argv)`` in a caller's process leaves the
+    collector as it found it."""
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
+    rc, out, _ = run_main(["presets", "hardware"], capsys)
+    assert rc == 0 and "h100-sxm" in out
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
+    probe = ("import gc, sys; from simllm.cli import main; sys.argv = ['simllm', 'presets', 'hardware']; "
+             "rc = main(); print(gc.get_threshold()[0], gc.get_freeze_count() > 0, gc.isenabled(), rc)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
+
+    assert proc.stdout.split()[-4:] == [str(GC_THRESHOLD_ALLOCATIONS), "True", "True", "0"], proc.stderr[-2000:]
+
+
 def test_help_exits_0():
     proc = run_cli("estimate", "--help", check=0)
     assert "--tensor-parallel-size" in proc.stdout

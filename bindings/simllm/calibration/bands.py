@@ -117,9 +117,11 @@ def _key(name):
 
 
 def _keys(names):
-    """:func:`_key` of every name of a str array (a list comprehension: 3.7x faster than
-    ``np.char``'s ufuncs on the shipped record's 3,538 names)."""
-    return np.array([_key(g) for g in names])
+    """:func:`_key` of every name of a str array, computed once per distinct name (the shipped
+    record's 3,538 names hold a few dozen; a list comprehension over all of them cost 5 ms a
+    call, and a report makes a dozen calls)."""
+    distinct, where = np.unique(np.asarray(names), return_inverse=True)
+    return np.array([_key(g) for g in distinct])[where.reshape(-1)]
 
 
 def _log2(x):

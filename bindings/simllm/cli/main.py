@@ -1,6 +1,7 @@
 """The ``simllm`` command line: one parser with one subcommand per module of this package (each
 module has ``add_parser(sub)`` and ``cmd(args, out)``). Bad input exits with status 2 and one line
 on stderr, never a traceback."""
+import gc
 import os
 import signal
 import sys
@@ -45,6 +46,21 @@ def build_parser():
     return parser
 
 
+#: The console script's generation-0 threshold (Python's default: 700 allocations).
+GC_THRESHOLD_ALLOCATIONS = 100_000
+
+
+def _tune_collector():
+    """The console script's garbage collector: what the imports built (numba's type registries
+    among it, ~100,000 objects) lives until the process ends, so it is frozen out of every
+    collection, and a collection waits for ``GC_THRESHOLD_ALLOCATIONS`` allocations. A run's data
+    are numpy arrays, not cycles. ``simllm run --workload bench-1m`` took 1.10-1.13 s with this
+    and the freeze at exit against 1.32-1.41 s without (2-core AMD EPYC VM)."""
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD_ALLOCATIONS, gen1, gen2)
+
+
 def _interrupted(signum, frame):
     """The first Ctrl-C unwinds (one line, exit 130); a second one exits at once."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
@@ -63,8 +79,9 @@ def main(argv=None):
               "every run compiles the kernels anew (a minute or more); set NUMBA_CACHE_DIR to a writable folder",
               file=sys.stderr)
     previous = signal.getsignal(signal.SIGINT)
-    if argv is None:  # the console script: Ctrl-C is ours to report
+    if argv is None:  # the console script: Ctrl-C is ours to report, and the collector ours to tune
         signal.signal(signal.SIGINT, _interrupted)
+        _tune_collector()
     try:
         return COMMANDS[args.command].cmd(args, sys.stdout)
     except ConfigError as exc:
@@ -83,6 +100,7 @@ def main(argv=None):
     finally:
         if argv is None:
             signal.signal(signal.SIGINT, previous)
+            gc.freeze()  # the process ends: spare the interpreter's exit a collection of everything left
         if args.allow_outside_paths:
             if allowed is None:
                 os.environ.pop(ALLOW_OUTSIDE_ENV, None)
