@@ -87,6 +87,7 @@ from simcore.scheduler import (
     peek_nb,
     pop_front_nb,
     release_blocks_nb,
+    ring_nb,
     schedule_aggregates_nb,
     schedule_continuous_nb,
     schedule_row_nb,
@@ -213,7 +214,7 @@ def _time_out_nb(e, lay, now, reqi, reqf, ws, glob, acc):
     ws[RUNNING_COUNT] = k
     cap = lay.wq_cap
     for i in range(ws[QUEUE_ENTRIES]):  # waiting requests leave the queue lazily
-        r = queue_entry_nb(lay, ws, (ws[QUEUE_HEAD] + i) % cap)
+        r = queue_entry_nb(lay, ws, ring_nb(ws[QUEUE_HEAD] + i, cap))
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             deadline = reqf[r, RF_ARRIVAL] + e.timeout_s
             if deadline <= now:

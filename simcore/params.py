@@ -164,6 +164,14 @@ class EngineSettings(NamedTuple):
     pipeline_s_per_token: float = 0.0
     pipeline_net_latency_s: float = 0.0
     pipeline_net_s_per_token: float = 0.0
+    block_shift: int = -1  # log2(block_size) where block_size is a power of two (block_shift_of): divisions
+    #                        by it become shifts (scheduler.block_div_nb); -1: divisions
+
+
+def block_shift_of(block_size):
+    """``EngineSettings.block_shift`` of ``block_size``: its log2 when a power of two, else -1."""
+    block_size = int(block_size)
+    return block_size.bit_length() - 1 if block_size > 0 and block_size & (block_size - 1) == 0 else -1
 
 
 NO_RATES = np.zeros(0, dtype=np.float64)

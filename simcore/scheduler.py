@@ -73,9 +73,33 @@ from simcore.metrics import itl_group_nb, measured_nb, win_add_nb, window_of_nb
 
 
 @jit_inline
+def ring_nb(i, cap):
+    """``i % cap`` for ``0 <= i < 2 * cap``, without a division (an int64 division takes tens of
+    cycles): a position in the waiting queue's ring from the head plus an offset."""
+    return i - cap if i >= cap else i
+
+
+@jit_inline
+def block_div_nb(e, x):
+    """``x // e.block_size`` (floor, any sign): a shift where the block size is a power of two
+    (``EngineSettings.block_shift``; an arithmetic shift floors as ``//`` does)."""
+    if e.block_shift >= 0:
+        return x >> e.block_shift
+    return x // e.block_size
+
+
+@jit_inline
+def block_mod_nb(e, x):
+    """``x % e.block_size`` (in ``[0, block_size)``, any sign): a mask where the block size is a
+    power of two."""
+    if e.block_shift >= 0:
+        return x & (e.block_size - 1)
+    return x % e.block_size
+
+
+@jit_inline
 def push_back_nb(lay, ws, r):
-    cap = lay.wq_cap
-    set_queue_entry_nb(lay, ws, (ws[QUEUE_HEAD] + ws[QUEUE_ENTRIES]) % cap, r)
+    set_queue_entry_nb(lay, ws, ring_nb(ws[QUEUE_HEAD] + ws[QUEUE_ENTRIES], lay.wq_cap), r)
     ws[QUEUE_ENTRIES] += 1
     ws[QUEUE_WAITING] += 1
 
@@ -88,7 +112,7 @@ def peek_nb(lay, reqi, ws):
         r = queue_entry_nb(lay, ws, ws[QUEUE_HEAD])
         if reqi[r, RI_STATUS] == STATUS_WAITING:
             return r
-        ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] + 1) % cap
+        ws[QUEUE_HEAD] = ring_nb(ws[QUEUE_HEAD] + 1, cap)
         ws[QUEUE_ENTRIES] -= 1
     return -1
 
@@ -96,17 +120,17 @@ def peek_nb(lay, reqi, ws):
 @jit_inline
 def pop_front_nb(lay, ws):
     """The waiting head leaves the queue (admitted or rejected)."""
-    ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] + 1) % lay.wq_cap
+    ws[QUEUE_HEAD] = ring_nb(ws[QUEUE_HEAD] + 1, lay.wq_cap)
     ws[QUEUE_ENTRIES] -= 1
     ws[QUEUE_WAITING] -= 1
 
 
 @jit_inline
-def blocks_for_nb(tokens, cached, fixed, block_size):
+def blocks_for_nb(e, tokens, cached, fixed):
     """Blocks a request owns to hold ``tokens`` tokens, its ``cached`` prefix being shared, and its
     ``fixed`` blocks (``RI_FIXED_BLOCKS``: what its windowed layers and recurrent states hold,
-    reserved at its first block, see ``simllm.sim.memory``)."""
-    return (tokens + block_size - 1) // block_size - cached // block_size + fixed
+    reserved at its first block, see ``simllm.sim.memory``), in blocks of ``e.block_size``."""
+    return block_div_nb(e, tokens + e.block_size - 1) - block_div_nb(e, cached) + fixed
 
 
 @jit_inline
@@ -139,7 +163,7 @@ def never_fits_nb(e, tokens, cached, fixed):
     KV pool holds (its last token's KV is never written)."""
     return tokens > e.max_model_len or (
         e.policy == POLICY_CONTINUOUS
-        and blocks_for_nb(tokens - 1, cached, fixed, e.block_size) > e.num_blocks - e.prefix_blocks)
+        and blocks_for_nb(e, tokens - 1, cached, fixed) > e.num_blocks - e.prefix_blocks)
 
 
 @jit_inline
@@ -233,7 +257,7 @@ def _preempt_last_nb(lay, reqi, ws):
     reqi[v, RI_STATUS] = STATUS_WAITING
     reqi[v, RI_COMPUTED] = reqi[v, RI_CACHED]
     cap = lay.wq_cap
-    ws[QUEUE_HEAD] = (ws[QUEUE_HEAD] - 1 + cap) % cap
+    ws[QUEUE_HEAD] = ring_nb(ws[QUEUE_HEAD] - 1 + cap, cap)
     set_queue_entry_nb(lay, ws, ws[QUEUE_HEAD], v)
     ws[QUEUE_ENTRIES] += 1
     ws[QUEUE_WAITING] += 1
@@ -301,7 +325,7 @@ def admission_nb(e, n_running, budget, free, whole, computed, need, cached, fixe
     extra = 0
     if n_running < e.max_num_seqs and budget > 0 and not (whole and need > budget):
         n = need if need < budget else budget
-        x = blocks_for_nb(computed + n, cached, fixed, e.block_size) - blocks
+        x = blocks_for_nb(e, computed + n, cached, fixed) - blocks
         if x <= free:
             new = n
             extra = x

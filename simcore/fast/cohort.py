@@ -78,6 +78,7 @@ from simcore.metrics import account_iteration_nb, measured_nb, record_itl_nb, re
 from simcore.scheduler import (
     admission_nb,
     admit_waiting_nb,
+    block_mod_nb,
     blocks_for_nb,
     compute_nb,
     decoding_nb,
@@ -90,9 +91,10 @@ from simcore.scheduler import (
 
 
 @jit_inline
-def needs_block_class_nb(d, bs):
-    """Cohort class whose members need a new block at the advance after ``d`` advances."""
-    return (bs - d % bs) % bs
+def needs_block_class_nb(e, d):
+    """Cohort class whose members need a new block at the advance after ``d`` advances:
+    ``(block_size - d % block_size) % block_size``, which is ``-d`` modulo the block size."""
+    return block_mod_nb(e, -d)
 
 
 @jit_inline
@@ -105,13 +107,12 @@ def joined_at_nb(reqi, r):
 def join_nb(e, lay, reqi, ws, r, slot):
     """``r`` (decoding, state explicit; entry ``slot`` of the running list) joins the cohort."""
     d = ws[COHORT_ADVANCES]
-    bs = e.block_size
     c = reqi[r, RI_COMPUTED]
     done = d + reqi[r, RI_OUTPUT] - reqi[r, RI_GENERATED]
     reqi[r, RI_DONE] = done
     set_running_done_nb(lay, ws, slot, done)
     link_done_nb(lay, ws, slot, done)
-    ws[phase_slot_nb(lay, (c - d) % bs)] += 1
+    ws[phase_slot_nb(lay, block_mod_nb(e, c - d))] += 1
     ws[COHORT_SIZE] += 1
     if measured_nb(e, r):
         ws[COHORT_MEASURED] += 1
@@ -126,11 +127,10 @@ def join_nb(e, lay, reqi, ws, r, slot):
 def leave_nb(e, lay, reqi, ws, r):
     """``r`` leaves the cohort: its explicit state is brought up to date (blocks included)."""
     d = ws[COHORT_ADVANCES]
-    bs = e.block_size
     epoch = joined_at_nb(reqi, r)
     k = d - epoch
     c0 = reqi[r, RI_COMPUTED]
-    ws[phase_slot_nb(lay, (c0 - epoch) % bs)] -= 1
+    ws[phase_slot_nb(lay, block_mod_nb(e, c0 - epoch))] -= 1
     ws[COHORT_SIZE] -= 1
     if measured_nb(e, r):
         ws[COHORT_MEASURED] -= 1
@@ -138,7 +138,7 @@ def leave_nb(e, lay, reqi, ws, r):
     ws[COHORT_CONTEXT_SUM] -= c
     reqi[r, RI_COMPUTED] = c
     reqi[r, RI_GENERATED] += k
-    reqi[r, RI_BLOCKS] = blocks_for_nb(c, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs)
+    reqi[r, RI_BLOCKS] = blocks_for_nb(e, c, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS])
     reqi[r, RI_DONE] = -1
 
 
@@ -313,11 +313,10 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
     explicit scheduler: every running request gets all its demand within the token budget and
     the free blocks (no preemption). Returns (handled, end time)."""
-    bs = e.block_size
     n_c = ws[COHORT_SIZE]
     d = ws[COHORT_ADVANCES]
     free = ws[FREE_BLOCKS]
-    need_c = ws[phase_slot_nb(lay, needs_block_class_nb(d, bs))] if n_c > 0 else 0
+    need_c = ws[phase_slot_nb(lay, needs_block_class_nb(e, d))] if n_c > 0 else 0
     budget = e.max_num_batched_tokens - n_c
     extra = need_c
     n_pre = ws[PREFILLING_COUNT]
@@ -338,7 +337,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
         budget -= need
-        extra += blocks_for_nb(c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs) - reqi[r, RI_BLOCKS]
+        extra += blocks_for_nb(e, c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]) - reqi[r, RI_BLOCKS]
     if budget < 0 or extra > free:
         return False, now
     n_sched = 0
@@ -346,7 +345,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         r = sched_nb(lay, ws, SCHED_PREFILLING, i)
         c = reqi[r, RI_COMPUTED]
         need = reqi[r, RI_INPUT] + reqi[r, RI_GENERATED] - c
-        x = blocks_for_nb(c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS], bs) - reqi[r, RI_BLOCKS]
+        x = blocks_for_nb(e, c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]) - reqi[r, RI_BLOCKS]
         reqi[r, RI_BLOCKS] += x
         schedule_row_nb(lay, ws, n_sched, r, need)
         n_sched += 1

@@ -99,7 +99,7 @@ def pure_decode_nb(e, lay, now, next_arrival, next_deadline, reqi, ws):
     # comes after the cohort's tokens and the blocks they take; in v0 it would run alone.
     if e.chunked_prefill:
         budget = e.max_num_batched_tokens - B
-        free = ws[FREE_BLOCKS] - ws[phase_slot_nb(lay, needs_block_class_nb(ws[COHORT_ADVANCES], e.block_size))]
+        free = ws[FREE_BLOCKS] - ws[phase_slot_nb(lay, needs_block_class_nb(e, ws[COHORT_ADVANCES]))]
     else:
         budget = e.max_num_batched_tokens
         free = ws[FREE_BLOCKS]
@@ -125,7 +125,6 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
         Time at the end of the run.
     """
     B = ws[COHORT_SIZE]
-    bs = e.block_size
     d0 = ws[COHORT_ADVANCES]
     free = ws[FREE_BLOCKS]
     k_max = ws[COHORT_NEXT_DONE] - d0  # up to the advance that completes a member
@@ -177,7 +176,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
     x_rows = acc[m + MEMO_X_ROWS]
     log_b = acc[m + MEMO_LOG_B]
     log_slope = acc[m + MEMO_LOG_SLOPE]  # used where shaped and not mixed, where f_slope > 0
-    phase = needs_block_class_nb(d0, bs)  # the class that needs a block at the next advance
+    phase = needs_block_class_nb(e, d0)  # the class that needs a block at the next advance
     if shaped and not mixed:  # the tables' decode attention: a loop of its own (fewer values live)
         k, now, free, window, t_first, busy, flops, nbytes, kv_seconds, itl_sum, itl_sq = _iterations_nb(
             p, e, lay, ws, acc, True, False, now, next_arrival, next_deadline, k_max, free, phase, x, fb, fm,

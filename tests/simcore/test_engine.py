@@ -17,7 +17,8 @@ from helpers import build
 from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import lockstep_plan, pipeline_flag, simulate_nb
 from simcore.layout import make_layout, split_accumulator
-from simcore.params import EngineSettings
+from simcore.params import EngineSettings, block_shift_of
+from simcore.scheduler import block_div_nb, block_mod_nb, ring_nb
 from simllm.sim.results import TIMING_KEYS
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
@@ -29,6 +30,7 @@ def engine(**kw):
                 pad_prompts=False, batch_max=0, batch_window_s=0.0, timeout_s=0.0, n_clients=0, fast_forward=True,
                 itl_min_exp=-20, itl_sub_bits=9, window_s=1.0)
     base.update(kw)
+    base.setdefault("block_shift", block_shift_of(base["block_size"]))  # as simllm sets it
     return EngineSettings(**base)
 
 
@@ -99,6 +101,29 @@ def assert_same(e, arrival, ready, prompt, output, cached=None, delay=None, p=P,
     return ref, stats
 
 
+# --------------------------------------------------------------------------- block and queue arithmetic
+@pytest.mark.parametrize("block_size, shift", [(1, 0), (2, 1), (16, 4), (64, 6), (65536, 16), (3, -1), (24, -1),
+                                               (48, -1)])
+def test_block_shift_is_log2_of_a_power_of_two_else_minus_one(block_size, shift):
+    assert block_shift_of(block_size) == shift
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=st.integers(-10**7, 10**7), block=st.sampled_from([1, 2, 16, 64, 3, 24]), shifted=st.booleans())
+def test_block_division_and_modulo_are_pythons(x, block, shifted):
+    """Shifts and masks (a power-of-two block size) and divisions (any) give Python's floor division
+    and modulo, negative numbers included (the cohort's block classes take ``-d``)."""
+    e = engine(block_size=block, block_shift=block_shift_of(block) if shifted else -1)
+    assert block_div_nb(e, x) == x // block
+    assert block_mod_nb(e, x) == x % block
+
+
+@given(cap=st.integers(1, 10**6), data=st.data())
+def test_ring_position_is_the_modulo(cap, data):
+    i = data.draw(st.integers(0, 2 * cap - 1))
+    assert ring_nb(i, cap) == i % cap
+
+
 # --------------------------------------------------------------------------- reference agreement
 @pytest.mark.parametrize("chunked", [True, False])
 @pytest.mark.parametrize("blocks", [400, 60])  # 60 blocks of 16 force preemptions
@@ -128,13 +153,14 @@ def test_kernel_matches_reference(chunked, blocks):
     frontend=st.sampled_from([0.0, 0.0, 0.03]),
     jitter=st.sampled_from([0.0, 0.0, 0.02]),
     warmup=st.sampled_from([0, 0, 7]),
+    block=st.sampled_from([16, 16, 16, 8, 24]),  # 24: the kernels divide; powers of two: they shift
 )
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=76, max_seqs=2, budget=64, clients=3,
-         timeout=0.5, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0)  # padding rows of a static batch must not time out again
+         timeout=0.5, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0, block=16)  # padding rows of a static batch must not time out again
 @example(seed=0, chunked=False, policy=codes.POLICY_STATIC, blocks=75, max_seqs=2, budget=64, clients=0,
-         timeout=0.0, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0)  # two 600-token slots need 76 whole blocks, not 75
+         timeout=0.0, prefix=0, pad=False, frontend=0.0, jitter=0.0, warmup=0, block=16)  # two 600-token slots need 76 whole blocks, not 75
 def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy, blocks, max_seqs, budget, clients,
-                                                           timeout, prefix, pad, frontend, jitter, warmup):
+                                                           timeout, prefix, pad, frontend, jitter, warmup, block):
     rng = np.random.default_rng(seed)
     n = 40
     arrival, ready, prompt, output = workload(rng, n, 50.0, 300, 80, clients)
@@ -143,10 +169,11 @@ def test_kernel_matches_reference_on_random_configurations(seed, chunked, policy
         budget = max(budget, max_len)
     cached = np.zeros(n, dtype=np.int64)
     if prefix:
-        cached = np.where(rng.random(n) < 0.5, np.minimum(prefix * 16, ((prompt - 1) // 16) * 16), 0)
-    e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks, prefix_blocks=prefix,
+        cached = np.where(rng.random(n) < 0.5, np.minimum(prefix * block, ((prompt - 1) // block) * block), 0)
+    e = engine(policy=policy, chunked_prefill=chunked, num_blocks=blocks * 16 // block, prefix_blocks=prefix,
                max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=max_len, n_clients=clients,
-               timeout_s=timeout, static_slots=max(1, blocks // -(-max_len // 16)), pad_prompts=pad,
+               timeout_s=timeout, static_slots=max(1, blocks * 16 // block // -(-max_len // block)), pad_prompts=pad,
+               block_size=block,
                batch_max=4 if policy == codes.POLICY_DYNAMIC else 0, batch_window_s=0.02, frontend_s=frontend,
                warmup=warmup)
     # Client delays: sends overtake each other and must reach the engine in time order.

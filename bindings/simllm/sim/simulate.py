@@ -16,7 +16,7 @@ import numpy as np
 from simcore import codes
 from simcore.engine import cohort_args, lockstep_plan, pipeline_flag, simulate_into_nb, simulate_nb
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
-from simcore.params import EngineSettings
+from simcore.params import EngineSettings, block_shift_of
 from simllm.config import serving as serving_mod
 from simllm.config.serving import ServingConfig
 from simllm.config import workload as workload_mod
@@ -211,6 +211,7 @@ def engine_settings(model, pool, serving, workload, requests, fast_forward, n, l
         max_num_seqs=serving.max_num_seqs,
         max_num_batched_tokens=resolved.max_num_batched_tokens,
         block_size=bs,
+        block_shift=block_shift_of(bs),
         num_blocks=memory.num_blocks,
         prefix_blocks=prefix_blocks,
         max_model_len=resolved.max_model_len,
