@@ -1,6 +1,7 @@
 """The ``simllm`` command line: bad input exits 2 with exactly one line on stderr naming where the
 bad value came from, the key or flag, the value and what was expected; good input prints tables
 or JSON."""
+import gc
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import pytest
 
 import simllm.cli
 from helpers import DATA, ROOT
+from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
 
 GOOD_MODEL = {
     "name": "tiny",
@@ -419,8 +421,6 @@ def test_collector_tuned_for_the_console_script_only(capsys):
     """The console script (``main()`` reading ``sys.argv``) freezes what the imports built and raises
     the collector's threshold for its own process; ``main(argv)`` in a caller's process leaves the
     collector as it found it."""
-    import gc
-
     before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
     rc, out, _ = run_main(["presets", "hardware"], capsys)
     assert rc == 0 and "h100-sxm" in out
@@ -428,8 +428,6 @@ def test_collector_tuned_for_the_console_script_only(capsys):
     probe = ("import gc, sys; from simllm.cli import main; sys.argv = ['simllm', 'presets', 'hardware']; "
              "rc = main(); print(gc.get_threshold()[0], gc.get_freeze_count() > 0, gc.isenabled(), rc)")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
-
     assert proc.stdout.split()[-4:] == [str(GC_THRESHOLD_ALLOCATIONS), "True", "True", "0"], proc.stderr[-2000:]
 
 
