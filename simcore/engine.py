@@ -72,12 +72,13 @@ from simcore.cost import iteration_totals_memo_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.fast.spec_run import spec_run_nb, spec_run_possible
-from simcore.layout import queue_entry_nb, running_nb, sched_nb, set_running_nb
+from simcore.layout import queue_entry_nb, ring_nb, running_nb, sched_nb, set_running_nb
 from simcore.metrics import account_iteration_nb, record_itl_nb, win_add_nb, window_of_nb
 from simcore.pipeline import pipeline_next_nb, pipeline_pass_nb, pipeline_wait_nb
 from simcore.scheduler import (
     add_speculative_row_nb,
     arrive_nb,
+    blocks_for_nb,
     compute_nb,
     drop_finished_nb,
     emit_nb,
@@ -87,7 +88,6 @@ from simcore.scheduler import (
     peek_nb,
     pop_front_nb,
     release_blocks_nb,
-    ring_nb,
     schedule_aggregates_nb,
     schedule_continuous_nb,
     schedule_row_nb,
@@ -471,7 +471,7 @@ def _explicit_step_nb(p, sp, e, lay, now, next_arrival, reqi, reqf, ws, glob, ac
             n_sched = ws[RUNNING_COUNT]
             for j in range(n_sched):
                 schedule_row_nb(lay, ws, j, running_nb(lay, ws, j), 1)
-        used = ws[RUNNING_COUNT] * ((e.max_model_len + e.block_size - 1) // e.block_size)
+        used = ws[RUNNING_COUNT] * blocks_for_nb(e, e.max_model_len, 0, 0)
 
     if sp is None:  # numba prunes the other branch: plain runs carry no trace of speculation
         # The iteration's cost from its batch aggregates (a static batch emits on every row).

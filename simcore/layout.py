@@ -256,6 +256,13 @@ def compact_running_nb(lay, ws):
 
 
 @jit_inline
+def ring_nb(i, cap):
+    """``i % cap`` for ``0 <= i < 2 * cap``, without a division (an int64 division takes tens of
+    cycles): a position in the waiting queue's ring from the head plus an offset."""
+    return i - cap if i >= cap else i
+
+
+@jit_inline
 def queue_entry_nb(lay, ws, pos):
     """Position ``pos`` (0 .. wq_cap - 1) of the waiting queue's ring."""
     return ws[lay.off_queue + pos]

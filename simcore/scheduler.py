@@ -61,6 +61,7 @@ from simcore.codes import (
 from simcore.layout import (
     compact_running_nb,
     queue_entry_nb,
+    ring_nb,
     running_end_nb,
     running_nb,
     sched_nb,
@@ -70,13 +71,6 @@ from simcore.layout import (
     set_sched_nb,
 )
 from simcore.metrics import itl_group_nb, measured_nb, win_add_nb, window_of_nb
-
-
-@jit_inline
-def ring_nb(i, cap):
-    """``i % cap`` for ``0 <= i < 2 * cap``, without a division (an int64 division takes tens of
-    cycles): a position in the waiting queue's ring from the head plus an offset."""
-    return i - cap if i >= cap else i
 
 
 @jit_inline

@@ -37,6 +37,7 @@ from simcore.codes import (
 )
 from simcore.layout import (
     queue_entry_nb,
+    ring_nb,
     running_end_nb,
     running_nb,
     sched_nb,
@@ -70,7 +71,7 @@ def drop_point_nb(lay, reqi, ws, glob):
             if r >= 0:  # not a hole
                 s = min(s, r)
         for i in range(w[QUEUE_ENTRIES]):
-            s = min(s, queue_entry_nb(lay, w, (w[QUEUE_HEAD] + i) % cap))
+            s = min(s, queue_entry_nb(lay, w, ring_nb(w[QUEUE_HEAD] + i, cap)))
         for j in range(w[COHORT_JOINERS]):
             s = min(s, sched_nb(lay, w, SCHED_JOINER, j))
         for j in range(w[PREFILLING_COUNT]):
@@ -90,7 +91,7 @@ def rebase_nb(lay, ws, glob, s):
             if r >= 0:  # not a hole
                 set_running_nb(lay, w, i, r - s)
         for i in range(w[QUEUE_ENTRIES]):
-            pos = (w[QUEUE_HEAD] + i) % cap
+            pos = ring_nb(w[QUEUE_HEAD] + i, cap)
             set_queue_entry_nb(lay, w, pos, queue_entry_nb(lay, w, pos) - s)
         for j in range(w[COHORT_JOINERS]):
             set_sched_nb(lay, w, SCHED_JOINER, j, sched_nb(lay, w, SCHED_JOINER, j) - s)

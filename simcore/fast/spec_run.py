@@ -71,6 +71,7 @@ from simcore.scheduler import (
     add_speculative_row_nb,
     admit_speculative_nb,
     arrive_nb,
+    block_div_nb,
     blocks_past_nb,
     compute_nb,
     decoding_nb,
@@ -375,7 +376,7 @@ def _store_nb(e, lay, reqi, reqf, ws, j, r, t_last):
     """Running request ``r``'s state back from schedule entry ``j``, its last token at ``t_last``."""
     reqi[r, RI_COMPUTED] = sched_nb(lay, ws, RUN_COMPUTED, j)
     reqi[r, RI_GENERATED] = sched_nb(lay, ws, RUN_GENERATED, j)
-    reqi[r, RI_BLOCKS] = (sched_nb(lay, ws, RUN_CAPACITY, j) - reqi[r, RI_CACHED]) // e.block_size + reqi[r, RI_FIXED_BLOCKS]
+    reqi[r, RI_BLOCKS] = block_div_nb(e, sched_nb(lay, ws, RUN_CAPACITY, j) - reqi[r, RI_CACHED]) + reqi[r, RI_FIXED_BLOCKS]
     reqf[r, RF_LAST_EMIT] = t_last
 
 

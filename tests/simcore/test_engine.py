@@ -16,9 +16,9 @@ import simllm
 from helpers import build
 from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
 from simcore.engine import lockstep_plan, pipeline_flag, simulate_nb
-from simcore.layout import make_layout, split_accumulator
+from simcore.layout import make_layout, ring_nb, split_accumulator
 from simcore.params import EngineSettings, block_shift_of
-from simcore.scheduler import block_div_nb, block_mod_nb, ring_nb
+from simcore.scheduler import block_div_nb, block_mod_nb
 from simllm.sim.results import TIMING_KEYS
 
 P = build("llama-3.1-8b", "h100-sxm")[4]
