@@ -20,7 +20,7 @@ _HOMES = {
     "simcore._jit": ("CACHING",),
     "simcore.cost": (
         "batch_aggregates_nb", "decode_run_time_nb", "experts_hit_nb", "moe_assignments_nb",
-        "moe_experts_seconds_nb", "moe_local_nb", "iteration_costs_nb", "iteration_time_nb",
+        "moe_experts_seconds_nb", "moe_local_nb", "iteration_costs_nb", "iteration_seconds", "iteration_time_nb",
         "iteration_totals_memo_nb", "iteration_totals_nb", "attention_totals_nb", "new_cost_arrays",
         "op_cost_nb", "op_count_nb", "op_seconds_nb", "op_time_nb", "op_total_seconds_nb", "rest_totals_nb",
         "routing_factors_nb",
@@ -29,7 +29,7 @@ _HOMES = {
         "activation_workspace_bytes_nb", "kv_bytes_per_token_nb", "resident_weight_bytes_nb",
         "streamed_weight_bytes_nb",
     ),
-    "simcore.engine": ("simulate_nb",),
+    "simcore.engine": ("simulate",),
     "simcore.layout": ("Layout", "make_layout", "split_accumulator"),
     "simcore.params": ("CostParams", "EngineSettings", "Speculation"),
     "simcore.speculative": ("acceptance_thresholds", "accepted_nb", "draft_totals_nb", "uniform_nb"),

@@ -10,9 +10,9 @@ without numba's runtime reference counting (``_nrt=False``). With it, every call
 array and every ``p.eff`` read cost an atomic increment and decrement of the array's count:
 profiled with ``perf`` on bench-1m, those two instructions took about half of the kernels' time. A
 kernel that tried to allocate would fail to compile, so the rule is checked, not trusted. The
-entry points that allocate their own workspace (``engine.simulate_nb``,
-``engine.simulate_into_nb``, ``disagg.simulate_disagg_nb``) use :data:`jit_alloc`, the same
-policy with reference counting.
+entry point that allocates its own workspace (``disagg.simulate_disagg_nb``) uses
+:data:`jit_alloc`, the same policy with reference counting; the engine's own entry,
+``engine.simulate``, is Python that allocates and calls the compiled steps.
 
 Small helpers called per operator, per request or per token inside the hot loops use
 :data:`jit_inline`: the same policy, inlined into their callers at numba-IR level. A real call

@@ -193,14 +193,14 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
     lay : Layout
         Sized for the larger pool's ``max_num_seqs``.
     reqi, reqf : ndarray
-        As ``engine.simulate_into_nb``'s; ``RI_OUTPUT`` is set to 1 while a request prefills.
+        As ``engine.simulate``'s; ``RI_OUTPUT`` is set to 1 while a request prefills.
     xfer : ndarray of float64, shape (n, N_XF)
         In: ``XF_OUTPUT``, ``XF_BYTES``. Out: ``XF_PREFILL_DONE``, ``XF_START``, ``XF_DONE`` (-1
         for the requests that never got there).
     glob : ndarray of int64, shape (N_GLOBALS + n,), zeroed
         The shared counters, then room to list the requests a prefill step hands over.
     acc_p, acc_d : ndarray of float64, shape (instances x ranks, lay.acc_len), zeroed
-        Each pool's replicas' accumulators (``engine.simulate_nb``'s ``acc``).
+        Each pool's replicas' accumulators (``engine.simulate``'s ``acc``).
 
     Returns
     -------

@@ -16,7 +16,7 @@ frees its blocks and requeues it at the front; it later recomputes prompt plus g
 """
 import numpy as np
 
-from simcore._jit import jit, jit_alloc, jit_inline
+from simcore._jit import jit, jit_inline
 from simcore.codes import (
     CLOCK_COHORT,
     CLOCK_DEADLINE,
@@ -294,7 +294,7 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thr
 
 
 def lockstep_plan(e):
-    """The ``plan`` argument of :func:`simulate_nb`: the lockstep step's scratch rows (float64, shape
+    """The ``plan`` argument of :func:`simulate`: the lockstep step's scratch rows (float64, shape
     (n_replicas, N_PLAN)) when ``e``'s replicas are lockstep ranks (``e.lockstep``, continuous
     batching, more than one), else None: numba then compiles the others without the lockstep step
     and the expert-parallel costs it alone uses."""
@@ -304,7 +304,7 @@ def lockstep_plan(e):
 
 
 def cohort_args(e):
-    """The trailing ``cohort`` argument of :func:`simulate_nb` and :func:`run_events_nb` for ``e``:
+    """The trailing ``cohort`` argument of :func:`simulate` and :func:`run_events_nb` for ``e``:
     ``(None,)`` under speculative decoding, which has no cohort (numba then compiles those kernels
     without the cohort's paths, which are inlined: 15 s of a speculative kernel's 43 s cold compile
     on this project's VM), else none (its default, True: the kernels keep the one compiled variant
@@ -313,7 +313,7 @@ def cohort_args(e):
 
 
 def pipeline_flag(e):
-    """The ``pipe`` argument of :func:`simulate_nb` and :func:`step_nb` for ``e``: True with pipeline
+    """The ``pipe`` argument of :func:`simulate` and :func:`step_nb` for ``e``: True with pipeline
     stages, else None. numba then compiles the others without pipeline parallelism's code (about
     20 s of a plain run's cold start)."""
     return True if e.pipeline_stages > 1 else None
@@ -567,10 +567,13 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     return t_end
 
 
-@jit_alloc
-def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True):
+def simulate(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True, glob=None):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
-    ``reqi``/``reqf``.
+    ``reqi``/``reqf``: :func:`start_run_nb`, :func:`run_events_nb` over every row,
+    :func:`last_finish_nb` and :func:`close_replicas_nb`, called from Python (four calls of a few
+    microseconds), so that an in-memory run, a run reporting progress and a streamed run
+    (``simcore.stream``) share one compiled event loop per argument types instead of each
+    compiling its own (a whole cold compile each: minutes on a 2-core machine).
 
     Requests are routed when they arrive: round robin in send order, or to the replica with the
     fewest outstanding (waiting + running) requests at that moment. Replicas advance one
@@ -608,30 +611,31 @@ def simulate_nb(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=Tru
     cohort : bool or None
         of ``e`` (:func:`cohort_args`; True, the default, compiles the cohort's paths, taken where
         ``e`` allows them; None leaves them out).
+    glob : ndarray of int64, shape (N_GLOBALS,), optional
+        The shared counters, zeroed: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes,
+        so another thread can report progress while this one (which holds no GIL) simulates.
+        Default: a new one.
 
     Returns
     -------
     float
         Time the last request ended.
     """
-    glob = np.zeros(N_GLOBALS, dtype=np.int64)
-    return simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe, plan, cohort)
-
-
-@jit_alloc
-def simulate_into_nb(p, sp, e, lay, reqi, reqf, glob, acc, pipe=None, plan=None, cohort=True):
-    """:func:`simulate_nb` with the shared counters ``glob`` (int64, ``N_GLOBALS``, zeroed) given by
-    the caller: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes, so another thread can
-    report progress while this one (which holds no GIL) simulates."""
-    n = reqi.shape[0]
+    if glob is None:
+        glob = np.zeros(N_GLOBALS, dtype=np.int64)
     ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
-    for r in range(n):
-        reqi[r, RI_DONE] = -1
-    start_run_nb(e, lay, n, ws, glob, acc)
-    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False, cohort)
+    reqi[:, RI_DONE] = -1
+    start_run_nb(e, lay, reqi.shape[0], ws, glob, acc)
+    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False, *cohort_arg(cohort))
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws, acc, end)
     return end
+
+
+def cohort_arg(cohort):
+    """:func:`run_events_nb`'s trailing arguments for ``cohort`` (True or None): none for True,
+    its default, so that every caller types it alike (``omitted``) and shares one compiled loop."""
+    return () if cohort is True else (cohort,)
 
 
 @jit
@@ -646,7 +650,7 @@ def start_run_nb(e, lay, n_requests, ws, glob, acc):
 
 @jit
 def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, cohort=True):
-    """The event loop of :func:`simulate_nb` after :func:`start_run_nb`: route each arrival, step the
+    """The event loop of :func:`simulate` after :func:`start_run_nb`: route each arrival, step the
     replica whose next iteration starts first, until every request of ``reqi``/``reqf`` has ended.
     ``plan`` (float64, shape (n_replicas, N_PLAN) with lockstep ranks, else (0, N_PLAN)) is the
     lockstep step's scratch (:func:`lockstep_plan`, None unless lockstep); ``pipe`` is

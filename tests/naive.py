@@ -6,7 +6,7 @@ tests/naive.py): plain Python straight from the model's description, no numba, n
   than the packed kernel inputs. A batch is a list of ``(new_tokens, prior_context, emits)``.
 - :func:`iteration_time_shaped` mirrors the same kernels with kernel tables (``CostParams.eff``),
   reading the table JSON file and interpolating in plain Python, without the packed array.
-- :func:`simulate` mirrors the engine (``simcore.simulate_nb``): plain objects, lists and a
+- :func:`simulate` mirrors the engine (``simcore.simulate``): plain objects, lists and a
   deque, one iteration and one token at a time; iteration times come from the cost kernel
   (checked on its own against :func:`iteration_time`).
 """

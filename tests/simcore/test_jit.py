@@ -11,7 +11,7 @@ import simcore
 
 pytestmark = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the compiled kernels' options are what is checked")
 
-ALLOCATING = {"simcore.engine.simulate_nb", "simcore.engine.simulate_into_nb", "simcore.disagg.simulate_disagg_nb"}
+ALLOCATING = {"simcore.disagg.simulate_disagg_nb"}
 
 
 def _kernels():

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from simcore import codes
-from simcore.engine import cohort_args, lockstep_plan, pipeline_flag, simulate_into_nb, simulate_nb
+from simcore.engine import cohort_args, lockstep_plan, pipeline_flag, simulate as simulate_kernel
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings, block_shift_of
 from simllm.config import serving as serving_mod
@@ -28,7 +28,7 @@ from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import DetailedRows, RequestTally, SimResult
 from simllm.sim.slo import check_goodput
 from simllm.sim.speculative import check_speculative, pack_drafter, speculation
-from simllm.sim.stream import StreamStats, compile_streamed, run_streamed
+from simllm.sim.stream import StreamStats, compile_run, run_streamed
 
 log = logging.getLogger("simllm")
 
@@ -237,7 +237,7 @@ def engine_settings(model, pool, serving, workload, requests, fast_forward, n, l
 
 
 def request_rows(e, pool, requests, first=0, delays=None):
-    """The request arrays ``reqi``, ``reqf`` (see ``simcore.engine.simulate_nb``) of ``requests``,
+    """The request arrays ``reqi``, ``reqf`` (see ``simcore.engine.simulate``) of ``requests``,
     requests ``first ..`` of those ``e`` serves (a streamed run's chunk; ``first`` > 0 only past a
     closed loop's first ``e.n_clients``), with their client delays (``client_delays``; None: none).
     Returns ``(reqi, reqf)``."""
@@ -346,16 +346,15 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     acc = np.zeros((replicas, lay.acc_len))
     sp = pool_speculation(pool, workload)
     glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
-    kernel = simulate_into_nb if progress is not None else simulate_nb
-    args = ((params, sp, e, lay, reqi, reqf) + ((glob,) if progress is not None else ())
-            + (acc, pipeline_flag(e), lockstep_plan(e)) + cohort_args(e))
-    compile_s = compile_for(kernel, *args)
+    compile_s = compile_run(compile_for, params, sp, e, lay, glob, acc)
+    kernel = functools.partial(simulate_kernel, params, sp, e, lay, reqi, reqf, acc, pipeline_flag(e),
+                               lockstep_plan(e), *cohort_args(e), glob=glob)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
     if progress is None:
-        kernel(*args)
+        kernel()
     else:
-        run_reporting(functools.partial(kernel, *args), glob, n, progress)
+        run_reporting(kernel, glob, n, progress)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send
@@ -429,7 +428,7 @@ def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fa
     sp = pool_speculation(pool, workload)
     tally = RequestTally(n, e.warmup, e.frontend_s, goodput)
     held = StreamStats()
-    compile_s = compile_streamed(compile_for, params, sp, e, lay, glob, acc)
+    compile_s = compile_run(compile_for, params, sp, e, lay, glob, acc, streamed=True)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s), streamed: %s", n, replicas, workload.describe())
     with contextlib.ExitStack() as stack:

@@ -8,22 +8,33 @@ Imports simcore and nothing of simllm's but the config layer's codes: the caller
 import numpy as np
 
 from simcore import codes
-from simcore.engine import close_replicas_nb, cohort_args, lockstep_plan, pipeline_flag, run_events_nb, start_run_nb
+from simcore.engine import (
+    close_replicas_nb,
+    cohort_args,
+    last_finish_nb,
+    lockstep_plan,
+    pipeline_flag,
+    run_events_nb,
+    start_run_nb,
+)
 from simcore.stream import drop_point_nb, grow_queue, rebase_nb
 
 
-def compile_streamed(compile_for, p, sp, e, lay, glob, acc):
-    """Compile (or load) the kernels of :func:`run_streamed` for these argument types with
-    ``compile_for`` (``simllm.sim.simulate.compile_for``); returns the seconds it took."""
+def compile_run(compile_for, p, sp, e, lay, glob, acc, streamed=False):
+    """Compile (or load) the kernels of a run, in memory (``simcore.engine.simulate``) or, with
+    ``streamed``, :func:`run_streamed`'s, for these argument types with ``compile_for``
+    (``simllm.sim.simulate.compile_for``); returns the seconds it took. Both call the event loop
+    with the same types, so they share its compiled code."""
     reqi = np.zeros((1, codes.N_RI), dtype=np.int32)
     reqf = np.zeros((1, codes.N_RF))
     ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)
-    return (compile_for(run_events_nb, p, sp, e, lay, reqi, reqf, ws, glob, acc, lockstep_plan(e), pipeline_flag(e),
-                        True, *cohort_args(e))
-            + compile_for(start_run_nb, e, lay, 1, ws, glob, acc)
-            + compile_for(drop_point_nb, lay, reqi, ws, glob)
-            + compile_for(rebase_nb, lay, ws, glob, 1)
-            + compile_for(close_replicas_nb, lay, ws, acc, 0.0))
+    seconds = (compile_for(run_events_nb, p, sp, e, lay, reqi, reqf, ws, glob, acc, lockstep_plan(e),
+                           pipeline_flag(e), True, *cohort_args(e))
+               + compile_for(start_run_nb, e, lay, 1, ws, glob, acc)
+               + compile_for(close_replicas_nb, lay, ws, acc, 0.0))
+    if streamed:
+        return seconds + compile_for(drop_point_nb, lay, reqi, ws, glob) + compile_for(rebase_nb, lay, ws, glob, 1)
+    return seconds + compile_for(last_finish_nb, reqf)
 
 
 class StreamStats:
@@ -36,21 +47,21 @@ class StreamStats:
 
 def run_streamed(p, sp, e, lay, chunks, n, on_rows, glob, acc, stats=None):
     """Simulate ``n`` requests whose rows come in ``chunks`` (an iterable of ``(reqi, reqf)`` in send
-    order, as ``simcore.engine.simulate_nb`` takes them, ``RI_DONE`` -1), calling
+    order, as ``simcore.engine.simulate`` takes them, ``RI_DONE`` -1), calling
     ``on_rows(reqi, reqf, first)`` with the rows of requests ``first, first + 1, ...`` once they have
     ended (in send order; the arrays are reused after the call returns). The same run as
-    ``simulate_into_nb`` over all the rows at once, in memory for the requests in flight and the
+    ``simcore.engine.simulate`` over all the rows at once, in memory for the requests in flight and the
     chunk being loaded.
 
     Parameters
     ----------
     p, sp, e, lay
-        As ``simcore.engine.simulate_nb``'s; ``lay.wq_cap`` is the first capacity in rows (it
+        As ``simcore.engine.simulate``'s; ``lay.wq_cap`` is the first capacity in rows (it
         grows as needed).
     glob : ndarray of int64, shape (N_GLOBALS,), zeroed
         The shared counters: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes.
     acc : ndarray of float64, shape (n_replicas, lay.acc_len), zeroed
-        The replicas' accumulators, filled as ``simulate_nb`` fills them.
+        The replicas' accumulators, filled as ``simcore.engine.simulate`` fills them.
     stats : StreamStats, optional
         Filled with what the run held.
 
