@@ -864,8 +864,9 @@ def prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit):
 def prefix_fill_nb(p, acc, slot, n_tokens):
     """Set the tokens memo entry ``acc[slot:slot + N_PREFIX]`` (:func:`prefix_memo_nb`) to
     ``n_tokens``'s."""
-    total, total_flops, total_bytes = rest_range_nb(p, 0, OP_LM_HEAD, n_tokens, 0.0)
-    a2a_s, a2a_flops, _ = rest_range_nb(p, OP_MOE_ALLTOALL, OP_MOE_ALLTOALL + 1, n_tokens, 0.0)
+    # Operator bounds as int64, not literals: numba would compile rest_range_nb once per literal.
+    total, total_flops, total_bytes = rest_range_nb(p, np.int64(0), np.int64(OP_LM_HEAD), n_tokens, 0.0)
+    a2a_s, a2a_flops, _ = rest_range_nb(p, np.int64(OP_MOE_ALLTOALL), np.int64(OP_MOE_ALLTOALL + 1), n_tokens, 0.0)
     acc[slot + PREFIX_TOKENS] = n_tokens
     acc[slot + PREFIX_S] = total
     acc[slot + PREFIX_FLOPS] = total_flops
@@ -889,7 +890,7 @@ def emit_fill_nb(p, acc, slot, n_emit):
     its layers), as :func:`rest_ops_nb` adds it."""
     acc[slot + EMIT_ROWS] = n_emit
     for i in range(3):
-        op = OP_LM_HEAD + i
+        op = np.int64(OP_LM_HEAD + i)
         s, f, b = rest_range_nb(p, op, op + 1, 1.0, n_emit)
         acc[slot + EMIT_LM_HEAD + 3 * i] = s
         acc[slot + EMIT_LM_HEAD + 3 * i + 1] = f
@@ -922,6 +923,16 @@ def iteration_totals_memo_inline_nb(p, acc, off, slots, n_tokens, attn_pairs, kv
         return 0.0, 0.0, 0.0
     return totals_from_rest_nb(p, prefix_memo_nb(p, acc, off, slots, n_tokens, n_emit), n_tokens, attn_pairs,
                                kv_read_tokens, n_emit)
+
+
+def iteration_seconds(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
+    """:func:`iteration_time_nb` bit for bit, through :func:`iteration_totals_memo_nb` with a
+    scratch memo of one entry: the engine's own compiled cost kernel, so that a caller pricing a
+    few iterations from Python (sizing a run's windows) compiles nothing a run does not compile
+    anyway (``iteration_time_nb`` is another copy of the operator loop: 15 s of a cold start)."""
+    memo = np.full(N_PREFIX + N_EMIT, np.nan)
+    return iteration_totals_memo_nb(p, memo, 0, 1, float(n_tokens), float(attn_pairs), float(kv_read_tokens),
+                                    float(n_emit))[0]
 
 
 @jit

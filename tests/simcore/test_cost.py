@@ -31,6 +31,7 @@ from simcore import (
     experts_hit_nb,
     attention_totals_nb,
     iteration_costs_nb,
+    iteration_seconds,
     iteration_time_nb,
     iteration_totals_memo_nb,
     iteration_totals_nb,
@@ -274,6 +275,8 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
         kv = n_tokens + rng.integers(0, 5000)
         want = iteration_totals_nb(p, n_tokens, pairs, kv, n_emit)
         assert iteration_totals_memo_nb(p, memo, 0, 64, n_tokens, pairs, kv, n_emit) == want
+        assert iteration_seconds(p, n_tokens, pairs, kv, n_emit) == want[0] == iteration_time_nb(p, n_tokens, pairs,
+                                                                                               kv, n_emit)
         rest = rest_totals_nb(p, n_tokens, n_emit)
         att = attention_totals_nb(p, n_tokens, pairs, kv, n_emit)
         assert rest[0] + att[0] + p.iter_overhead_s == want[0]

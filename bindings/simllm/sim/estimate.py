@@ -8,6 +8,7 @@ from simcore import (
     codes,
     decode_run_time_nb,
     iteration_costs_nb,
+    iteration_seconds,
     iteration_time_nb,
     new_cost_arrays,
     op_count_nb,
@@ -369,6 +370,6 @@ def estimate_request_s(params, workload, requests):
     the simulation's time-series windows."""
     mean_in = float(requests.input_len.mean())
     mean_out = float(requests.output_len.mean())
-    t_prefill = iteration_time_nb(params, mean_in, mean_in * (mean_in + 1.0) / 2.0, mean_in, 1.0)
+    t_prefill = iteration_seconds(params, mean_in, mean_in * (mean_in + 1.0) / 2.0, mean_in, 1.0)
     ctx = mean_in + mean_out / 2.0 + 1.0
-    return t_prefill + max(mean_out - 1.0, 0.0) * iteration_time_nb(params, 1.0, ctx, ctx, 1.0)
+    return t_prefill + max(mean_out - 1.0, 0.0) * iteration_seconds(params, 1.0, ctx, ctx, 1.0)
