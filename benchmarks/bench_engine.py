@@ -195,6 +195,20 @@ class EngineStreamed:
     track_requests_per_second_10m.unit = "requests/s"
 
 
+#: The command lines of :class:`ColdStartPaths`: the default run and one small run of each path
+#: that compiles a kernel variant or kernels of its own.
+COLD_START_PATHS = {
+    "default": ["run", "-q"],
+    "speculative": ["run", "-q", "--num-prompts", "50", "--speculative-config",
+                    '{"method": "ngram", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2.0}'],
+    "expert-parallel": ["run", "-q", "--model", "deepseek-v3", "--hardware", "h200-sxm", "-dp", "8", "-ep", "8",
+                        "--num-prompts", "50"],
+    "pipeline": ["run", "-q", "--model", "llama-3.1-70b", "-tp", "2", "-pp", "2", "--num-prompts", "50"],
+    "disaggregated": ["run", "-q", "--prefill-instances", "1", "--num-prompts", "50"],
+    "diagnose": ["diagnose", "--num-prompts", "50"],
+}
+
+
 class ColdStart:
     """``import simllm`` and one tiny simulation in a fresh interpreter: from a warm numba cache,
     and from an empty one (compilation included); ``import simllm`` alone."""
@@ -219,6 +233,28 @@ class ColdStart:
         """``import simllm`` alone: the configuration layer, numba left for the first simulation
         (issue 17's target is 0.3 s)."""
         return "import simllm\n"
+
+
+class ColdStartPaths:
+    """The first command of each path from an empty numba cache, in a fresh interpreter: what a new
+    user waits for before any number appears (compilation included). Issue 46's targets on an idle
+    2-core machine: the default ``simllm run`` within 15 s, every other path within 30 s. Each
+    path compiles the event loop for its own argument types (speculation, pipeline stages and
+    lockstep ranks are type-level variants), so each is measured from an empty cache."""
+
+    timeout = 1800
+    repeat = 1
+    number = 1
+    params = [list(COLD_START_PATHS)]
+    param_names = ["path"]
+
+    def timeraw_first_command(self, path):
+        return ("import contextlib, io, os, sys, tempfile\n"
+                "os.environ['NUMBA_CACHE_DIR'] = tempfile.mkdtemp()\n"
+                "from simllm.cli import main\n"
+                f"sys.argv = {['simllm', *COLD_START_PATHS[path]]!r}\n"
+                "with contextlib.redirect_stdout(io.StringIO()):  # asv reads its timing from stdout\n"
+                "    main()\n")
 
 
 class WholeCommand:
