@@ -114,3 +114,19 @@ def test_window_blocks_scale_by_windowed_per_full_layer():
     assert mem.window_blocks == 65 and mem.window_block_ratio == pytest.approx(5.2)
     assert mem.fixed_blocks(50_000) == 338 and mem.fixed_blocks(160) == 52
     assert mem.kv_bytes_per_token == 10 * 2 * 16 * 128 * 2
+
+
+def test_oom_advice_follows_what_the_configuration_already_uses():
+    """More GPUs by tensor parallelism while a node has room, else pipeline stages over more nodes;
+    quantisation only of what is not already at 8 bits."""
+    from simllm.sim.memory import oom_hints
+
+    assert oom_hints(1, 1, 8, "bf16", "bf16") == "use more GPUs (--tensor-parallel-size 2), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
+    assert oom_hints(8, 1, 8, "bf16", "fp8") == ("split the layers over more nodes (--pipeline-parallel-size 2 with "
+                                                 "--tensor-parallel-size 8: 8 GPUs a node), quantise (--dtype fp8)")
+    already = oom_hints(8, 2, 8, "fp8", "fp8")
+    assert "quantise" not in already and "--pipeline-parallel-size 4" in already
+    assert oom_hints(2, 1, 8, "fp4", "fp8") == ("use more GPUs (--tensor-parallel-size 4), split the layers into stages "
+                                                "(--pipeline-parallel-size 2)")
+    with pytest.raises(simllm.SimulatedOOM, match=r"--pipeline-parallel-size 2 with --tensor-parallel-size 8"):
+        plan("deepseek-v3", "h100-sxm", kv_cache_dtype="fp8", tensor_parallel_size=8)  # fp8 weights, 671B

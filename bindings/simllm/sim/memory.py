@@ -20,6 +20,7 @@ import numpy as np
 
 from simcore import activation_workspace_bytes_nb, kv_bytes_per_token_nb, resident_weight_bytes_nb
 from simcore.pipeline import stage_layers_nb
+from simllm.config import dtypes
 from simllm.config.hardware import GIB
 from simllm.errors import SimulatedOOM
 
@@ -74,6 +75,29 @@ class MemoryPlan:
         out = asdict(self)
         out["free_bytes"] = self.free_bytes
         return out
+
+
+def oom_hints(tp, pp, gpus_per_node, weight_dtype, kv_dtype):
+    """What an out-of-memory message suggests, from what the configuration already uses: more
+    GPUs by tensor parallelism while one node has room for them, else pipeline stages over more
+    nodes (vLLM's multi-node layout: TP inside a node, PP across nodes); quantisation only of what
+    is not already at 8 bits or fewer (weights to fp8, the KV cache to fp8)."""
+    ways = []
+    if tp * 2 <= gpus_per_node:
+        ways.append(f"use more GPUs (--tensor-parallel-size {tp * 2})")
+    else:
+        ways.append(f"split the layers over more nodes (--pipeline-parallel-size {pp * 2} with "
+                    f"--tensor-parallel-size {tp}: {gpus_per_node} GPUs a node)")
+    quantise = []
+    if dtypes.BYTES[weight_dtype] > 1.0:
+        quantise.append("--dtype fp8")
+    if dtypes.BYTES[kv_dtype] > 1.0:
+        quantise.append("--kv-cache-dtype fp8")
+    if quantise:
+        ways.append(f"quantise ({' / '.join(quantise)})")
+    elif tp * 2 <= gpus_per_node:
+        ways.append(f"split the layers into stages (--pipeline-parallel-size {pp * 2})")
+    return ", ".join(ways)
 
 
 def _gb(x):
@@ -190,7 +214,8 @@ def plan_memory(params, model, hardware, serving, resolved, *, draft_weight_byte
         state_blocks=math.ceil(state / block_bytes - 1e-9) if state and block_bytes else 0,
         stage_share=share,
     )
-    hints = "use more GPUs (--tensor-parallel-size), quantise (--dtype fp8 / --kv-cache-dtype fp8)"
+    hints = oom_hints(serving.tensor_parallel_size, serving.pipeline_parallel_size, hardware.gpus_per_node,
+                      resolved.weight_dtype, resolved.kv_dtype)
     if left <= 0.0:
         raise SimulatedOOM(
             f"simulated OOM: {where} does not fit: {budget} = {_gb(weights + workspace + runtime)}, "
