@@ -21,7 +21,9 @@ HELP_COLUMNS = "100"  # argparse wraps help at $COLUMNS
 PRESET_TITLES = {"models": "Model presets", "hardware": "Hardware presets", "workloads": "Workload presets",
                  "frameworks": "Framework profiles"}
 PRESET_INTROS = {
-    "models": "Each model preset is its HuggingFace `config.json` in simllm's keys (`--model NAME`); a "
+    "models": "Each model preset is its HuggingFace `config.json` in simllm's keys (`--model NAME`). "
+              "`parameters` (and, for MoE, `active_parameters`) are counted from the dimensions, beside the "
+              "published count (`declared_parameters`, where the file declares one); a "
               "figure without a comment of its own is sourced by the file's *Source* paragraph (the "
               "`config.json` it was read from) or, for the parameter count, its *Parameter count* paragraph.",
     "hardware": "GPU physics only: dense datasheet peaks, memory, links (`--hardware NAME`). The serving "
@@ -34,7 +36,7 @@ PRESET_INTROS = {
 }
 #: The overview table's columns per kind: (heading, keys tried in order).
 OVERVIEW = {
-    "models": (("parameters", ("declared_parameters",)), ("layers", ("layers",)), ("hidden", ("hidden_size",)),
+    "models": (("parameters", ("parameters",)), ("active", ("active_parameters",)), ("layers", ("layers",)), ("hidden", ("hidden_size",)),
                ("heads / KV heads", ("num_attention_heads", "num_key_value_heads")),
                ("experts (top-k)", ("moe.num_experts", "moe.experts_per_token")),
                ("context", ("max_sequence_length",)), ("dtype", ("dtype",))),
@@ -114,6 +116,8 @@ def preset_page(kind):
            "| preset | " + " | ".join(heading for heading, _ in columns) + " |", "| --- " * (len(columns) + 1) + "|"]
     for info in infos:
         figures = {f.key: catalog.figure_text(f.value) for f in info.figures}
+        figures.update({f.key: f"{f.value / 1e9:,.2f} B" for f in info.figures
+                        if f.key in ("parameters", "active_parameters")})
         cells = []
         for heading, keys in columns:
             values = [figures[k] for k in keys if k in figures]

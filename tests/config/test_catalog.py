@@ -122,3 +122,13 @@ def test_figure_text():
     assert catalog.figure_text(671e9) == "671,000,000,000"
     assert catalog.figure_text({"distribution": "uniform", "low": 100}) == "{distribution: uniform, low: 100}"
     assert catalog.figure_text(True) == "true"
+
+
+def test_model_parameters_are_counted_beside_the_published_count():
+    """llama-3.1-8b's dimensions give its published safetensors total exactly; DeepSeek-V3's give
+    the 671B / 37B its report states (the header says 671.03B / 37.55B)."""
+    llama = {f.key: f for f in catalog.describe_preset("models", "llama-3.1-8b").figures}
+    assert llama["parameters"].value == llama["declared_parameters"].value == 8_030_261_248
+    assert llama["parameters"].source == catalog.DERIVED_SOURCE and "active_parameters" not in llama
+    ds = {f.key: f.value for f in catalog.describe_preset("models", "deepseek-v3").figures}
+    assert round(ds["parameters"] / 1e9, 2) == 671.03 and round(ds["active_parameters"] / 1e9, 2) == 37.55

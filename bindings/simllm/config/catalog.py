@@ -5,7 +5,8 @@ One function, :func:`describe_presets`, reads the shipped presets (``configs/mod
 presets`` prints it and the documentation's preset pages are generated from it at build time, so
 neither can go stale.
 
-A figure's source is the comment on its line (``fp8_tflops: 1978.9  # dense [1]``, continued on
+A model's total (and, for MoE, active) parameters are counted from its dimensions, beside the
+published count the file declares. A figure's source is the comment on its line (``fp8_tflops: 1978.9  # dense [1]``, continued on
 the comment lines below it), else the file's header paragraph that covers it (``Parameter count:``
 for ``declared_parameters``, ``Source:`` for the rest). The header's references (``[1] NVIDIA H100
 ... whitepaper``) and labelled paragraphs (``Source: https://...``) come with each preset, so a
@@ -16,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from simllm.config import presets, yamlio
+from simllm.config.model import load_model
 
 #: The figures shown for each kind of preset, as (dotted) keys of the file's section, in order. A
 #: preset shows those it sets.
@@ -32,6 +34,8 @@ KEY_FIGURES = {
     "frameworks": ("version", "frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us",
                    "dp_padding_tokens"),
 }
+#: A model's figures counted from its dimensions (``ModelConfig``), shown before the file's own.
+DERIVED_SOURCE = "counted from the dimensions"
 #: The section each kind's files hold.
 SECTIONS = {"models": "model", "hardware": "hardware", "workloads": "workload", "frameworks": "framework"}
 
@@ -161,6 +165,11 @@ def describe_preset(kind, name):
     references = _header(lines)
     labels = {label for label, _ in references}
     figures = []
+    if kind == "models":
+        model = load_model(path)
+        figures.append(PresetFigure("parameters", model.parameter_count(), DERIVED_SOURCE))
+        if model.is_moe:
+            figures.append(PresetFigure("active_parameters", model.active_parameter_count(), DERIVED_SOURCE))
     for key in KEY_FIGURES[kind]:
         value, line = _lookup(section, key)
         if value is None:
