@@ -119,3 +119,30 @@ def test_mkdocs_build_strict(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
     assert "h100-sxm" in (tmp_path / "site" / "presets" / "hardware" / "index.html").read_text(encoding="utf-8")
+
+
+def commands(text):
+    """Every ``simllm ...`` command line in ``text``'s bash blocks, continuations joined, comments dropped."""
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" # ")[0].strip()
+            if line.startswith("simllm "):
+                yield line
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md"))])
+def test_every_documented_command_parses(page):
+    """Each example command is one the parser takes (flags, choices, value types), so a renamed or
+    removed flag breaks this test rather than a reader's first try."""
+    import shlex
+
+    from simllm.cli.main import build_parser
+
+    for line in commands((ROOT / page).read_text(encoding="utf-8")):
+        argv = shlex.split(line)[1:]
+        if "$" in line:  # a shell variable stands for a path
+            argv = [a.replace("$D", "data.csv").replace("$F", "x") for a in argv]
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as exc:
+            pytest.fail(f"{page}: `{line}` exits {exc.code}")
