@@ -35,6 +35,9 @@ def test_readme_is_a_door():
     assert lines[:6] == ["# simllm", "", "```bash", "pip install . && simllm run",
                          'pip install -e ".[test]" && python -m pytest', "```"]
     text = "\n".join(lines)
+    counts = re.search(r"(\d+) models, (\d+) GPUs, (\d+) workloads", text)  # the presets paragraph
+    assert counts and [int(n) for n in counts.groups()] == [len(presets.preset_names(k)) for k in
+                                                             ("models", "hardware", "workloads")]
     for section in ("## Accuracy", "## Performance", "silicon_sample.csv", "client_overhead_ms", "aiconfigurator-core"):
         assert section in text, section
 
@@ -110,6 +113,7 @@ def test_api_reference_names_every_public_name():
 
 
 @pytest.mark.heavy
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
