@@ -109,6 +109,11 @@ def test_header_paragraphs(tmp_path):
         ("fp16_tflops", 80, "dense [1]"), ("memory_bandwidth_gbps", 2000, "Source"), ("memory_size_gb", 40, "[2]")]
 
 
+def test_a_file_of_another_kind_is_a_config_error():
+    with pytest.raises(ConfigError, match="'workload:'"):
+        catalog.describe_preset("workloads", str(presets.resolve("hardware", "h100-sxm", flag="x")))
+
+
 def test_unknown_preset_is_a_config_error():
     with pytest.raises(ConfigError, match="did you mean h100-sxm"):
         catalog.describe_preset("hardware", "h100")

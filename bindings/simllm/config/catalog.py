@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simllm.config import presets, yamlio
 from simllm.config.model import load_model
+from simllm.errors import ConfigError
 
 #: The figures shown for each kind of preset, as (dotted) keys of the file's section, in order. A
 #: preset shows those it sets.
@@ -155,13 +156,18 @@ def describe_preset(kind, name):
     ------
     ConfigError
         When ``name`` is neither a file nor a shipped preset (naming the nearest names), or the file
-        is not valid YAML.
+        is not valid YAML or has no section of ``kind`` (``hardware:`` for hardware).
     """
     path = presets.resolve(kind, name, flag="NAME")
     text = path.read_text(encoding="utf-8")
     data = yamlio.load_yaml_text(text, str(path))
     lines = text.splitlines()
-    section = data.get(SECTIONS[kind], {}) if isinstance(data, dict) else {}
+    section = data.get(SECTIONS[kind]) if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        if kind != "models" or path.suffix.lower() != ".json":  # a HuggingFace config.json has no section
+            raise ConfigError(f"missing: a {kind[:-1] if kind != 'hardware' else kind} file holds its keys under "
+                              f"'{SECTIONS[kind]}:'", source=str(path), key=SECTIONS[kind])
+        section = {}
     references = _header(lines)
     labels = {label for label, _ in references}
     figures = []
