@@ -68,20 +68,30 @@ def _md(text):
     return "".join(out)
 
 
+def subcommands(parser, prefix="simllm"):
+    """(``simllm COMMAND [SUBCOMMAND]``, parser, one-line help) of every subcommand, nested ones
+    (``simllm kernels import``) after their parent."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, command in action.choices.items():
+                yield f"{prefix} {name}", command, helps.get(name) or ""
+                yield from subcommands(command, f"{prefix} {name}")
+
+
 def cli_page():
     """Markdown of ``simllm --help`` and every subcommand's ``--help``, as argparse prints them."""
     os.environ["COLUMNS"] = HELP_COLUMNS
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps = {a.dest: a.help for a in sub._choices_actions}
+    commands = list(subcommands(parser))
     out = ["# Command line reference", "",
            "Generated from the argument parser (`simllm.cli.main.build_parser()`) when the site is built: "
            "each subcommand's usage and options exactly as `simllm COMMAND --help` prints them.", "",
            "| command | what it does |", "| --- | --- |"]
-    out += [f"| [`{name}`](#simllm-{name}) | {_md(helps.get(name) or '')} |" for name in sub.choices]
+    out += [f"| [`{name}`](#{name.replace(' ', '-')}) | {_md(help_)} |" for name, _, help_ in commands]
     out += ["", "## simllm", "", "```text", parser.format_help().rstrip(), "```"]
-    for name, command in sub.choices.items():
-        out += ["", f"## simllm {name}", "", "```text", command.format_help().rstrip(), "```"]
+    for name, command, _ in commands:
+        out += ["", f"## {name}", "", "```text", command.format_help().rstrip(), "```"]
     return "\n".join(out) + "\n"
 
 
