@@ -9,7 +9,7 @@ fitted to these rows (what the rows' harness adds to TTFT; ``formats.aiconfigura
 - leave one model out: fitted on the backend's other models, the third predicted.
 
 The GPU side has nothing fitted to these rows at all, so every TPOT figure is out of sample.
-The figures are printed at the end of the run and are the README's Accuracy table. Skipped
+The figures are printed at the end of the run and are the tables of docs/accuracy.md. Skipped
 when the shared data is absent."""
 import dataclasses
 import re
@@ -94,7 +94,7 @@ def test_accuracy_in_sample_and_held_out(results):
     assert s["tpot"]["median_abs_pct_error"] <= 8.5 and s["ttft"]["median_abs_pct_error"] <= 21.5
     assert by["vllm"]["tpot"]["median_abs_pct_error"] <= 8.5 and by["vllm"]["ttft"]["median_abs_pct_error"] <= 16.5
     # The issue's targets are TPOT <= 7% / TTFT <= 15% across systems and <= 10% / <= 20% across
-    # models: TPOT across models and all four for SGLang are met; the rest are missed (README, Accuracy, says by how much
+    # models: TPOT across models and all four for SGLang are met; the rest are missed (docs/accuracy.md says by how much
     # and why). These bounds hold today's figures so that a change that makes them worse fails.
     s, by = t["leave one system out"]
     assert s["tpot"]["median_abs_pct_error"] <= 8.5 and s["ttft"]["median_abs_pct_error"] <= 27.5
@@ -141,7 +141,7 @@ def test_moe_rows_out_of_sample():
     MiniMax-M2.5, Qwen3-235B-A22B, Kimi-K2.5 on Hopper and Blackwell, without and with expert parallelism /
     attention data parallelism. Nothing is fitted to them (the client overheads are the dense
     rows'). The MoE issue's targets (TPOT <= 10%, TTFT <= 20% per GPU family and framework) are
-    missed except Blackwell vLLM's TPOT without EP (README, Accuracy, says why); these bounds hold
+    missed except Blackwell vLLM's TPOT without EP (docs/accuracy.md says why); these bounds hold
     today's figures so that a change that makes them worse fails."""
     import simllm
     rows = [m for m in load_measurements([SHARED]) if m.mode == "agg"
@@ -167,7 +167,7 @@ def test_moe_rows_out_of_sample():
 def test_windowed_and_linear_attention_rows_out_of_sample():
     """gpt-oss-120b (sliding-window layers, MXFP4 experts, BF16 attention) and Qwen3.5-397B-A17B
     (Gated DeltaNet layers) on one node, nothing fitted to them. The bounds hold today's figures
-    so that a change that makes them worse fails (README, Accuracy)."""
+    so that a change that makes them worse fails (docs/accuracy.md)."""
     rows = [m for m in load_measurements([SHARED]) if m.mode == "agg" and re.search(r"gpt-oss-120b|Qwen3\.5-397B", m.model)]
     points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
     out = {name: family_summary(f"{name} rows", [p for p in points if p.model == name])
@@ -186,7 +186,7 @@ def test_disaggregated_rows_out_of_sample():
     event loop with the KV caches moving between them. Nothing is fitted to them. TPOT is the
     decode pool's and comes within a median ~15%; TTFT is under-predicted (median ~-43%): many
     rows' measured TTFTs are several times what their prefill and transfer take even at a few
-    clients (README, Accuracy, says so). The bounds hold today's figures so that a change that
+    clients (docs/accuracy.md says so). The bounds hold today's figures so that a change that
     makes them worse fails."""
     rows = [m for m in load_measurements([SHARED]) if m.mode == "disagg"]
     resolved = accuracy.resolve(rows)

@@ -19,12 +19,12 @@ from simllm.sim.efficiency import efficiency_array
 KERNELS = ROOT / "configs" / "kernels"
 SYSTEMS = sorted(p.name for p in KERNELS.iterdir() if p.is_dir())
 LIMIT = 0.10  # median |predicted / measured - 1| of the held-out kernel latencies
-# The one documented exception (README, "Kernel tables"): L40S decode attention misses by 11.6%.
+# The one documented exception (docs/guide/kernel-tables.md): L40S decode attention misses by 11.6%.
 # Its many small decode shapes run faster than the GDDR6 roofline because the 96 MB L2 holds their
 # KV cache; those rows are clipped at efficiency 1, which is what the memory-side table then misses.
 EXCEPTIONS = {("l40s", "attention_decode"): 0.12}
 # Grouped-MoE tables: the 15% target of the MoE issue (their grid has no axis for the expert's own
-# GEMM shape); H200 FP8 misses it by 0.2 points (README, "Kernel tables").
+# GEMM shape); H200 FP8 misses it by 0.2 points (docs/guide/kernel-tables.md).
 MOE_LIMIT = 0.15
 EXCEPTIONS[("h200-sxm", "moe_fp8")] = 0.16
 
@@ -50,8 +50,8 @@ def test_the_documented_exception_is_still_needed():
     assert fit("l40s")["attention_decode"]["held_out_median_abs_error"] > LIMIT
 
 
-def test_readme_table_quotes_the_provenance():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_table_quotes_the_provenance():
+    text = (ROOT / "docs" / "guide" / "kernel-tables.md").read_text(encoding="utf-8")
     columns = ("gemm_bf16", "gemm_fp8", "gemm_fp4", "attention_prefill", "attention_decode", "allreduce", "moe_bf16",
                "moe_fp8")
     for system in SYSTEMS:
@@ -278,7 +278,7 @@ def test_packed_moe_layer_matches_measured_deepseek_layers(framework):
 
 # MLA decode tables: the new sets measured contexts at powers of two only, so the held-out points
 # (odd log2) lie two octaves from the fitted ones, where a launch-bound kernel's efficiency
-# quadruples (README, "Kernel tables"); the older A100/L40S/RTX TensorRT-LLM sets measured contexts
+# quadruples (docs/guide/kernel-tables.md); the older A100/L40S/RTX TensorRT-LLM sets measured contexts
 # in between and meet the 15% target.
 MLA_DECODE_TWO_OCTAVES = 0.40
 

@@ -393,17 +393,37 @@ def test_preset_name_spelling_on_command_line():
 
 
 def test_presets_lists_models_and_hardware():
-    proc = run_cli("presets", check=0)
+    proc = run_cli("presets", "--names", check=0)
     lines = {line.split(":", 1)[0]: line for line in proc.stdout.splitlines() if ":" in line}
     assert "llama-3.1-8b" in lines["models"] and "mixtral-8x7b" in lines["models"]
     assert "h100-sxm" in lines["hardware"] and "rtx-4090" in lines["hardware"]
+    assert "mi355x" in lines["hardware"] and "vllm" in lines["frameworks"]
 
 
 def test_presets_kind(capsys):
     rc, out, err = run_main(["presets", "hardware"], capsys)
     assert rc == 0
-    assert out.startswith("hardware:") and "h100-sxm" in out
+    assert out.startswith("hardware (") and "h100-sxm: NVIDIA H100 SXM5 80GB" in out
     assert "llama" not in out
+
+
+def test_presets_give_each_figure_its_source(capsys):
+    """One preset: its figures beside the comment that sources each, then the references cited."""
+    rc, out, err = run_main(["presets", "hardware", "h100-sxm"], capsys)
+    assert rc == 0, err
+    assert re.search(r"^  memory_bandwidth_gbps +3,350  \[2\] 3\.35 TB/s$", out, re.M), out
+    assert re.search(r"^  fp8_tflops +1978\.9  dense \[1\]$", out, re.M), out
+    assert re.search(r"^  \[2\] NVIDIA H100 Tensor Core GPU datasheet, https://", out, re.M), out
+    rc, out, err = run_main(["presets", "models", "llama-3.1-8b", "--format", "json"], capsys)
+    entry = json.loads(out)["models"][0]
+    assert entry["name"] == "llama-3.1-8b"
+    assert {"key": "declared_parameters", "value": 8030261248, "source": "Parameter count"} in entry["figures"]
+    assert entry["references"][0] == {"label": "Source", "text": entry["references"][0]["text"]}
+
+
+def test_presets_unknown_name_is_one_line(capsys):
+    rc, out, err = run_main(["presets", "hardware", "h100"], capsys)
+    assert_one_line_error(rc, out, err, "NAME", "did you mean h100-sxm")
 
 
 def test_console_script_on_path():

@@ -29,7 +29,7 @@ from simllm.formats.common import Measurement, WorkerPool, field_number
 #: dense aggregated H100 and H200 rows (Llama-3.1-8B/70B, Qwen3-32B: 193 vLLM, 97 SGLang and 428
 #: TensorRT-LLM points within the peaks), simulated with the shipped kernel tables and framework
 #: profiles, 2026-12-04. As large as they are, the rows' low-load TTFTs exceed what the GPU and the
-#: framework's own costs can produce by this much (README, Accuracy).
+#: framework's own costs can produce by this much (docs/accuracy.md).
 SILICON_CLIENT_OVERHEAD_MS = {"vllm": 51.9, "sglang": 179.9, "trtllm": 135.4}
 
 #: The columns a silicon_sample.csv must have.

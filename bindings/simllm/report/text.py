@@ -2,6 +2,7 @@
 import math
 
 from simllm.calibration.fit import describe_bound_hit, describe_points
+from simllm.config.catalog import figure_text
 from simllm.sim.results import percentile_key
 from simllm import text as text_mod
 from simllm.text import fixed, format_number, table
@@ -376,3 +377,27 @@ def format_validation(points, summary, groups=None):
         for reason, where in sorted(skipped.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             out.append(f"  {len(where):5d}  {reason}  ({where[0]})")
     return "\n".join(out)
+
+
+def format_presets(infos, names_only=False):
+    """``simllm presets``: per kind, each preset's name and title, its key figures with each one's
+    source (the YAML's comment on it, or the header paragraph that covers it), then the header's
+    references and paragraphs that those sources cite. ``names_only``: one line per kind."""
+    kinds = {}
+    for info in infos:
+        kinds.setdefault(info.kind, []).append(info)
+    if names_only:
+        return "\n".join(f"{kind}: {', '.join(i.name for i in items) if items else '(none)'}"
+                         for kind, items in kinds.items())
+    blocks = []
+    for kind, items in kinds.items():
+        blocks.append(f"{kind} ({len(items)})")
+        for info in items:
+            lines = [f"{info.name}: {info.title}" if info.title != info.name else info.name]
+            rows = [(f.key, figure_text(f.value), f.source) for f in info.figures]
+            width = [max((len(r[i]) for r in rows), default=0) for i in range(2)]
+            lines += [f"  {k.ljust(width[0])}  {v.rjust(width[1])}  {s}".rstrip() for k, v, s in rows]
+            lines += [f"  {label}{'' if label.startswith('[') else ':'} {body}" if label else f"  {body}"
+                      for label, body in info.references]
+            blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
