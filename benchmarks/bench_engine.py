@@ -267,8 +267,8 @@ class WholeCommand:
     number = 1
 
     def setup(self):
-        # The command itself, once: it compiles the kernel variant the command runs (the streamed
-        # run's), which a plain ``simllm.simulate`` does not.
+        # The command itself, once: the cache then holds what it loads (the streamed run's two
+        # extra kernels beside the event loop that every run shares).
         with contextlib.redirect_stdout(io.StringIO()):
             main(['run', '--workload', 'bench-1m', '-q'])
 
