@@ -2,6 +2,7 @@
 objectives, a brute-force check on random points), SLO parsing, the SLO-constrained search (its
 answer re-simulated directly meets the SLOs; every configuration with more goodput per GPU fails
 them), the cost objective, and the frontier figure."""
+import dataclasses
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.search import optimize as sla
 from simllm.search import pareto as fr
+from simllm.sim import stats
 from simllm.sim.results import TIMING_KEYS
 
 SLO_TEXT = "ttft_p99<=2000,tpot_p99<=50"
@@ -229,6 +231,48 @@ def test_answer_meets_the_slos_when_rerun_and_better_ones_do_not(search):
     values = [c.goodput_per_gpu for c in res.ranked]
     assert values == sorted(values, reverse=True) and res.ranked[0] is a
     assert len(res.runner_ups) == min(len(res.ranked), res.top) - 1
+
+
+def test_a_lead_within_noise_is_called_a_tie(search):
+    """The answer and the runner-up compared on four workload draws: two configurations that serve
+    the same requests identically (max_num_seqs 64 and 256 never bind at this load) tie with no
+    noise at all; the margin is the paired statistic of direct simulations on the same seeds."""
+    res = search
+    m, a, b = res.margin, res.ranked[0], res.ranked[1]
+    assert m is not None and m.seeds == sla.NOISE_SEEDS
+    draws = [small_workload().seed] + [int(x.generate_state(1)[0])
+                                       for x in np.random.SeedSequence(small_workload().seed).spawn(m.seeds - 1)]
+    va, vb = [], []
+    for seed in draws:
+        w = dataclasses.replace(small_workload(), seed=seed)
+        for c, out in ((a, va), (b, vb)):
+            s = simllm.simulate(simllm.load_model(MODEL), simllm.load_hardware(c.hardware), c.serving, w,
+                                keep_requests=False, percentiles=res.percentiles, goodput=res.goodput).summary
+            out.append(s["request_goodput"] / c.gpus)
+    mean, se = stats.paired_difference(va, vb)
+    assert m.lead_pct == pytest.approx(mean / np.mean(vb) * 100, abs=1e-9)
+    assert m.noise_pct == pytest.approx(2 * se / np.mean(vb) * 100, abs=1e-9)
+    assert m.tie == (abs(m.lead_pct) <= m.noise_pct)
+    if va == vb:
+        assert m.tie and m.lead_pct == 0.0 and "within noise: a tie" in sla.format_optimize(res)
+    assert sla.optimize_to_dict(res)["runner_up_margin"] == m.to_dict()
+
+
+def test_a_clear_lead_is_beyond_noise_and_one_seed_checks_nothing():
+    """TP=1 against TP=2 at a load both serve: about the same goodput on half the GPUs, nearly
+    twice the goodput per GPU on every draw (TP=1 meets the per-request thresholds a little less
+    often)."""
+    res = sla.optimize(MODEL, "h100-sxm", simllm.ServingConfig(), small_workload(), SLO_TEXT, over={"tp": [1, 2]})
+    m = res.margin
+    assert res.answer.serving.tensor_parallel_size == 1 and not m.tie
+    assert 50.0 < m.lead_pct <= 100.0 and m.noise_pct < m.lead_pct / 4
+    assert "beyond noise" in sla.format_optimize(res)
+    once = sla.optimize(MODEL, "h100-sxm", simllm.ServingConfig(), small_workload(), SLO_TEXT, over={"tp": [1, 2]},
+                        noise_seeds=1)
+    assert once.margin is None and sla.optimize_to_dict(once)["runner_up_margin"] is None
+    with pytest.raises(ConfigError, match="noise-seeds"):
+        sla.optimize(MODEL, "h100-sxm", simllm.ServingConfig(), small_workload(), SLO_TEXT, over={"tp": [1, 2]},
+                     noise_seeds=0)
 
 
 @pytest.mark.slow

@@ -50,3 +50,12 @@ def test_abs_error_stats():
     s = stats.abs_error_stats([0.05, 0.15, 0.30, 0.10])
     assert s == {"points": 4, "median_abs_pct_error": pytest.approx(12.5), "mean_abs_pct_error": pytest.approx(15.0),
                  "within_10pct": 0.5, "within_20pct": 0.75}
+
+
+def test_paired_difference_is_the_mean_and_standard_error_of_the_differences():
+    a, b = [10.0, 12.0, 11.0, 13.0], [9.0, 10.0, 10.5, 11.5]  # differences 1, 2, 0.5, 1.5
+    mean, se = stats.paired_difference(a, b)
+    assert mean == pytest.approx(1.25)
+    assert se == pytest.approx(np.sqrt(((0.25**2 + 0.75**2 + 0.75**2 + 0.25**2) / 3) / 4))
+    assert stats.paired_difference([3.0, 5.0], [3.0, 5.0]) == (0.0, 0.0)  # the same draws: no noise
+    assert stats.paired_difference([2.0], [1.0]) == (1.0, 0.0)

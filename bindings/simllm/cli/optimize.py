@@ -37,6 +37,9 @@ def add_parser(sub):
                       help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
                            "e.g. h100-sxm=2.5")
     srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
+    srch.add_argument("--noise-seeds", type=common.positive_int, default=sla.NOISE_SEEDS, metavar="N",
+                      help="workload draws on which the answer and the runner-up are compared, to tell a lead "
+                           "from noise (default %(default)s; 1: no check)")
     common.add_disagg_args(opt, "the disaggregated grid's base (with --over-disagg; alone: one disaggregated "
                                 "configuration beside the aggregated grid)")
     common.add_executor_args(opt, chunks=True)
@@ -67,7 +70,8 @@ def cmd(args, out):
                               objective=args.objective, top=args.top, prices=prices, progress=bar,
                               executor=run_on["executor"], max_workers=run_on["workers"],
                               scheduler=run_on["scheduler"], chunk_size=args.chunk_size,
-                              over_disagg=over_disagg, disagg=disagg, max_gpus=args.max_gpus)
+                              over_disagg=over_disagg, disagg=disagg, max_gpus=args.max_gpus,
+                              noise_seeds=args.noise_seeds)
     shown = result.ranked[:result.top]  # the answer first
     bands = [common.bands_of(c.summary, c.serving.framework, record) for c in shown]
     data = sla.optimize_to_dict(result)

@@ -64,6 +64,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
@@ -75,6 +77,7 @@ from simllm.search.pareto import CLI, DERIVED, frontier, per_user_speed
 from simllm.sim.results import output_throughput_per_gpu
 from simllm.sim.runner import Base, Task, run_simulations
 from simllm.sim.slo import SLO, check_slos, goodput_from_slos, parse_slo  # noqa: F401 - SLO: this module's API too
+from simllm.sim.stats import paired_difference
 from simllm.text import format_number, jsonable, table
 
 
@@ -97,6 +100,8 @@ def _check_keys(summary, slos):
 OVER_ALIASES = {"tp": "tensor_parallel_size", "replicas": "data_parallel_size", "dp": "data_parallel_size",
                 "ep": "expert_parallel_size", "pp": "pipeline_parallel_size"}
 OBJECTIVES = ("goodput_per_gpu", "cost_per_token")
+#: Workload draws on which the answer and the runner-up are compared (``noise_seeds``).
+NOISE_SEEDS = 4
 STATUSES = {"ok": "meets the SLOs", "slo": "fails the SLOs", "oom": "does not fit in memory (OOM)",
             "invalid": "invalid configuration", "budget": "over the GPU budget"}
 #: ``over_disagg``'s instance counts (the rest are ``prefill_NAME`` / ``decode_NAME``, NAME an
@@ -254,6 +259,9 @@ class OptimizeResult:
     model : str
     workload : str
         The workload's description.
+    margin : Margin or None
+        The answer's lead over the runner-up across workload seeds (None with fewer than two
+        feasible configurations, one seed or a trace).
     """
 
     objective: str
@@ -267,6 +275,7 @@ class OptimizeResult:
     model: str
     workload: str
     percentiles: tuple = (50, 90, 99)
+    margin: "Margin" = None
 
     @property
     def runner_ups(self):
@@ -393,7 +402,7 @@ def _rank_key(objective):
 def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=None, over=None,
              objective="goodput_per_gpu", executor=None, top=5, *, prices=None, goodput=None,
              percentiles=(50, 90, 99), max_workers=None, progress=None, scheduler=None, chunk_size=None,
-             over_disagg=None, disagg=None, max_gpus=0):
+             over_disagg=None, disagg=None, max_gpus=0, noise_seeds=NOISE_SEEDS):
     """Search the grid ``over`` for the configuration that meets ``slo`` best.
 
     Parameters
@@ -449,6 +458,11 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         overrides); given without ``over_disagg``, it is the one disaggregated configuration.
     max_gpus : int
         The GPU budget (0: none): configurations over it are rejected unsimulated (``budget``).
+    noise_seeds : int
+        Workload draws on which the answer and the runner-up are compared (the search's own
+        and ``noise_seeds - 1`` more): the result's ``margin`` says whether the answer's lead is
+        beyond two standard errors of the paired differences or a tie. 1 (or a trace, which
+        has no other draw) leaves the margin out.
 
     Returns
     -------
@@ -465,6 +479,9 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         raise ConfigError("one of " + ", ".join(OBJECTIVES), source=CLI, key="--objective", value=objective)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError("a positive integer", source=CLI, key="--top", value=top)
+    if isinstance(noise_seeds, bool) or not isinstance(noise_seeds, int) or not 1 <= noise_seeds <= 100:
+        raise ConfigError("an integer in [1, 100] (1: no noise check)", source=CLI, key="--noise-seeds",
+                          value=noise_seeds)
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 0:
         raise ConfigError("a GPU count >= 0 (0: no budget)", source=CLI, key="--max-gpus", value=max_gpus)
     slos = tuple(parse_slo(slo))
@@ -544,12 +561,10 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
         if summary is None:
             continue
         c.summary = summary
-        good = summary.get("request_goodput", summary.get("request_throughput", 0.0))
-        c.goodput_per_gpu = float(good) / c.gpus
+        c.goodput_per_gpu = _goodput_per_gpu(summary, c.gpus)
         c.output_throughput_per_gpu = float(output_throughput_per_gpu(summary))
         if c.price_per_hour is not None:
-            tok_h = float(summary["output_throughput"]) * 3600.0
-            c.cost_per_million_tokens = c.price_per_hour * c.gpus / tok_h * 1e6 if tok_h > 0 else math.inf
+            c.cost_per_million_tokens = _cost_per_million(summary, c.gpus, c.price_per_hour)
         broken = check_slos(summary, slos)
         if broken:
             c.status, c.violations = "slo", tuple(broken)
@@ -558,11 +573,74 @@ def optimize(base_model, base_hardware, base_serving=None, workload=None, slo=No
     ranked = tuple(sorted((c for c in candidates if c.feasible), key=_rank_key(objective)))
     searched = {name: [v[0] if isinstance(v, tuple) else v for v in values] for name, _, values in axes}
     searched.update({name: list(values) for name, values in (over_disagg or {}).items()})
+    margin = None
+    if len(ranked) > 1 and noise_seeds > 1 and not workload.trace:
+        margin = _runner_up_margin(base, ranked[0], ranked[1], objective, noise_seeds, executor, max_workers,
+                                   scheduler)
     return OptimizeResult(
         objective=objective, slos=slos, goodput=goodput, over=searched,
         candidates=candidates, ranked=ranked, answer=ranked[0] if ranked else None, top=top,
-        model=model_label, workload=workload.describe(), percentiles=pcts,
+        model=model_label, workload=workload.describe(), percentiles=pcts, margin=margin,
     )
+
+
+def _goodput_per_gpu(summary, gpus):
+    return float(summary.get("request_goodput", summary.get("request_throughput", 0.0))) / gpus
+
+
+def _cost_per_million(summary, gpus, price_per_hour):
+    tok_h = float(summary["output_throughput"]) * 3600.0
+    return price_per_hour * gpus / tok_h * 1e6 if tok_h > 0 else math.inf
+
+
+def _objective_of(summary, c, objective):
+    """``objective``'s value for candidate ``c`` from one of its summaries."""
+    if objective == "goodput_per_gpu":
+        return _goodput_per_gpu(summary, c.gpus)
+    return _cost_per_million(summary, c.gpus, c.price_per_hour)
+
+
+def _runner_up_margin(base, answer, runner_up, objective, seeds, executor, max_workers, scheduler):
+    """The answer's lead over the runner-up across ``seeds`` workload draws (the search's own and
+    ``seeds - 1`` more, each seed's requests shared by both: common random numbers):
+    :class:`Margin`."""
+    workload = base.workload
+    more = [int(x.generate_state(1)[0]) for x in np.random.SeedSequence(workload.seed).spawn(seeds - 1)]
+    va = [answer.objective_value(objective)]
+    vb = [runner_up.objective_value(objective)]
+    for seed in more:
+        w = replace(workload, seed=seed)
+        b = replace(base, workload=w, requests=generate(w))
+        tasks = [Task(hardware=c.hardware_config, serving=c.serving, disagg=c.disagg) for c in (answer, runner_up)]
+        oa, ob = run_simulations(b, tasks, executor, workers=max_workers, scheduler=scheduler)
+        if not (oa.ok and ob.ok):
+            return None  # a draw on which one could not run: no margin to give
+        va.append(_objective_of(oa.value, answer, objective))
+        vb.append(_objective_of(ob.value, runner_up, objective))
+    mean, se = paired_difference(va, vb)
+    ref = float(np.mean(vb))
+    sign = 1.0 if objective == "goodput_per_gpu" else -1.0  # a lead is more goodput, or a lower cost
+    if not ref or not math.isfinite(ref):
+        return None
+    lead_pct = sign * mean / abs(ref) * 100.0
+    noise_pct = 2.0 * se / abs(ref) * 100.0
+    return Margin(seeds=seeds, lead_pct=lead_pct, noise_pct=noise_pct, tie=abs(lead_pct) <= noise_pct)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The answer's lead over the runner-up across workload seeds: ``lead_pct`` (mean of the
+    paired differences, percent of the runner-up's mean; positive: the answer is better),
+    ``noise_pct`` (two standard errors of that mean, percent) and ``tie`` (the lead is within
+    the noise: the two are not told apart by these draws)."""
+
+    seeds: int
+    lead_pct: float
+    noise_pct: float
+    tie: bool
+
+    def to_dict(self):
+        return {"seeds": self.seeds, "lead_pct": self.lead_pct, "noise_pct": self.noise_pct, "tie": self.tie}
 
 
 def _disagg_field(name):
@@ -682,6 +760,12 @@ def _why(result):
         else:
             rel = (va / vn - 1.0) * 100 if vn else math.inf
             text.append(f"next best {nxt.label}: {format_number(vn, 3)} {unit} ({rel:+.1f}%)")
+        m = result.margin
+        if m is not None:
+            verdict = ("within noise: a tie, these draws do not tell them apart" if m.tie
+                       else "beyond noise")
+            text.append(f"across {m.seeds} workload seeds it leads by {m.lead_pct:+.1f}% ± {m.noise_pct:.1f}% "
+                        f"(two standard errors): {verdict}")
     better = result.better_rejected()
     if better:
         listed = "; ".join(f"{c.label}: {c.reason}" for c in better[:3])
@@ -807,6 +891,7 @@ def optimize_to_dict(result):
         "over": {k: [_plain(v) for v in vs] for k, vs in result.over.items()},
         "answer": _candidate_dict(result.answer, full=True) if result.answer else None,
         "why": _why(result) if result.answer else "no configuration meets the SLOs",
+        "runner_up_margin": result.margin.to_dict() if result.margin else None,
         "top": [_candidate_dict(c) for c in result.ranked[:result.top]],
         **({"best_by_mode": {m: _candidate_dict(c) if c else None for m, c in result.best_by_mode().items()},
             "mode_verdict": _mode_verdict(result)} if len(result.modes) > 1 else {}),

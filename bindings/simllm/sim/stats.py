@@ -1,6 +1,6 @@
 """The one statistics module: percentiles of samples (in place, numpy's linear method to the
 bit), of histograms, of weighted samples (GuideLLM's definition), NaN-aware bands along an axis,
-and the statistics of absolute relative errors. Results, sweeps, exports, validation and
+the statistics of absolute relative errors and of paired differences. Results, sweeps, exports, validation and
 calibration take their statistics from here.
 
 Why a partition and not ``np.percentile(..., overwrite_input=True)``: both give the same numbers
@@ -86,6 +86,15 @@ def abs_error_stats(errors):
     return {"points": int(e.size), "median_abs_pct_error": float(np.median(e) * 100),
             "mean_abs_pct_error": float(np.mean(e) * 100),
             "within_10pct": float(np.mean(e <= 0.10)), "within_20pct": float(np.mean(e <= 0.20))}
+
+
+def paired_difference(a, b):
+    """The mean of ``a - b`` over paired samples (the same seeds: common random numbers) and its
+    standard error, ``std(a - b, ddof=1) / sqrt(n)`` (0 for one pair or identical differences)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if d.size < 2:
+        return float(d.mean()) if d.size else 0.0, 0.0
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
 
 
 def log_bin_edges(n_bins, min_exp, sub_bits):
