@@ -380,6 +380,37 @@ def test_read_rows_csv_and_format_frontier(tmp_path):
         fr.read_rows(tmp_path / "missing.csv")
 
 
+def test_frontier_aggregates_the_seeds_of_a_configuration_into_one_point_with_its_spread(tmp_path, capsys):
+    """A sweep's table holds a row per configuration x seed: the frontier's points are the
+    configurations, each the mean over its seeds that ran, with their min-max."""
+    path = tmp_path / "seeds.csv"
+    path.write_text("config_id,seed,serving.max_num_seqs,gpus,output_throughput,mean_tpot_ms,error\n"
+                    "0,1,16,1,1000,10,\n0,2,16,1,1200,12.5,\n"
+                    "1,1,64,1,3000,20,\n1,2,64,1,3400,25,\n1,3,64,1,,,simulated OOM\n"
+                    "2,1,256,1,2000,40,\n2,2,256,1,2200,50,\n")
+    rows, aggregated = fr.aggregate_seeds(fr.read_rows(path))
+    assert aggregated and len(rows) == 3
+    one = rows[1]
+    assert (one["seeds"], one["ran"]) == (3, 2) and "seed" not in one
+    assert one["output_throughput_per_gpu"] == pytest.approx(3200.0)
+    assert one["output_throughput_per_user"] == pytest.approx((50.0 + 40.0) / 2)  # 1000 / TPOT, then the mean
+    assert (one["output_throughput_per_gpu_min"], one["output_throughput_per_gpu_max"]) == (3000.0, 3400.0)
+    assert fr.frontier_rows(rows).tolist() == [1, 0]  # 256 is dominated by 64 on both means
+    text = fr.format_frontier(rows, fr.frontier_rows(rows))
+    assert "mean over its seeds" in text and "2/3" in text and "3,200 (3,000-3,400)" in text
+    assert "45.00 (40.00-50.00)" in text
+    assert fr.frontier_to_dict(rows, fr.frontier_rows(rows))["frontier"][0]["seeds"] == 3
+    # One row per configuration comes back as it is; --per-seed keeps the draws apart.
+    single = fr.read_rows(path)[:1]
+    assert fr.aggregate_seeds(single) == (single, False)
+    from simllm.cli.main import main
+
+    assert main(["frontier", str(path), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["frontier"]) == 2
+    assert main(["frontier", str(path), "--format", "json", "--per-seed"]) == 0
+    assert all("seeds" not in p for p in json.loads(capsys.readouterr().out)["frontier"])
+
+
 def check_png(path):
     import matplotlib.image
 

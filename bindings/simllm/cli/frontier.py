@@ -17,10 +17,16 @@ def add_parser(sub):
                     help="column on the y axis (default output_throughput_per_gpu = output_throughput / GPUs)")
     fr.add_argument("--format", choices=("table", "json"), default="table")
     fr.add_argument("--plot", metavar="DIR", help="write the frontier PNG here (needs simllm[plot])")
+    fr.add_argument("--per-seed", action="store_true",
+                    help="a point per row; by default the rows of one configuration (a sweep's seeds) make one "
+                         "point, the mean over its seeds, with their min-max")
 
 
 def cmd(args, out):
     rows = fr.read_rows(args.results)
+    if not args.per_seed:
+        fr.frontier_rows(rows, args.x, args.y)  # the columns' check, on the table as given
+        rows, _ = fr.aggregate_seeds(rows, args.x, args.y)
     idx = fr.frontier_rows(rows, args.x, args.y)
     if args.plot:
         plot_frontier(rows, idx, args.plot, x=args.x, y=args.y)

@@ -393,16 +393,73 @@ def frontier_rows(rows, x="output_throughput_per_user", y="output_throughput_per
     return idx[np.lexsort((idx, xs[idx]))] if idx.size else idx
 
 
+def aggregate_seeds(rows, x="output_throughput_per_user", y="output_throughput_per_gpu"):
+    """One row per configuration of a table that holds several seeds of it (a sweep's
+    configuration x seed rows): its ``x`` and ``y`` the means over the seeds that ran, with
+    ``seeds`` (rows of the configuration), ``ran`` (of them without an error) and the spread
+    ``<x>_min``, ``<x>_max``, ``<y>_min``, ``<y>_max``. Configurations are told apart by
+    ``config_id`` where the table has it, else by their configuration columns but ``seed``. A
+    table with one row per configuration comes back as it is (a list of rows), so a frontier
+    point is a configuration, never one draw of it.
+
+    Returns
+    -------
+    (rows, aggregated) : (list, bool)
+    """
+    rows = list(rows)
+    has_id = any(_get(r, "config_id") is not None for r in rows)
+
+    def key(r):
+        if has_id:
+            return repr(_get(r, "config_id"))
+        return repr(sorted((k, repr(v)) for k, v in _config_items(r).items() if k != "seed"))
+
+    groups = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(key(r), []).append(i)
+    if all(len(g) == 1 for g in groups.values()):
+        return rows, False
+    xs, ys = column(rows, x), column(rows, y)
+    out = []
+    for members in groups.values():
+        first = rows[members[0]]
+        row = dict(first) if isinstance(first, dict) else {n: first[n] for n in first.dtype.names}
+        row.pop("seed", None)
+        ok = [i for i in members if np.isfinite(xs[i]) and np.isfinite(ys[i])]
+        row["gpus"] = gpus_of(first)
+        row["seeds"], row["ran"] = len(members), len(ok)
+        for name, vals in ((x, xs), (y, ys)):
+            v = vals[ok]
+            row[name] = float(v.mean()) if ok else math.nan
+            row[f"{name}_min"] = float(v.min()) if ok else math.nan
+            row[f"{name}_max"] = float(v.max()) if ok else math.nan
+        if ok:
+            row["error"] = ""
+        out.append(row)
+    return out, True
+
+
 def format_frontier(rows, idx, x="output_throughput_per_user", y="output_throughput_per_gpu"):
     """The frontier rows ``idx`` as a table: configuration, GPUs, ``x`` and ``y``."""
 
     xs, ys, gs = column(rows, x), column(rows, y), column(rows, "gpus")
     valid = int((~np.isnan(xs) & ~np.isnan(ys)).sum())
     labels = config_labels(rows)
-    body = [[i + 1, int(j), labels[int(j)], format_number(gs[j], 0), format_number(xs[j]), format_number(ys[j])] for i, j in enumerate(idx)]
+    seeds = has_column(rows, "seeds")
+
+    def cell(name, vals, j):
+        text = format_number(vals[j])
+        lo, hi = as_float(_get(rows[j], f"{name}_min")), as_float(_get(rows[j], f"{name}_max"))
+        return f"{text} ({format_number(lo)}-{format_number(hi)})" if seeds and math.isfinite(lo) else text
+
+    body = [[i + 1, int(j), labels[int(j)], format_number(gs[j], 0)]
+            + ([f"{_get(rows[j], 'ran')}/{_get(rows[j], 'seeds')}"] if seeds else [])
+            + [cell(x, xs, j), cell(y, ys, j)] for i, j in enumerate(idx)]
     head = (f"Pareto frontier: {axis_label(y)} ({'min' if lower_is_better(y) else 'max'}) vs {axis_label(x)} "
-            f"({'min' if lower_is_better(x) else 'max'}): {len(idx)} of {valid} configurations")
-    return head + "\n" + table(["#", "row", "configuration", "GPUs", x, y], body, "rrlrrr")
+            f"({'min' if lower_is_better(x) else 'max'}): {len(idx)} of {valid} configurations"
+            + (" (each the mean over its seeds, min-max in brackets)" if seeds else ""))
+    names = ["#", "row", "configuration", "GPUs"] + (["seeds"] if seeds else []) + [x, y]
+    return head + "\n" + table(names, body, "rrlr" + ("r" if seeds else "") + "rr")
 
 
 def frontier_to_dict(rows, idx, x="output_throughput_per_user", y="output_throughput_per_gpu"):
@@ -411,6 +468,7 @@ def frontier_to_dict(rows, idx, x="output_throughput_per_user", y="output_throug
 
     xs, ys, gs = column(rows, x), column(rows, y), column(rows, "gpus")
     labels = config_labels(rows)
+    spread = (f"{x}_min", f"{x}_max", f"{y}_min", f"{y}_max", "seeds", "ran") if has_column(rows, "seeds") else ()
     return jsonable({"x": x, "y": y, "frontier": [
         {"row": int(j), "config": labels[int(j)], "gpus": int(gs[j]) if float(gs[j]).is_integer() else gs[j],
-         x: xs[j], y: ys[j]} for j in idx]})
+         x: xs[j], y: ys[j], **{k: _get(rows[int(j)], k) for k in spread}} for j in idx]})
