@@ -567,13 +567,15 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     return t_end
 
 
-def simulate(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True, glob=None):
+def simulate(p, sp, e, lay, reqi, reqf, acc, glob=None):
     """Simulate ``e.n_replicas`` engine replicas behind a router serving the requests of
     ``reqi``/``reqf``: :func:`start_run_nb`, :func:`run_events_nb` over every row,
     :func:`last_finish_nb` and :func:`close_replicas_nb`, called from Python (four calls of a few
     microseconds), so that an in-memory run, a run reporting progress and a streamed run
     (``simcore.stream``) share one compiled event loop per argument types instead of each
-    compiling its own (a whole cold compile each: minutes on a 2-core machine).
+    compiling its own (a whole cold compile each: minutes on a 2-core machine). The loop's
+    type-level arguments come from ``e`` alone (:func:`pipeline_flag`, :func:`lockstep_plan`,
+    :func:`cohort_args`), so every caller of a kind of run reaches the same compiled variant.
 
     Requests are routed when they arrive: round robin in send order, or to the replica with the
     fewest outstanding (waiting + running) requests at that moment. Replicas advance one
@@ -604,13 +606,6 @@ def simulate(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True, 
         histogram (iterations by sequences in the batch), the time series (``n_windows`` rows of
         ``N_WIN`` columns, by ``window_s``; the last row takes all later times), the
         inter-token-latency histogram (``metrics.itl_bin_nb``) and the clock.
-    pipe : bool or None
-        :func:`pipeline_flag` of ``e`` (pipeline stages fail without it).
-    plan : ndarray or None
-        :func:`lockstep_plan` of ``e`` (lockstep ranks fail without it).
-    cohort : bool or None
-        of ``e`` (:func:`cohort_args`; True, the default, compiles the cohort's paths, taken where
-        ``e`` allows them; None leaves them out).
     glob : ndarray of int64, shape (N_GLOBALS,), optional
         The shared counters, zeroed: ``glob[GLOBAL_ENDED]`` counts ended requests as the run goes,
         so another thread can report progress while this one (which holds no GIL) simulates.
@@ -626,16 +621,10 @@ def simulate(p, sp, e, lay, reqi, reqf, acc, pipe=None, plan=None, cohort=True, 
     ws = np.zeros((e.n_replicas, lay.ws_len), dtype=np.int64)  # per replica: slots, cohort phases, lists, queue
     reqi[:, RI_DONE] = -1
     start_run_nb(e, lay, reqi.shape[0], ws, glob, acc)
-    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, False, *cohort_arg(cohort))
+    run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, lockstep_plan(e), pipeline_flag(e), False, *cohort_args(e))
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws, acc, end)
     return end
-
-
-def cohort_arg(cohort):
-    """:func:`run_events_nb`'s trailing arguments for ``cohort`` (True or None): none for True,
-    its default, so that every caller types it alike (``omitted``) and shares one compiled loop."""
-    return () if cohort is True else (cohort,)
 
 
 @jit

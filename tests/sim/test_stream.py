@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import simllm
 from simcore import codes
-from simcore.engine import lockstep_plan, pipeline_flag, simulate
+from simcore.engine import simulate
 from simcore.layout import make_layout
 from simllm.config import workload as workload_mod
 from simllm.config.workload import random_range
@@ -34,7 +34,7 @@ def whole_and_streamed(e, reqi, reqf, chunk, p=P, sp=None):
     lay = make_layout(e.max_num_seqs, e.block_size, n, 30, N_BINS, e.pipeline_stages, e.num_speculative_tokens)
     acc = np.zeros((e.n_replicas, lay.acc_len))
     wi, wf = reqi.copy(), reqf.copy()
-    simulate(p, sp, e, lay, wi, wf, acc, pipeline_flag(e), lockstep_plan(e))
+    simulate(p, sp, e, lay, wi, wf, acc)
     got_i, got_f = np.zeros_like(reqi), np.zeros_like(reqf)
     seen = []
 

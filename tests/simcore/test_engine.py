@@ -15,7 +15,7 @@ import naive
 import simllm
 from helpers import build
 from simcore import codes, iteration_time_nb, moe_experts_seconds_nb
-from simcore.engine import lockstep_plan, pipeline_flag, simulate
+from simcore.engine import simulate
 from simcore.layout import make_layout, ring_nb, split_accumulator
 from simcore.params import EngineSettings, block_shift_of
 from simcore.scheduler import block_div_nb, block_mod_nb
@@ -56,7 +56,7 @@ def run_kernel(e, arrival, prompt, output, cached=None, ready=None, p=P, delay=N
     reqi, reqf = request_arrays(e, arrival, prompt, output, cached, ready, delay, fixed)
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, e.pipeline_stages, e.num_speculative_tokens)
     acc = np.zeros((e.n_replicas, lay.acc_len))
-    simulate(p, sp, e, lay, reqi, reqf, acc, pipeline_flag(e), lockstep_plan(e))
+    simulate(p, sp, e, lay, reqi, reqf, acc)
     stats, batch, windows, itl = split_accumulator(lay, acc)
     return reqi, reqf, stats[0] if e.n_replicas == 1 else stats, itl, batch, windows
 

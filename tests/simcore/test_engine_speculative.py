@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import naive
 from helpers import build
 from simcore import acceptance_thresholds, codes, draft_totals_nb, iteration_time_nb, uniform_nb
-from simcore.engine import lockstep_plan, pipeline_flag, simulate
+from simcore.engine import simulate
 from simcore.layout import accepted_per_position, make_layout
 from simcore.scheduler import blocks_past_nb
 from simllm.config.speculative import SpeculativeConfig
@@ -122,7 +122,7 @@ def test_drafts_accepted_by_position_match_the_reference():
     reqf[:, codes.RF_ARRIVAL] = arrival
     lay = make_layout(e.max_num_seqs, e.block_size, n, 50, 34 << 9, spec_positions=4)
     acc = np.zeros((1, lay.acc_len))
-    simulate(P, sp, e, lay, reqi, reqf, acc, pipeline_flag(e), lockstep_plan(e))
+    simulate(P, sp, e, lay, reqi, reqf, acc)
     counts = accepted_per_position(lay, acc)
     ref = naive.simulate(P, e, arrival.copy(), ready, prompt, output, np.zeros(n, dtype=np.int64), sp=sp)
     want = sum((r.spec_accepted_at for r in ref), Counter())

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from simcore import codes
-from simcore.engine import cohort_args, lockstep_plan, pipeline_flag, simulate as simulate_kernel
+from simcore.engine import simulate as simulate_kernel
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings, block_shift_of
 from simllm.config import serving as serving_mod
@@ -347,8 +347,7 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     sp = pool_speculation(pool, workload)
     glob = np.zeros(codes.N_GLOBALS, dtype=np.int64)
     compile_s = compile_run(compile_for, params, sp, e, lay, glob, acc)
-    kernel = functools.partial(simulate_kernel, params, sp, e, lay, reqi, reqf, acc, pipeline_flag(e),
-                               lockstep_plan(e), *cohort_args(e), glob=glob)
+    kernel = functools.partial(simulate_kernel, params, sp, e, lay, reqi, reqf, acc, glob=glob)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
     if progress is None:
