@@ -2,8 +2,10 @@
 argument groups (target, engine, workload, scheduler, measured results) and the builders that turn
 parsed arguments into configs."""
 import argparse
+import difflib
 import math
 import re
+import sys
 from dataclasses import replace
 
 from simllm.calibration import validate as accuracy
@@ -34,9 +36,49 @@ DEFAULT_HARDWARE = "h100-sxm"
 PROGRESS_MIN_REQUESTS = 1_000_000  # simllm run shows a progress bar from this many requests
 
 
+#: How close a mistyped flag or subcommand must be to a known one for "did you mean" (difflib's ratio).
+SUGGEST_CUTOFF = 0.6
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)$")
+
+
+def suggestion(word, known):
+    """`` (did you mean X?)`` for the entry of ``known`` closest to ``word`` (difflib), or ``""``."""
+    near = difflib.get_close_matches(word, list(known), n=1, cutoff=SUGGEST_CUTOFF)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
 class Parser(argparse.ArgumentParser):
+    """simllm's argument parser: one-line errors (exit 2, no usage block) that suggest the nearest
+    flag or subcommand for a mistyped one."""
+
     def error(self, message):
+        match = _INVALID_CHOICE.search(message)
+        if match:  # a subcommand or a choice flag's value
+            choices = [c.strip().strip("'") for c in match.group(2).split(",")]
+            message += suggestion(match.group(1), choices)
         self.exit(2, f"{self.prog}: error: command line: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, with what it did not recognise checked here: an unknown flag names the
+        nearest flag of the subcommand it was given to."""
+        if self._subparsers is not None:  # the top level: its flags come before the subcommand
+            known = self.option_strings()
+            for arg in sys.argv[1:] if args is None else args:
+                if not arg.startswith("-"):
+                    break
+                flag = arg.split("=", 1)[0]
+                if not any(k.startswith(flag) for k in known):  # argparse takes unique prefixes
+                    self.error(f"unrecognized argument {arg}{suggestion(flag, known)}")
+        namespace, extras = super().parse_known_args(args, namespace)
+        unknown = [a for a in extras if a.startswith("-") and a != "-"]
+        if unknown and self._subparsers is None:  # a subcommand's parser: its own flags
+            flag = unknown[0].split("=", 1)[0]
+            self.error(f"unrecognized argument {unknown[0]}{suggestion(flag, self.option_strings())}")
+        return namespace, extras
+
+    def option_strings(self):
+        """Every flag this parser takes (``--num-prompts``, ``-tp``, ...)."""
+        return [s for action in self._actions for s in action.option_strings]
 
 
 def positive_int(text):
