@@ -30,13 +30,13 @@ def add_parser(sub):
                            "setting as prefill_NAME / decode_NAME; the answer says whether aggregated or "
                            "disaggregated wins")
     srch.add_argument("--max-gpus", type=common.nonnegative_int, default=0, metavar="N",
-                      help="GPU budget: configurations over it are rejected unsimulated (default 0: none)")
+                      help="GPU budget: configurations over it are rejected unsimulated (default %(default)s: none)")
     srch.add_argument("--objective", choices=("goodput_per_gpu", "cost_per_token"), default="goodput_per_gpu",
                       help="highest request goodput per GPU (default) or lowest USD per million output tokens")
     srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",
                       help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
                            "e.g. h100-sxm=2.5")
-    srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
+    srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default %(default)s)")
     common.add_disagg_args(opt, "the disaggregated grid's base (with --over-disagg; alone: one disaggregated "
                                 "configuration beside the aggregated grid)")
     common.add_executor_args(opt, chunks=True)

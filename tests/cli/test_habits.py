@@ -1,0 +1,131 @@
+"""What a vLLM user types: --version, "did you mean" for a mistyped flag or subcommand, help
+texts whose stated defaults are the code's, and workload flags beside a trace applied or refused."""
+import argparse
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+import simllm.cli
+from helpers import ROOT
+from simllm.analysis.loadtest import DEFAULT_NUMBER_PER_CLIENT
+from simllm.cli import common
+from simllm.cli.main import COMMANDS, build_parser
+from simllm.config.disagg import DisaggConfig
+
+
+def run_main(argv, capsys):
+    try:
+        rc = simllm.cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(rc, out, err, *needles):
+    assert rc == 2, (rc, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_version_from_package_metadata():
+    proc = subprocess.run([sys.executable, "-m", "simllm", "--version"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"simllm {metadata.version('simllm')}"
+    assert re.fullmatch(r"simllm \d+\.\d+\.\d+\S*", proc.stdout.strip())
+
+
+@pytest.mark.parametrize("argv, wrong, right", [
+    (["run", "--num-promts", "20"], "--num-promts", "--num-prompts"),
+    (["run", "--sed=3"], "--sed", "--seed"),
+    (["estimate", "--tensor-paralel-size", "2"], "--tensor-paralel-size", "--tensor-parallel-size"),
+    (["rn"], "'rn'", "run"),
+    (["--verison"], "--verison", "--version"),
+    (["run", "--expert-routing", "balancd"], "'balancd'", "balanced"),
+])
+def test_did_you_mean(argv, wrong, right, capsys):
+    line = one_line_error(*run_main(argv, capsys), wrong)
+    assert line.endswith(f"(did you mean {right}?)"), line
+
+
+def test_no_suggestion_for_nothing_close(capsys):
+    line = one_line_error(*run_main(["run", "--zzzzqqq"], capsys), "--zzzzqqq")
+    assert "did you mean" not in line
+
+
+def subparsers():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+#: Flags whose parsed default is None ("not given") and whose stated default is the one the code
+#: then uses: the workload's (a workload file's value stands when the flag is not given), the target's.
+def none_default(command, dest):
+    if dest in ("model", "model_pos"):
+        return common.DEFAULT_MODEL
+    if dest in ("hardware", "hardware_pos"):
+        return common.DEFAULT_HARDWARE
+    if command == "loadtest" and dest == "number":
+        return DEFAULT_NUMBER_PER_CLIENT
+    if command == "loadtest" and dest == "request_rates":
+        return common.WORKLOAD.num_prompts  # requests per point
+    if dest in ("prefill_instances", "decode_instances"):
+        return getattr(DisaggConfig, dest)
+    field = {"timeout": "timeout_s"}.get(dest, dest)
+    value = getattr(common.WORKLOAD, field)
+    return getattr(value, "value", value)  # a fixed length's tokens
+
+
+def same(stated, real):
+    if isinstance(real, (list, tuple)) and len(real) == 1:
+        real = real[0]
+    if isinstance(real, bool):
+        return stated == str(real)
+    if isinstance(real, (int, float)):
+        try:
+            return float(stated) == float(real)
+        except ValueError:
+            return False
+    return stated == str(real)
+
+
+def test_help_defaults_are_the_code_defaults():
+    """Every help text that states a default ("default X", not the descriptive "default: ...")
+    states the action's real default: its parsed default, or for a flag parsed as None the
+    config default the code falls back to."""
+    checked = 0
+    for command, parser in subparsers().items():
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                continue
+            text = action.help % {**vars(action), "prog": parser.prog} if "%" in action.help else action.help
+            for stated in (s.rstrip(",.") for s in re.findall(r"\bdefault ([^\s;:)]+)", text)):
+                real = action.default if action.default is not None else none_default(command, action.dest)
+                assert same(stated, real), f"simllm {command} {'/'.join(action.option_strings)}: help says " \
+                                           f"default {stated}, the code uses {real!r}"
+                checked += 1
+    assert checked > 50
+
+
+def test_expert_routing_help_says_random(capsys):
+    with pytest.raises(SystemExit):
+        simllm.cli.main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "imbalance skews either (default random)" in out, out
+    assert common.SERVING.expert_routing == "random"
+
+
+def test_every_command_has_help(capsys):
+    for command in COMMANDS:
+        with pytest.raises(SystemExit) as exc:
+            simllm.cli.main([command, "--help"])
+        assert exc.value.code == 0
+        assert "usage: simllm " + command in capsys.readouterr().out
