@@ -129,3 +129,32 @@ def test_every_command_has_help(capsys):
             simllm.cli.main([command, "--help"])
         assert exc.value.code == 0
         assert "usage: simllm " + command in capsys.readouterr().out
+
+
+TRACE = "arrival_s,input_len,output_len\n0,100,5\n0.5,200,6\n2,300,7\n"
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--input-len", "10"], "--input-len"),
+    (["--random-output-len", "10"], "--output-len"),
+    (["--random-range-ratio", "0.5"], "--random-range-ratio"),
+    (["--burstiness", "2"], "--burstiness"),
+    (["--arrival", "constant"], "--arrival"),
+    (["--request-rate", "inf"], "--request-rate"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2"], "--ramp-up-strategy"),
+])
+def test_trace_refuses_flags_it_makes_meaningless(tmp_path, capsys, flags, flag):
+    path = tmp_path / "t.csv"
+    path.write_text(TRACE)
+    one_line_error(*run_main(["run", "--workload", path, *flags], capsys), f"command line: {flag} = ")
+
+
+def test_trace_applies_rate_and_cap(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(TRACE)
+    parser = subparsers()["run"]
+    args = parser.parse_args(["--workload", str(path), "--request-rate", "4", "--max-concurrency", "2",
+                              "--num-prompts", "3", "--seed", "5", "--prefix-hit-ratio", "0.5"])
+    w = common.workload(args)
+    assert (w.request_rate, w.max_concurrency, w.num_prompts, w.seed, w.prefix_hit_ratio) == (4.0, 2, 3, 5, 0.5)
+    assert w.describe() == "trace t.csv (3 requests, scaled to 4 req/s, at most 2 in flight)"

@@ -34,7 +34,7 @@ from simllm.config.workload import (
     load_workload,
     random_range,
 )
-from simllm.errors import ConfigError
+from simllm.errors import CLI, ConfigError
 from simllm.formats.measurements import load_measurements
 from simllm.sim.runner import EXECUTORS
 
@@ -363,10 +363,8 @@ def workload(args):
     if args.timeout is not None:
         changes["timeout_s"] = args.timeout
     ratio = args.random_range_ratio or 0.0
-    lengths = args.input_len is not None or args.output_len is not None or ratio > 0
-    if lengths and w.trace:
-        raise ConfigError("no --input-len/--output-len/--random-range-ratio with a trace (its lengths are replayed)",
-                          source="command line", key="--workload", value=w.trace)
+    if w.trace:
+        check_trace_flags(args, w.trace)
     if args.input_len is not None or ratio > 0:
         changes["input_len"] = random_range(int(args.input_len or w.input_len.mean_value), ratio)
     if args.output_len is not None or ratio > 0:
@@ -382,6 +380,23 @@ def workload(args):
             raise
         flag = "--timeout" if field == "timeout_s" else "--" + field.replace("_", "-")
         raise ConfigError(exc.expected, source="command line", key=flag, value=exc.value) from None
+
+
+def check_trace_flags(args, trace):
+    """Refuse the workload flags a trace makes meaningless (its lengths and send times are
+    replayed): the lengths', the arrival process's, and --request-rate inf (a finite rate scales
+    the trace's times to it). The others apply to a trace as to sampled requests."""
+    given = [("--input-len", args.input_len), ("--output-len", args.output_len),
+             ("--random-range-ratio", args.random_range_ratio or None), ("--arrival", args.arrival),
+             ("--burstiness", args.burstiness)]
+    for flag, value in given:
+        if value is not None:
+            raise ConfigError(f"no {flag} with a trace (its lengths and send times are replayed; --request-rate "
+                              "scales its times, --max-concurrency caps it)", source=CLI, key=flag, value=value)
+    if args.request_rate is not None and not math.isfinite(args.request_rate):
+        raise ConfigError("a finite rate with a trace (its send times are scaled to that mean rate); leave "
+                          "--request-rate out to replay them as recorded", source=CLI, key="--request-rate",
+                          value=args.request_rate)
 
 
 def percentiles(text):

@@ -153,7 +153,12 @@ class Workload:
     mean before each send (0: none). ``ramp_up_strategy`` (``linear`` or ``exponential``) sends
     request i at the rate ``ramp_up_start_rps`` ramped to ``ramp_up_end_rps`` over the requests,
     as ``vllm bench serve --ramp-up-strategy`` (``request_rate`` must stay inf).
-    ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary."""
+    ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary.
+
+    A ``trace`` replays its lengths and send times (the first ``num_prompts`` rows, all when 0),
+    its times multiplied by ``time_scale``, or with a finite ``request_rate`` scaled to that mean
+    rate, keeping their shape (:func:`trace_rate_scale`); ``max_concurrency`` then caps the
+    requests in flight."""
 
     num_prompts: int = checked(1000, "num_prompts", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
     request_rate: float = checked(math.inf, "request_rate", lambda v: _number_in(MIN_RATE, MAX_RATE)(v) or v == math.inf,
@@ -193,6 +198,9 @@ class Workload:
                 raise ConfigError(meta["expected"], source=self.source, key=f"workload.{meta['key']}",
                                   value=getattr(self, f.name))
         self._check_ramp_up()
+        if self.trace and math.isfinite(self.request_rate) and self.time_scale != 1.0:
+            raise ConfigError("no time_scale with a request_rate for a trace (the rate sets its pace); give one",
+                              source=self.source, key="workload.time_scale", value=self.time_scale)
         if self.warmup_requests and self.num_prompts and self.warmup_requests >= self.num_prompts:
             raise ConfigError(f"fewer warm-up requests than num_prompts ({self.num_prompts})", source=self.source,
                               key="workload.warmup_requests", value=self.warmup_requests)
@@ -227,7 +235,10 @@ class Workload:
 
     def describe(self):
         if self.trace:
-            return f"trace {Path(self.trace).name} ({self.num_prompts} requests)"
+            pace = f", scaled to {self.request_rate:g} req/s" if math.isfinite(self.request_rate) else (
+                f", times x {self.time_scale:g}" if self.time_scale != 1.0 else "")
+            cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
+            return f"trace {Path(self.trace).name} ({self.num_prompts or 'all'} requests{pace}{cap})"
         if self.closed_loop:
             load = f"closed loop, {self.max_concurrency} clients"
         else:
@@ -301,6 +312,8 @@ def generate_chunks(workload):
         arrival, inp, out, lines = read_trace(workload.trace, workload.trace_format, with_lines=True)
         n = min(workload.num_prompts, len(inp)) if workload.num_prompts else len(inp)
         arrival = (arrival[:n] - arrival[0]) * workload.time_scale if n else arrival[:0]
+        if math.isfinite(workload.request_rate):
+            arrival = arrival * trace_rate_scale(arrival, workload.request_rate, workload.trace)
     else:
         n = workload.num_prompts
     last = 0.0
@@ -320,6 +333,27 @@ def generate_chunks(workload):
         hit = rng.random(m) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(m, dtype=bool)
         yield Requests(np.ascontiguousarray(c_arr, dtype=np.float64), np.ascontiguousarray(c_in, dtype=np.int64),
                        np.ascontiguousarray(c_out, dtype=np.int64), hit, c_lines)
+
+
+def trace_rate_scale(arrival_s, rate, source="trace"):
+    """The factor that gives send times ``arrival_s`` (sorted, from 0) the mean rate ``rate``: the
+    trace's own mean rate, ``(n - 1) / span``, over ``rate``. Multiplying keeps the trace's shape
+    (its bursts and lulls, relative gaps) and makes its span ``(n - 1) / rate``, as a Poisson
+    stream of that rate would average; 1 for fewer than two requests.
+
+    Raises
+    ------
+    ConfigError
+        When the times span 0 s (every request at once: no rate to scale).
+    """
+    n = len(arrival_s)
+    if n < 2:
+        return 1.0
+    span = float(arrival_s[-1] - arrival_s[0])
+    if not span > 0:
+        raise ConfigError(f"a trace whose {n} send times span more than 0 s to scale to a request rate "
+                          "(they are all at once)", source=source, key="request_rate", value=rate)
+    return (n - 1) / (span * rate)
 
 
 def expected_last_send_s(w, n):
@@ -622,6 +656,10 @@ _KEYS = {
     "trace_format", "time_scale", "client_jitter_ms", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
     "warmup_requests",
 }
+#: Workload keys a trace makes meaningless: its lengths and send times are replayed (request_rate
+#: and time_scale pace it, max_concurrency caps it).
+TRACE_EXCLUDES = ("input_len", "output_len", "random_range_ratio", "arrival", "burstiness", "ramp_up_strategy",
+                  "ramp_up_start_rps", "ramp_up_end_rps")
 _DIST_KEYS = {"distribution", "value", "low", "high", "mean", "std", "sigma", "file", "column", "min", "max"}
 
 
@@ -699,6 +737,10 @@ def workload_from_dict(data, source="<dict>"):
     trace = ""
     if sec.has("trace"):
         trace = str(sec.file("trace"))
+        for key in TRACE_EXCLUDES:
+            if sec.has(key):
+                raise sec.error(key, sec.raw(key), f"no {key} with a trace (its lengths and send times are replayed; "
+                                                   "request_rate scales the times)")
     burst = sec.number("burstiness", 1.0, exclusive_minimum=0)
     arrival = sec.choice("arrival", ARRIVALS, "gamma" if burst != 1.0 else "poisson")
     return Workload(
