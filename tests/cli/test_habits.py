@@ -13,6 +13,7 @@ from helpers import ROOT
 from simllm.analysis.loadtest import DEFAULT_NUMBER_PER_CLIENT
 from simllm.cli import common
 from simllm.cli.main import COMMANDS, build_parser
+from simllm.config.datasets import DATASETS, Dataset
 from simllm.config.disagg import DisaggConfig
 
 
@@ -79,6 +80,10 @@ def none_default(command, dest):
         return common.WORKLOAD.num_prompts  # requests per point
     if dest in ("prefill_instances", "decode_instances"):
         return getattr(DisaggConfig, dest)
+    if dest == "dataset_name":
+        return DATASETS[0]  # random: the workload's own lengths
+    if dest.startswith(("sonnet_", "custom_")):
+        return getattr(Dataset, dest)
     field = {"timeout": "timeout_s"}.get(dest, dest)
     value = getattr(common.WORKLOAD, field)
     return getattr(value, "value", value)  # a fixed length's tokens
@@ -158,3 +163,43 @@ def test_trace_applies_rate_and_cap(tmp_path):
     w = common.workload(args)
     assert (w.request_rate, w.max_concurrency, w.num_prompts, w.seed, w.prefix_hit_ratio) == (4.0, 2, 3, 5, 0.5)
     assert w.describe() == "trace t.csv (3 requests, scaled to 4 req/s, at most 2 in flight)"
+
+
+def sharegpt_file(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text('[{"conversations": [{"value": "a prompt of some length"}, {"value": "an answer of some length"}]}]')
+    return path
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--dataset-path", "{sg}"], "--dataset-path = '{sg}': expected --dataset-name sharegpt, sonnet or custom"),
+    (["--dataset-name", "random", "--dataset-path", "{sg}"], "--dataset-path = '{sg}'"),
+    (["--dataset-name", "sharegpt"], "--dataset-path: a --dataset-path for --dataset-name sharegpt"),
+    (["--dataset-name", "sharegpt", "--dataset-path", "{sg}", "--sonnet-input-len", "300"],
+     "--sonnet-input-len = 300: expected no --sonnet-input-len without --dataset-name sonnet"),
+    (["--dataset-name", "sharegpt", "--dataset-path", "{sg}", "--input-len", "30"],
+     "--input-len = 30: expected no --input-len with --dataset-name sharegpt"),
+    (["--dataset-name", "custom", "--dataset-path", "{sg}", "--custom-output-len", "-2"],
+     "--custom-output-len = -2: expected an integer in [1, 1073741824], or -1"),
+    (["--dataset-name", "sonnet", "--dataset-path", "{tmp}/none.txt"], "--dataset-path = '{tmp}/none.txt'"),
+    (["--workload", "{trace}", "--dataset-name", "sharegpt", "--dataset-path", "{sg}"],
+     "--dataset-name = 'sharegpt': expected no dataset with a trace"),
+    (["--dataset-name", "sharegpt", "--dataset-path", "{sg}", "--num-promts", "3"], "(did you mean --num-prompts?)"),
+])
+def test_dataset_flags_errors(tmp_path, capsys, flags, needle):
+    sg = sharegpt_file(tmp_path)
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE)
+    fill = {"sg": sg, "tmp": tmp_path, "trace": trace}
+    one_line_error(*run_main(["run", *(f.format(**fill) for f in flags)], capsys), needle.format(**fill))
+
+
+def test_dataset_flags_build_the_workload(tmp_path):
+    sg = sharegpt_file(tmp_path)
+    args = subparsers()["run"].parse_args(["--dataset-name", "sharegpt", "--dataset-path", str(sg),
+                                           "--sharegpt-output-len", "7", "--num-prompts", "3", "--request-rate", "5"])
+    w = common.workload(args)
+    assert (w.dataset.name, w.dataset.sharegpt_output_len, w.num_prompts, w.request_rate) == ("sharegpt", 7, 3, 5.0)
+    assert w.describe() == "3 requests, 5 req/s poisson, sharegpt dataset sg.json, seed 0"
+    back = common.workload(subparsers()["run"].parse_args(["--dataset-name", "random", "--input-len", "9"]))
+    assert back.dataset is None and back.input_len.value == 9

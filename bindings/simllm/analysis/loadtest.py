@@ -374,8 +374,7 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
     rows = tuple(LoadTestRow.from_summary(p, r.summary) for p, r in zip(points, results))
     index, reason = recommend(rows, min_gain=min_gain, slo_p99_latency_ms=slo_p99_latency_ms)
     w = base_workload
-    title = (f"{model.name} on {hardware.name}, input {w.input_len.describe()}, output {w.output_len.describe()}"
-             if not w.trace else f"{model.name} on {hardware.name}, trace {w.trace}")
+    title = f"{model.name} on {hardware.name}, {w.describe_lengths()}"
     return LoadTestResult(points=points, rows=rows, recommended=index, reason=reason, min_gain=min_gain,
                           slo_p99_latency_ms=slo_p99_latency_ms, title=title, results=tuple(results))
 

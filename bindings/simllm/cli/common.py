@@ -24,8 +24,11 @@ from simllm.config.serving import (
     ServingConfig,
 )
 from simllm.config.sections import MAX_MAGNITUDE, MIN_STEP
+from simllm.config import datasets
+from simllm.config.datasets import Dataset
 from simllm.config.workload import (
     ARRIVALS,
+    DATASET_KEYS,
     MAX_COUNT,
     MAX_RATE,
     MIN_RATE,
@@ -255,6 +258,28 @@ def add_workload_args(p, load=True):
     g.add_argument("--warmup-requests", type=nonnegative_int,
                    help="leave the first N requests sent out of the summary (they stay in --save-detailed, marked; "
                         f"default {w.warmup_requests})")
+    d = p.add_argument_group(
+        "dataset (vllm bench serve's; simllm has no tokenizer: a text's tokens are taken as ceil(ASCII characters / "
+        f"{datasets.CHARS_PER_TOKEN}) + its other characters, chat templates not counted)")
+    d.add_argument("--dataset-name", choices=datasets.DATASETS,
+                   help="random: lengths from the flags above; sharegpt: a ShareGPT JSON's first two turns of each "
+                        f"conversation, shuffled by --seed as vLLM does, pairs under {datasets.MIN_LEN} tokens, prompts "
+                        f"over {datasets.MAX_PROMPT_LEN} or pairs over {datasets.MAX_TOTAL_LEN} skipped; sonnet: "
+                        "prompts of random lines of a text file after a shared prefix; custom: a JSONL of "
+                        "{\"prompt\": ...} (default " + datasets.DATASETS[0] + ")")
+    d.add_argument("--dataset-path", metavar="FILE", help="the sharegpt, sonnet or custom dataset file")
+    d.add_argument("--sharegpt-output-len", type=positive_int,
+                   help="sharegpt: output tokens of every request (default: each conversation's second turn's)")
+    d.add_argument("--sonnet-input-len", type=positive_int,
+                   help=f"sonnet: most prompt tokens (default {datasets.SONNET_INPUT_LEN})")
+    d.add_argument("--sonnet-output-len", type=positive_int,
+                   help=f"sonnet: output tokens (default {datasets.SONNET_OUTPUT_LEN})")
+    d.add_argument("--sonnet-prefix-len", type=nonnegative_int,
+                   help=f"sonnet: tokens of the prefix every prompt shares (default {datasets.SONNET_PREFIX_LEN}); "
+                        "--prefix-len defaults to it")
+    d.add_argument("--custom-output-len", type=int,
+                   help=f"custom: output tokens of every request, -1: each row's output_tokens (default "
+                        f"{datasets.CUSTOM_OUTPUT_LEN})")
 
 
 def add_run_args(p, load=True):
@@ -365,6 +390,11 @@ def workload(args):
     ratio = args.random_range_ratio or 0.0
     if w.trace:
         check_trace_flags(args, w.trace)
+    dataset = dataset_of(args, w)
+    if dataset is not w.dataset:
+        changes["dataset"] = dataset
+        if dataset is not None and dataset.name == "sonnet" and args.prefix_len is None:
+            changes["prefix_len"] = 0  # sonnet's shared prefix
     if args.input_len is not None or ratio > 0:
         changes["input_len"] = random_range(int(args.input_len or w.input_len.mean_value), ratio)
     if args.output_len is not None or ratio > 0:
@@ -380,6 +410,43 @@ def workload(args):
             raise
         flag = "--timeout" if field == "timeout_s" else "--" + field.replace("_", "-")
         raise ConfigError(exc.expected, source="command line", key=flag, value=exc.value) from None
+
+
+#: The dataset flags, by the dataset they are for.
+DATASET_FLAGS = {name: tuple("--" + key.replace("_", "-") for key in keys) for name, keys in DATASET_KEYS.items()}
+
+
+def dataset_of(args, w):
+    """The workload's dataset after the dataset flags (``w``'s own when none is given; None for the
+    random dataset). The flags of another dataset than the one named, --dataset-path without a
+    file dataset and the random dataset's lengths with a file dataset stop with one line."""
+    name = args.dataset_name or (w.dataset.name if w.dataset is not None else "random")
+    for other, flags in DATASET_FLAGS.items():
+        for flag in flags:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is not None and other != name:
+                raise ConfigError(f"no {flag} without --dataset-name {other}", source=CLI, key=flag, value=value)
+    if name == "random":
+        if args.dataset_path is not None:
+            raise ConfigError("--dataset-name sharegpt, sonnet or custom for it (vLLM's random dataset takes no file)",
+                              source=CLI, key="--dataset-path", value=args.dataset_path)
+        return None if args.dataset_name else w.dataset
+    if w.trace:
+        raise ConfigError("no dataset with a trace (its lengths are replayed)", source=CLI, key="--dataset-name",
+                          value=name)
+    for flag, value in (("--input-len", args.input_len), ("--output-len", args.output_len),
+                        ("--random-range-ratio", args.random_range_ratio or None)):
+        if value is not None:
+            raise ConfigError(f"no {flag} with --dataset-name {name} (the dataset gives the lengths)", source=CLI,
+                              key=flag, value=value)
+    path = args.dataset_path or (w.dataset.path if w.dataset is not None and w.dataset.name == name else None)
+    if path is None:
+        raise ConfigError(f"a --dataset-path for --dataset-name {name}", source=CLI, key="--dataset-path")
+    given = {key: getattr(args, key) for key in DATASET_KEYS[name] if getattr(args, key) is not None}
+    base = {k: getattr(w.dataset, k) for k in DATASET_KEYS[name]} if w.dataset is not None and w.dataset.name == name \
+        else {}
+    new = Dataset(name=name, path=str(path), **{**base, **given})
+    return w.dataset if new == w.dataset else new
 
 
 def check_trace_flags(args, trace):
