@@ -259,8 +259,10 @@ def add_workload_args(p, load=True):
                    help="leave the first N requests sent out of the summary (they stay in --save-detailed, marked; "
                         f"default {w.warmup_requests})")
     d = p.add_argument_group(
-        "dataset (vllm bench serve's; simllm has no tokenizer: a text's tokens are taken as ceil(ASCII characters / "
-        f"{datasets.CHARS_PER_TOKEN}) + its other characters, chat templates not counted)")
+        "dataset (vllm bench serve's)",
+        "simllm has no tokenizer: a text's tokens are taken as ceil(ASCII characters / "
+        f"{datasets.CHARS_PER_TOKEN}) + its other characters (~4 characters a token for English, 1 for CJK); chat "
+        "templates and BOS tokens are not counted")
     d.add_argument("--dataset-name", choices=datasets.DATASETS,
                    help="random: lengths from the flags above; sharegpt: a ShareGPT JSON's first two turns of each "
                         f"conversation, shuffled by --seed as vLLM does, pairs under {datasets.MIN_LEN} tokens, prompts "
