@@ -125,6 +125,9 @@ def test_custom_rows_and_output_tokens(tmp_path):
     first = [[8, 2][i] for i in order]
     assert inp.tolist()[:2] == first and out.tolist()[:2] == [[10, 20][i] for i in order]
     assert Dataset("custom", str(path)).requests(3, 0)[1].tolist() == [256] * 3
+    assert Dataset("custom", str(path)).requests(0, 0)[0].tolist() == []
+    path.write_text('{"prompt": ""}\n')
+    assert Dataset("custom", str(path)).requests(2, 0)[0].tolist() == [1, 1]  # an empty prompt is its BOS token
 
 
 @pytest.mark.parametrize("name, text, match", [

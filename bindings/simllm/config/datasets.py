@@ -17,7 +17,8 @@ templates and the BOS token vLLM's tokenizer adds are not counted.
   ``sonnet_input_len``; draws over ``sonnet_input_len`` are drawn again. Output
   ``sonnet_output_len``.
 - ``custom``: JSONL, one ``{"prompt": ..., "output_tokens": N}`` a line (``output_tokens`` only
-  needed with ``custom_output_len`` -1); shuffled and oversampled as ShareGPT, nothing skipped.
+  needed with ``custom_output_len`` -1); shuffled and oversampled as ShareGPT, nothing skipped (an
+  empty prompt counts 1 token, its BOS).
 """
 import functools
 import json
@@ -147,11 +148,12 @@ class Dataset:
         order = list(range(len(prompt)))
         random.Random(seed).shuffle(order)  # vLLM: random.seed(seed); random.shuffle(data)
         order = np.asarray(order, dtype=np.int64)
-        chosen = order[keep[order]][:n]
+        chosen = order[keep[order]]
         if not len(chosen):
             raise ConfigError(f"at least one {self.name} pair with a prompt of {MIN_LEN} to {MAX_PROMPT_LEN} tokens "
                               f"and at most {MAX_TOTAL_LEN} with its output (approximate tokens), got none",
                               source=self.path)
+        chosen = chosen[:n]
         if len(chosen) < n:  # vLLM's oversampling: random.seed(seed); random.choice(samples) per request short
             rng = random.Random(seed)
             extra = [rng.choice(range(len(chosen))) for _ in range(n - len(chosen))]
@@ -218,7 +220,7 @@ def _read_custom(path, shown):
                             or not 1 <= n <= MAX_TOKENS):
                 raise ConfigError(f"an integer in [1, {MAX_TOKENS}]", source=shown, line=line, key="output_tokens",
                                   value=n)
-            prompt.append(approx_tokens(row["prompt"]))
+            prompt.append(max(approx_tokens(row["prompt"]), 1))  # an empty prompt is still its BOS token
             output.append(int(n))
             lines.append(line)
     if not prompt:
