@@ -1,6 +1,7 @@
 """What a vLLM user types: --version, "did you mean" for a mistyped flag or subcommand, help
 texts whose stated defaults are the code's, and workload flags beside a trace applied or refused."""
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -203,3 +204,26 @@ def test_dataset_flags_build_the_workload(tmp_path):
     assert w.describe() == "3 requests, 5 req/s poisson, sharegpt dataset sg.json, seed 0"
     back = common.workload(subparsers()["run"].parse_args(["--dataset-name", "random", "--input-len", "9"]))
     assert back.dataset is None and back.input_len.value == 9
+
+
+def test_run_serves_the_dataset_and_the_scaled_trace(tmp_path, capsys):
+    """End to end: a ShareGPT run serves the pairs the dataset draws (token totals exact), and a
+    trace at --request-rate 2 sends its last request (n - 1) / 2 s after its first."""
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps([{"conversations": [{"value": "p" * (8 * i + 16)}, {"value": "a" * (4 * i + 16)}]}
+                              for i in range(7)]))
+    rc, out, err = run_main(["run", "--dataset-name", "sharegpt", "--dataset-path", sg, "--num-prompts", 20,
+                             "--format", "json", "--no-error-band"], capsys)
+    assert rc == 0, err
+    inp, outp, _ = Dataset("sharegpt", str(sg)).requests(20, 0)
+    s = json.loads(out)
+    assert (s["completed"], s["total_input_tokens"], s["total_output_tokens"]) == (20, inp.sum(), outp.sum())
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len\n" + "".join(f"{t},100,4\n" for t in (0, 30, 31, 90)))
+    rc, out, err = run_main(["run", "--workload", trace, "--request-rate", 2, "--format", "json", "--no-error-band",
+                             "--save-detailed", tmp_path / "d.csv"], capsys)
+    assert rc == 0, err
+    sent = sorted(float(line.split(",")[header.index("arrival_s")]) for header in
+                  [(tmp_path / "d.csv").read_text().splitlines()[0].split(",")]
+                  for line in (tmp_path / "d.csv").read_text().splitlines()[1:])
+    assert sent[-1] - sent[0] == pytest.approx(1.5) and sent[1] - sent[0] == pytest.approx(0.5)
