@@ -36,7 +36,7 @@ def add_parser(sub):
     srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",
                       help="USD per GPU-hour per hardware preset (needed by --objective cost_per_token), "
                            "e.g. h100-sxm=2.5")
-    srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default %(default)s)")
+    srch.add_argument("--top", type=common.positive_int, default=5, help="feasible configurations listed (default 5)")
     common.add_disagg_args(opt, "the disaggregated grid's base (with --over-disagg; alone: one disaggregated "
                                 "configuration beside the aggregated grid)")
     common.add_executor_args(opt, chunks=True)
