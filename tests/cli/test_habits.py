@@ -104,8 +104,8 @@ def same(stated, real):
 
 
 def test_help_defaults_are_the_code_defaults():
-    """Every help text that states a default ("default X", not the descriptive "default: ...")
-    states the action's real default: its parsed default, or for a flag parsed as None the
+    """Every help text that states a default ("(default X", "; default X" or ", default X"; not
+    the descriptive "default: ..." nor prose's "by default") states the action's real default: its parsed default, or for a flag parsed as None the
     config default the code falls back to."""
     checked = 0
     for command, parser in subparsers().items():
@@ -113,7 +113,7 @@ def test_help_defaults_are_the_code_defaults():
             if not action.help or action.help == argparse.SUPPRESS:
                 continue
             text = action.help % {**vars(action), "prog": parser.prog} if "%" in action.help else action.help
-            for stated in (s.rstrip(",.") for s in re.findall(r"\bdefault ([^\s;:)]+)", text)):
+            for stated in (s.rstrip(",.") for s in re.findall(r"(?:\(|; |, )default ([^\s;:)]+)", text)):
                 real = action.default if action.default is not None else none_default(command, action.dest)
                 assert same(stated, real), f"simllm {command} {'/'.join(action.option_strings)}: help says " \
                                            f"default {stated}, the code uses {real!r}"
