@@ -227,3 +227,18 @@ def test_run_serves_the_dataset_and_the_scaled_trace(tmp_path, capsys):
                   [(tmp_path / "d.csv").read_text().splitlines()[0].split(",")]
                   for line in (tmp_path / "d.csv").read_text().splitlines()[1:])
     assert sent[-1] - sent[0] == pytest.approx(1.5) and sent[1] - sent[0] == pytest.approx(0.5)
+
+
+def test_workload_file_dataset_with_flags(tmp_path):
+    """A workload file's dataset stays as the file gave it; flags override its keys; the random
+    dataset's lengths beside it stop."""
+    sharegpt_file(tmp_path)
+    spec = tmp_path / "w.yaml"
+    spec.write_text("workload:\n  num_prompts: 4\n  dataset_name: sharegpt\n  dataset_path: sg.json\n")
+    run = subparsers()["run"]
+    w = common.workload(run.parse_args(["--workload", str(spec)]))
+    assert w.dataset.source == str(spec) and w.dataset.sharegpt_output_len == 0
+    w = common.workload(run.parse_args(["--workload", str(spec), "--sharegpt-output-len", "11"]))
+    assert w.dataset.sharegpt_output_len == 11 and w.dataset.path == str(tmp_path / "sg.json")
+    with pytest.raises(simllm.ConfigError, match="--output-len = 5: expected no --output-len with --dataset-name"):
+        common.workload(run.parse_args(["--workload", str(spec), "--output-len", "5"]))

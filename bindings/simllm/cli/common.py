@@ -445,10 +445,11 @@ def dataset_of(args, w):
     if path is None:
         raise ConfigError(f"a --dataset-path for --dataset-name {name}", source=CLI, key="--dataset-path")
     given = {key: getattr(args, key) for key in DATASET_KEYS[name] if getattr(args, key) is not None}
+    if not given and args.dataset_name is None and args.dataset_path is None:
+        return w.dataset  # the workload file's, as it named it
     base = {k: getattr(w.dataset, k) for k in DATASET_KEYS[name]} if w.dataset is not None and w.dataset.name == name \
         else {}
-    new = Dataset(name=name, path=str(path), **{**base, **given})
-    return w.dataset if new == w.dataset else new
+    return Dataset(name=name, path=str(path), **{**base, **given})
 
 
 def check_trace_flags(args, trace):
