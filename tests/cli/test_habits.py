@@ -186,6 +186,8 @@ def sharegpt_file(tmp_path):
     (["--workload", "{trace}", "--dataset-name", "sharegpt", "--dataset-path", "{sg}"],
      "--dataset-name = 'sharegpt': expected no dataset with a trace"),
     (["--dataset-name", "sharegpt", "--dataset-path", "{sg}", "--num-promts", "3"], "(did you mean --num-prompts?)"),
+    (["--dataset-name", "sonnet", "--dataset-path", "{sg}", "--disable-shuffle"],
+     "--disable-shuffle = True: expected no --disable-shuffle without --dataset-name sharegpt or custom"),
 ])
 def test_dataset_flags_errors(tmp_path, capsys, flags, needle):
     sg = sharegpt_file(tmp_path)
@@ -238,7 +240,8 @@ def test_workload_file_dataset_with_flags(tmp_path):
     run = subparsers()["run"]
     w = common.workload(run.parse_args(["--workload", str(spec)]))
     assert w.dataset.source == str(spec) and w.dataset.sharegpt_output_len == 0
-    w = common.workload(run.parse_args(["--workload", str(spec), "--sharegpt-output-len", "11"]))
+    w = common.workload(run.parse_args(["--workload", str(spec), "--sharegpt-output-len", "11", "--disable-shuffle"]))
     assert w.dataset.sharegpt_output_len == 11 and w.dataset.path == str(tmp_path / "sg.json")
+    assert w.dataset.disable_shuffle
     with pytest.raises(simllm.ConfigError, match="--output-len = 5: expected no --output-len with --dataset-name"):
         common.workload(run.parse_args(["--workload", str(spec), "--output-len", "5"]))

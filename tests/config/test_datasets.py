@@ -74,6 +74,16 @@ def test_sharegpt_selection_is_vllms(tmp_path, seed, n):
     assert list(zip(inp.tolist(), out.tolist())) == vllm_sharegpt(entries, n, seed, output_len=3)
 
 
+def test_disable_shuffle_keeps_file_order(tmp_path):
+    entries = entries_of(np.random.default_rng(3), 40)
+    path = sharegpt(tmp_path, entries)
+    inp, _, _ = Dataset("sharegpt", str(path), disable_shuffle=True).requests(10, 5)
+    pairs = [(approx_tokens(e["conversations"][0]["value"]), approx_tokens(e["conversations"][1]["value"]))
+             for e in entries if len(e["conversations"]) >= 2]
+    kept = [p for p, o in pairs if 4 <= p <= 1024 and o >= 4 and p + o <= 2048]
+    assert inp.tolist() == kept[:10]
+
+
 def test_sharegpt_filters_short_and_long(tmp_path):
     path = sharegpt(tmp_path, [conv("abc", "a long enough answer"),  # 1-token prompt: skipped
                                conv("a prompt of some length", "ok"),  # 1-token answer: skipped
@@ -158,8 +168,9 @@ def test_workload_file_with_a_dataset(tmp_path):
     sharegpt(tmp_path, [conv("a prompt of some length", "an answer of some length")])
     spec = tmp_path / "w.yaml"
     spec.write_text("workload:\n  num_prompts: 4\n  dataset_name: sharegpt\n  dataset_path: sg.json\n"
-                    "  sharegpt_output_len: 9\n  request_rate: 2\n")
+                    "  sharegpt_output_len: 9\n  request_rate: 2\n  disable_shuffle: true\n")
     w = load_workload(spec)
+    assert w.dataset.disable_shuffle and w.dataset.sharegpt_output_len == 9
     req = generate(w)
     assert req.input_len.tolist() == [6] * 4 and req.output_len.tolist() == [9] * 4
     assert "sharegpt dataset sg.json" in w.describe()

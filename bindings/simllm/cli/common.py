@@ -279,6 +279,8 @@ def add_workload_args(p, load=True):
     d.add_argument("--sonnet-prefix-len", type=nonnegative_int,
                    help=f"sonnet: tokens of the prefix every prompt shares (default {datasets.SONNET_PREFIX_LEN}); "
                         "--prefix-len defaults to it")
+    d.add_argument("--disable-shuffle", action="store_true", default=None,
+                   help="sharegpt, custom: take the entries in file order (default: shuffled by --seed)")
     d.add_argument("--custom-output-len", type=int,
                    help=f"custom: output tokens of every request, -1: each row's output_tokens (default "
                         f"{datasets.CUSTOM_OUTPUT_LEN})")
@@ -423,11 +425,11 @@ def dataset_of(args, w):
     random dataset). The flags of another dataset than the one named, --dataset-path without a
     file dataset and the random dataset's lengths with a file dataset stop with one line."""
     name = args.dataset_name or (w.dataset.name if w.dataset is not None else "random")
-    for other, flags in DATASET_FLAGS.items():
-        for flag in flags:
-            value = getattr(args, flag[2:].replace("-", "_"))
-            if value is not None and other != name:
-                raise ConfigError(f"no {flag} without --dataset-name {other}", source=CLI, key=flag, value=value)
+    for flag in sorted({f for flags in DATASET_FLAGS.values() for f in flags}):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and flag not in DATASET_FLAGS.get(name, ()):
+            meant = " or ".join(n for n, flags in DATASET_FLAGS.items() if flag in flags)
+            raise ConfigError(f"no {flag} without --dataset-name {meant}", source=CLI, key=flag, value=value)
     if name == "random":
         if args.dataset_path is not None:
             raise ConfigError("--dataset-name sharegpt, sonnet or custom for it (vLLM's random dataset takes no file)",

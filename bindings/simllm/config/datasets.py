@@ -69,7 +69,8 @@ def char_counts(text):
 @dataclass(frozen=True)
 class Dataset:
     """A ``vllm bench serve`` dataset file and its flags. ``sharegpt_output_len`` 0: each pair's
-    own output; ``custom_output_len`` -1: each row's ``output_tokens``. Reading the file happens
+    own output; ``custom_output_len`` -1: each row's ``output_tokens``; ``disable_shuffle``:
+    ShareGPT's and custom's entries in file order. Reading the file happens
     here (cached by path, modification time and size), so a bad file stops before any simulation."""
 
     name: str
@@ -79,6 +80,7 @@ class Dataset:
     sonnet_output_len: int = SONNET_OUTPUT_LEN
     sonnet_prefix_len: int = SONNET_PREFIX_LEN
     custom_output_len: int = CUSTOM_OUTPUT_LEN
+    disable_shuffle: bool = False
     source: str = CLI
 
     def __post_init__(self):
@@ -91,6 +93,9 @@ class Dataset:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_TOKENS:
                 raise ConfigError(f"an integer in [{low}, {MAX_TOKENS}]", source=self.source, key=self.key(key), value=v)
+        if not isinstance(self.disable_shuffle, bool):
+            raise ConfigError("true or false", source=self.source, key=self.key("disable_shuffle"),
+                              value=self.disable_shuffle)
         v = self.custom_output_len
         if isinstance(v, bool) or not isinstance(v, int) or not (v == -1 or 1 <= v <= MAX_TOKENS):
             raise ConfigError(f"an integer in [1, {MAX_TOKENS}], or -1 (each row's output_tokens)",
@@ -146,7 +151,8 @@ class Dataset:
             if not self.sharegpt_output_len:
                 keep &= output >= MIN_LEN
         order = list(range(len(prompt)))
-        random.Random(seed).shuffle(order)  # vLLM: random.seed(seed); random.shuffle(data)
+        if not self.disable_shuffle:
+            random.Random(seed).shuffle(order)  # vLLM: random.seed(seed); random.shuffle(data)
         order = np.asarray(order, dtype=np.int64)
         chosen = order[keep[order]]
         if not len(chosen):

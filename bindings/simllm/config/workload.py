@@ -677,7 +677,7 @@ _KEYS = {
     "output_len", "random_range_ratio", "seed", "timeout_s", "prefix_len", "prefix_hit_ratio", "trace",
     "trace_format", "time_scale", "client_jitter_ms", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
     "warmup_requests", "dataset_name", "dataset_path", "sharegpt_output_len", "sonnet_input_len", "sonnet_output_len",
-    "sonnet_prefix_len", "custom_output_len",
+    "sonnet_prefix_len", "custom_output_len", "disable_shuffle",
 }
 #: Workload keys a trace makes meaningless: its lengths and send times are replayed (request_rate
 #: and time_scale pace it, max_concurrency caps it).
@@ -746,16 +746,16 @@ def _read_lengths(path, column):
 
 #: The dataset keys (vllm bench serve's flags) of each dataset; the random dataset's lengths are
 #: input_len, output_len and random_range_ratio.
-DATASET_KEYS = {"sharegpt": ("sharegpt_output_len",), "sonnet": ("sonnet_input_len", "sonnet_output_len",
-                                                                 "sonnet_prefix_len"),
-                "custom": ("custom_output_len",)}
+DATASET_KEYS = {"sharegpt": ("sharegpt_output_len", "disable_shuffle"),
+                "sonnet": ("sonnet_input_len", "sonnet_output_len", "sonnet_prefix_len"),
+                "custom": ("custom_output_len", "disable_shuffle")}
 RANDOM_KEYS = ("input_len", "output_len", "random_range_ratio")
 
 
 def _dataset(sec, trace):
     """The :class:`Dataset` of a workload mapping's dataset keys (None for the random dataset)."""
     name = sec.choice("dataset_name", DATASETS, "random")
-    keys = [k for keys in DATASET_KEYS.values() for k in keys]
+    keys = sorted({k for keys in DATASET_KEYS.values() for k in keys})
     for key in keys + ["dataset_path"]:
         if sec.has(key) and key not in DATASET_KEYS.get(name, ()) + ("dataset_path",) * (name != "random"):
             raise sec.error(key, sec.raw(key), f"no {key} with dataset_name {name}")
@@ -766,7 +766,8 @@ def _dataset(sec, trace):
     for key in RANDOM_KEYS:
         if sec.has(key):
             raise sec.error(key, sec.raw(key), f"no {key} with dataset_name {name} (the dataset gives the lengths)")
-    given = {k: sec.number(k, integer=True, minimum=-1 if k == "custom_output_len" else 0)
+    given = {k: sec.boolean(k) if k == "disable_shuffle" else
+             sec.number(k, integer=True, minimum=-1 if k == "custom_output_len" else 0)
              for k in DATASET_KEYS[name] if sec.has(k)}
     return Dataset(name=name, path=str(sec.file("dataset_path")), source=sec.source, **given)
 
