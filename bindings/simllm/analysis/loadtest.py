@@ -25,6 +25,7 @@ from simllm.text import table as text_table
 
 SOURCE = "command line"
 DEFAULT_NUMBER_PER_CLIENT = 10  # requests per client when --number is not given (closed loop)
+DEFAULT_MIN_GAIN = 0.10  # a step's relative throughput gain below which throughput counts as saturated
 DEFAULT_NUM_PROMPTS = 1000  # requests per point of a rate sweep when --number is not given (vLLM's default)
 MAX_POINTS = 1000  # a concurrency range longer than this is almost certainly a typo
 _RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*:\s*([x*+]?)\s*(\d+(?:\.\d*)?)\s*$")
@@ -174,7 +175,7 @@ class LoadTestResult:
     rows: tuple
     recommended: object
     reason: str
-    min_gain: float = 0.10
+    min_gain: float = DEFAULT_MIN_GAIN
     slo_p99_latency_ms: object = None
     title: str = ""
     results: tuple = field(default=(), repr=False, compare=False)
@@ -330,7 +331,7 @@ def point_workload(base_workload, point):
 
 
 def run_loadtest(model, hardware, serving, base_workload, points, progress=None, *, keep_requests=False,
-                 min_gain=0.10, slo_p99_latency_ms=None, executor=None, workers=None, scheduler=None):
+                 min_gain=DEFAULT_MIN_GAIN, slo_p99_latency_ms=None, executor=None, workers=None, scheduler=None):
     """Simulate ``base_workload`` at every load point.
 
     Parameters
@@ -373,8 +374,7 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
     rows = tuple(LoadTestRow.from_summary(p, r.summary) for p, r in zip(points, results))
     index, reason = recommend(rows, min_gain=min_gain, slo_p99_latency_ms=slo_p99_latency_ms)
     w = base_workload
-    title = (f"{model.name} on {hardware.name}, input {w.input_len.describe()}, output {w.output_len.describe()}"
-             if not w.trace else f"{model.name} on {hardware.name}, trace {w.trace}")
+    title = f"{model.name} on {hardware.name}, {w.describe_lengths()}"
     return LoadTestResult(points=points, rows=rows, recommended=index, reason=reason, min_gain=min_gain,
                           slo_p99_latency_ms=slo_p99_latency_ms, title=title, results=tuple(results))
 
@@ -398,7 +398,7 @@ def _load_text(row):
     return str(row.concurrency) if row.concurrency > 0 else f"{row.request_rate_rps:g}"
 
 
-def recommend(rows, min_gain=0.10, slo_p99_latency_ms=None):
+def recommend(rows, min_gain=DEFAULT_MIN_GAIN, slo_p99_latency_ms=None):
     """The load point past which more load buys little throughput.
 
     Rows are compared in increasing load (concurrency, or request rate for open-loop rows),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simllm.config import presets
+from simllm.config import hub, presets
 from simllm.config.disagg import DisaggConfig
 from simllm.config.framework import FrameworkProfile, load_framework
 from simllm.config.hardware import load_hardware
@@ -95,6 +95,8 @@ def resolve_name(kind, name, mapping):
         return mapping[name]
     if kind == "hardware" and name.endswith((".yaml", ".yml")) and Path(name).is_file():
         return name  # the caller's own profile
+    if kind == "models" and name.lower() in hub.preset_hf_ids():  # a HuggingFace id a preset stands for
+        return hub.preset_hf_ids()[name.lower()]
     wanted = _key(name)
     if kind == "models":
         wanted = SAME_ARCHITECTURE.get(wanted, wanted)

@@ -24,7 +24,7 @@ def add_parser(sub):
     cal.add_argument("--output", "-o", default=None,
                      help="calibrated hardware YAML to write (needed when GPU factors are fitted)")
     cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
-                     help="fit this framework's measurements, starting from its profile (default vllm)")
+                     help="fit this framework's measurements, starting from its profile (default %(default)s)")
     cal.add_argument("--framework-output", metavar="YAML",
                      help="framework profile YAML to write the fitted framework quantities to (default: the "
                           "profile itself, configs/frameworks/NAME.yaml); written only when some are fitted")

@@ -22,7 +22,7 @@ def add_parser(sub):
     cout.add_argument("--metrics", nargs="+", metavar="KEY",
                       help="rows: summary keys (default: TTFT/TPOT/E2E mean and P99, request/s, output tok/s, "
                            "output tok/s per GPU, MFU, MBU, KV usage, error rate)")
-    cout.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    cout.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default %(default)s)")
     cout.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
     cout.add_argument("--format", choices=("table", "json", "csv"), default="table")
     cout.add_argument("--output", "-o", metavar="FILE", help="also write the comparison to FILE.json, .csv or .txt")

@@ -11,7 +11,7 @@ def add_parser(sub):
     common.add_target(dia)
     common.add_run_args(dia)
     dia.add_argument("--what-if", nargs="+", metavar="CHANGE", choices=list(CHANGES),
-                     help=f"changes to re-simulate one at a time (default all: {', '.join(CHANGES)})")
+                     help=f"changes to re-simulate one at a time (default: all, {', '.join(CHANGES)})")
     dia.add_argument("--no-what-if", action="store_true", help="only the diagnosis")
     dia.add_argument("--format", choices=("table", "json"), default="table")
     common.add_executor_args(dia)

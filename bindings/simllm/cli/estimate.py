@@ -10,9 +10,9 @@ def add_parser(sub):
     est = sub.add_parser("estimate", help="per-operator cost of one prefill and one decode step, memory, ideal TTFT/TPOT")
     common.add_target(est)
     common.add_engine_args(est)
-    est.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default 1)")
-    est.add_argument("--input-len", type=common.positive_int, default=1024, help="prompt tokens per request (default 1024)")
-    est.add_argument("--output-len", type=common.positive_int, default=128, help="output tokens per request (default 128)")
+    est.add_argument("--batch-size", type=common.positive_int, default=1, help="sequences per step (default %(default)s)")
+    est.add_argument("--input-len", type=common.positive_int, default=1024, help="prompt tokens per request (default %(default)s)")
+    est.add_argument("--output-len", type=common.positive_int, default=128, help="output tokens per request (default %(default)s)")
     est.add_argument("--format", choices=("table", "json"), default="table")
 
 

@@ -10,11 +10,11 @@ def add_parser(sub):
     fr.add_argument("results", metavar="RESULTS", help="a CSV with a header (a sweep's table) or a JSON list of rows "
                                                       "with metric columns")
     fr.add_argument("--x", default="output_throughput_per_user",
-                    help="column on the x axis (default output_throughput_per_user = 1000 / mean_tpot_ms; "
+                    help="column on the x axis (default %(default)s = 1000 / mean_tpot_ms; "
                          "p99_ttft_ms for the TTFT frontier); *_ms columns, error_rate and cost are minimised, "
                          "others maximised")
     fr.add_argument("--y", default="output_throughput_per_gpu",
-                    help="column on the y axis (default output_throughput_per_gpu = output_throughput / GPUs)")
+                    help="column on the y axis (default %(default)s = output_throughput / GPUs)")
     fr.add_argument("--format", choices=("table", "json"), default="table")
     fr.add_argument("--plot", metavar="DIR", help="write the frontier PNG here (needs simllm[plot])")
     fr.add_argument("--per-seed", action="store_true",

@@ -20,7 +20,7 @@ def add_parser(sub):
                      help="simllm hardware preset or YAML whose peaks define the roofline (default: the system's preset)")
     imp.add_argument("--all", action="store_true", help="every system and framework simllm has a preset for")
     imp.add_argument("--output", "-o", default="kernels",
-                     help="folder; tables go to OUTPUT/<gpu>/<framework>.json (default ./kernels)")
+                     help="folder; tables go to OUTPUT/<gpu>/<framework>.json (default %(default)s)")
 
 
 def cmd(args, out):

@@ -20,13 +20,15 @@ def add_parser(sub):
                      help="closed-loop concurrencies, e.g. 1 10 50 100 200 (evalscope perf --parallel)")
     pts.add_argument("--number", nargs="+", type=common.positive_int, metavar="N",
                      help="requests per point, paired element by element with --parallel (evalscope perf --number; "
-                          "default 10 per client); with the other modes also one value for all points")
+                          f"default {loadtest.DEFAULT_NUMBER_PER_CLIENT} per client); with the other modes also one value for all "
+                          "points")
     pts.add_argument("--concurrency-range", metavar="START:STOP:STEP",
                      help="concurrencies START..STOP: STEP xF multiplies (1:256:x2), +N adds (16:128:+16)")
     pts.add_argument("--request-rate", dest="request_rates", nargs="+", type=common.rate, metavar="RPS",
-                     help="open-loop request rates in req/s (default --number: the workload's num_prompts, 1000)")
-    pts.add_argument("--min-gain", type=common.unit, default=0.10,
-                     help="throughput gain per step below which it counts as saturated (default 0.10 = 10%%)")
+                     help="open-loop request rates in req/s (requests per point: --number, else the workload's num_prompts, "
+                          f"default {common.WORKLOAD.num_prompts})")
+    pts.add_argument("--min-gain", type=common.unit, default=loadtest.DEFAULT_MIN_GAIN,
+                     help="throughput gain per step below which it counts as saturated (default %(default)s = 10%%)")
     pts.add_argument("--slo-p99-latency-ms", type=common.positive_float, metavar="MS",
                      help="recommend only points whose P99 end-to-end latency is within this")
     common.add_executor_args(lt)

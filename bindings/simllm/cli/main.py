@@ -5,6 +5,7 @@ import gc
 import os
 import signal
 import sys
+from importlib import metadata
 
 import simcore
 from simllm.cli import (
@@ -35,6 +36,7 @@ COMMANDS = {"estimate": estimate, "run": run, "validate": validate, "calibrate":
 
 def build_parser():
     parser = common.Parser(prog="simllm", description="Predict LLM serving performance on given hardware without running it.")
+    parser.add_argument("--version", action="version", version=f"simllm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=common.Parser)
     sub.required = True
     for module in COMMANDS.values():
@@ -44,6 +46,15 @@ def build_parser():
                              help="let spec files name files outside their own folder (traces, length files, "
                                   f"outputs; also: {ALLOW_OUTSIDE_ENV}=1)")
     return parser
+
+
+def version():
+    """The installed distribution's version (package metadata), or ``"unknown"`` when simllm
+    runs from a source tree that was never installed."""
+    try:
+        return metadata.version("simllm")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 #: The console script's generation-0 threshold (Python's default: 700 allocations).

@@ -30,7 +30,7 @@ def add_parser(sub):
                            "setting as prefill_NAME / decode_NAME; the answer says whether aggregated or "
                            "disaggregated wins")
     srch.add_argument("--max-gpus", type=common.nonnegative_int, default=0, metavar="N",
-                      help="GPU budget: configurations over it are rejected unsimulated (default 0: none)")
+                      help="GPU budget: configurations over it are rejected unsimulated (default %(default)s: none)")
     srch.add_argument("--objective", choices=("goodput_per_gpu", "cost_per_token"), default="goodput_per_gpu",
                       help="highest request goodput per GPU (default) or lowest USD per million output tokens")
     srch.add_argument("--price", nargs="+", metavar="HARDWARE=USD",

@@ -7,6 +7,8 @@ from simllm.config.hardware import load_hardware
 from simllm.config.serving import FRAMEWORKS
 from simllm.errors import ConfigError
 
+TABLES_FRAMEWORK = "vllm"  # whose kernel-table file profile writes when --framework is not given
+
 
 def add_parser(sub):
     prof = sub.add_parser("profile", help="time GEMMs, attention and copies on this machine's GPU (needs "
@@ -14,13 +16,13 @@ def add_parser(sub):
     prof.add_argument("--hardware", required=True, metavar="BASE",
                       help="datasheet profile of the GPU (preset or YAML): peaks kept, efficiencies measured")
     prof.add_argument("--output", "-o", required=True, help="hardware YAML to write")
-    prof.add_argument("--raw-output", help="raw measurements (.json or .csv; default next to --output)")
-    prof.add_argument("--device", default="cuda", help="torch device: cuda, cuda:N or cpu (default cuda)")
-    prof.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM dtype (default bf16)")
+    prof.add_argument("--raw-output", help="raw measurements (.json or .csv; default: next to --output)")
+    prof.add_argument("--device", default="cuda", help="torch device: cuda, cuda:N or cpu (default %(default)s)")
+    prof.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM dtype (default %(default)s)")
     prof.add_argument("--size", choices=("full", "tiny"), default="full", help="shape grid (tiny: seconds, for tests)")
     prof.add_argument("--framework", choices=FRAMEWORKS, default=None,
                       help="kernel tables: which framework's file to write, TABLES_DIR/<gpu>/FRAMEWORK.json "
-                           "(default vllm)")
+                           f"(default: {TABLES_FRAMEWORK})")
     prof.add_argument("--tables-dir", default=None, metavar="TABLES_DIR",
                       help="kernel tables: folder of <gpu>/<framework>.json, named by the YAML's kernel_tables "
                            "(default: kernels next to --output)")
@@ -31,7 +33,7 @@ def add_parser(sub):
 def cmd(args, out):
     if args.no_tables and (args.framework is not None or args.tables_dir is not None):
         raise ConfigError("--no-tables writes no kernel tables: drop --framework / --tables-dir")
-    framework = args.framework or "vllm"
+    framework = args.framework or TABLES_FRAMEWORK
     base = load_hardware(args.hardware)
     result = profile.profile_hardware(base, device=args.device, dtype=args.dtype, size=args.size,
                                       progress=lambda line: print(f"simllm: {line}", file=sys.stderr),

@@ -22,7 +22,7 @@ def add_parser(sub):
     common.add_disagg_args(run)
     out = run.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json"), default="table")
-    out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default 50,90,95,99)")
+    out.add_argument("--metric-percentiles", default="50,90,95,99", help="comma-separated percentiles (default %(default)s)")
     out.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for request_goodput, e.g. ttft:500 tpot:50")
     out.add_argument("--output", "-o", metavar="FILE",
                      help="also write the result to FILE: .json (vllm bench serve --save-result keys, plus "

@@ -4,7 +4,7 @@
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from simllm.config import dtypes, presets
+from simllm.config import dtypes, hub, presets
 from simllm.config.sections import Section
 from simllm.config.yamlio import line_of, load_file
 from simllm.errors import ConfigError
@@ -88,6 +88,8 @@ class ModelConfig:
     kv_cache_dtype: str = "auto"
     kv_compression_ratio: float = 1.0  # stored KV bytes = raw bytes / ratio
     declared_parameters: float = 0.0  # a published count to cross-check (0 = none)
+    # the HuggingFace ids a preset stands for (``--model ORG/NAME`` finds it by any of them)
+    hf_ids: tuple = field(default=(), compare=False)
     source: str = "<dict>"
     warnings: tuple = field(default=(), compare=False)
 
@@ -276,7 +278,7 @@ _EXTRA_KEYS = {
     "num_key_value_heads", "intermediate_size", "ffn", "activation", "norm", "tie_word_embeddings",
     "attention_bias", "mlp_bias", "lm_head_bias", "qk_norm", "parallel_attention", "sandwich_norm", "rotary_dim",
     "moe", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
-    "shared_expert_intermediate_size", "moe_layers", "declared_parameters",
+    "shared_expert_intermediate_size", "moe_layers", "declared_parameters", "hf_ids",
     "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     "sliding_window", "attention_chunk_size", "windowed_layers", "layer_types", "attention_dtype",
     "linear_attention", "attn_output_gate", "index_topk", "index_n_heads", "index_head_dim",
@@ -400,9 +402,18 @@ def model_from_dict(data, source="<dict>"):
         kv_cache_dtype=kv_dtype,
         kv_compression_ratio=kv.number("compression_ratio", 1.0, minimum=1.0),
         declared_parameters=sec.number("declared_parameters", 0.0, exclusive_minimum=0),
+        hf_ids=_hf_ids(sec),
         source=source,
     )
     return _with_warnings(cfg, notes)
+
+
+def _hf_ids(sec):
+    """``hf_ids``: a list of HuggingFace model ids (``ORG/NAME``)."""
+    ids = sec.raw("hf_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, str) and hub.is_hf_id(i) for i in ids):
+        raise sec.error("hf_ids", ids, "a list of HuggingFace model ids (ORG/NAME)")
+    return tuple(ids)
 
 
 def _mla_fields(sec):
@@ -757,8 +768,10 @@ def _looks_like_hf(data):
 
 
 def load_model(name_or_path):
-    """Load and validate a model: a preset name (``"llama-3.1-8b"``), a simllm/seed YAML file,
-    a HuggingFace ``config.json`` or a directory holding one.
+    """Load and validate a model: a preset name (``"llama-3.1-8b"``), a HuggingFace id
+    (``"meta-llama/Llama-3.1-8B-Instruct"``: the preset that stands for it, else its config.json in
+    the local HuggingFace cache, :mod:`simllm.config.hub`), a simllm/seed YAML file, a HuggingFace
+    ``config.json`` or a directory holding one.
 
     Returns
     -------
@@ -771,7 +784,11 @@ def load_model(name_or_path):
         For an unknown preset (with the nearest names), a missing file, a YAML syntax error
         (with its line), or an invalid value (naming file, key, value and expectation).
     """
-    path = presets.resolve("models", name_or_path, flag="--model")
+    text = str(name_or_path)
+    if hub.is_hf_id(text) and not Path(text).expanduser().exists():
+        path = hub.resolve_hf_id(text)
+    else:
+        path = presets.resolve("models", name_or_path, flag="--model")
     data = load_file(path)
     source = str(path)
     if data is None:

@@ -18,6 +18,10 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 MAX_GPUS = 65536
 MAX_SEQS = 2**20
 MAX_TOKENS = MAX_CONTEXT_TOKENS
+#: vLLM's max_num_batched_tokens when none is given: this with chunked prefill, else
+#: max(max_model_len, UNCHUNKED_MIN_BATCHED_TOKENS).
+CHUNKED_BATCHED_TOKENS = 8192
+UNCHUNKED_MIN_BATCHED_TOKENS = 2048
 
 
 def _count(minimum, maximum=MAX_TOKENS):
@@ -233,7 +237,7 @@ def resolve(model, hardware, serving):
         )
     tokens = serving.max_num_batched_tokens
     if not tokens:
-        tokens = 8192 if serving.enable_chunked_prefill else max(max_len, 2048)
+        tokens = CHUNKED_BATCHED_TOKENS if serving.enable_chunked_prefill else max(max_len, UNCHUNKED_MIN_BATCHED_TOKENS)
     elif not serving.enable_chunked_prefill and serving.batching == "continuous" and tokens < max_len:
         raise ConfigError(
             f"at least max_model_len ({max_len}) without chunked prefill (a whole prompt must fit in one "

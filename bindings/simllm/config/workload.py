@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.config import presets
+from simllm.config.datasets import DATASETS, Dataset
 from simllm.config.model import MAX_CONTEXT_TOKENS
 from simllm.config.sections import Section
 from simllm.config.yamlio import load_file
@@ -153,7 +154,14 @@ class Workload:
     mean before each send (0: none). ``ramp_up_strategy`` (``linear`` or ``exponential``) sends
     request i at the rate ``ramp_up_start_rps`` ramped to ``ramp_up_end_rps`` over the requests,
     as ``vllm bench serve --ramp-up-strategy`` (``request_rate`` must stay inf).
-    ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary."""
+    ``warmup_requests``: the first N requests sent are a warm-up, left out of the summary.
+    ``dataset``: a :class:`simllm.config.datasets.Dataset` whose requests' lengths replace
+    ``input_len`` and ``output_len`` (its shared prefix sets ``prefix_len`` when that is 0).
+
+    A ``trace`` replays its lengths and send times (the first ``num_prompts`` rows, all when 0),
+    its times multiplied by ``time_scale``, or with a finite ``request_rate`` scaled to that mean
+    rate, keeping their shape (:func:`trace_rate_scale`); ``max_concurrency`` then caps the
+    requests in flight."""
 
     num_prompts: int = checked(1000, "num_prompts", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
     request_rate: float = checked(math.inf, "request_rate", lambda v: _number_in(MIN_RATE, MAX_RATE)(v) or v == math.inf,
@@ -183,6 +191,8 @@ class Workload:
     ramp_up_end_rps: float = checked(0.0, "ramp_up_end_rps", _number_in(0.0, MAX_RATE),
                                      f"requests per second in [0, {MAX_RATE:g}]")
     warmup_requests: int = checked(0, "warmup_requests", _int_in(0, MAX_COUNT), f"an integer in [0, {MAX_COUNT}]")
+    # a vllm bench serve dataset (simllm.config.datasets.Dataset) giving each request's lengths
+    dataset: object = None
     name: str = "workload"
     source: str = "<dict>"
 
@@ -193,6 +203,14 @@ class Workload:
                 raise ConfigError(meta["expected"], source=self.source, key=f"workload.{meta['key']}",
                                   value=getattr(self, f.name))
         self._check_ramp_up()
+        if self.dataset is not None and not self.prefix_len:  # 0: the dataset's shared prefix (sonnet's)
+            object.__setattr__(self, "prefix_len", self.dataset.shared_prefix_tokens())
+        if self.trace and self.dataset is not None:
+            raise ConfigError("no dataset with a trace (the trace's lengths are replayed)", source=self.source,
+                              key="workload.dataset_name", value=self.dataset.name)
+        if self.trace and math.isfinite(self.request_rate) and self.time_scale != 1.0:
+            raise ConfigError("no time_scale with a request_rate for a trace (the rate sets its pace); give one",
+                              source=self.source, key="workload.time_scale", value=self.time_scale)
         if self.warmup_requests and self.num_prompts and self.warmup_requests >= self.num_prompts:
             raise ConfigError(f"fewer warm-up requests than num_prompts ({self.num_prompts})", source=self.source,
                               key="workload.warmup_requests", value=self.warmup_requests)
@@ -227,7 +245,10 @@ class Workload:
 
     def describe(self):
         if self.trace:
-            return f"trace {Path(self.trace).name} ({self.num_prompts} requests)"
+            pace = f", scaled to {self.request_rate:g} req/s" if math.isfinite(self.request_rate) else (
+                f", times x {self.time_scale:g}" if self.time_scale != 1.0 else "")
+            cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
+            return f"trace {Path(self.trace).name} ({self.num_prompts or 'all'} requests{pace}{cap})"
         if self.closed_loop:
             load = f"closed loop, {self.max_concurrency} clients"
         else:
@@ -243,8 +264,15 @@ class Workload:
         if self.max_concurrency and self.client_jitter_ms:
             load += f", client jitter {self.client_jitter_ms:g} ms"
         warmup = f" ({self.warmup_requests} warm-up)" if self.warmup_requests else ""
-        return (f"{self.num_prompts} requests{warmup}, {load}, input {self.input_len.describe()}, "
-                f"output {self.output_len.describe()}, seed {self.seed}")
+        return f"{self.num_prompts} requests{warmup}, {load}, {self.describe_lengths()}, seed {self.seed}"
+
+    def describe_lengths(self):
+        """Where the requests' lengths come from: the trace, the dataset, or the distributions."""
+        if self.trace:
+            return f"trace {self.trace}"
+        if self.dataset is not None:
+            return self.dataset.describe()
+        return f"input {self.input_len.describe()}, output {self.output_len.describe()}"
 
 
 @dataclass(frozen=True)
@@ -301,8 +329,12 @@ def generate_chunks(workload):
         arrival, inp, out, lines = read_trace(workload.trace, workload.trace_format, with_lines=True)
         n = min(workload.num_prompts, len(inp)) if workload.num_prompts else len(inp)
         arrival = (arrival[:n] - arrival[0]) * workload.time_scale if n else arrival[:0]
+        if math.isfinite(workload.request_rate):
+            arrival = arrival * trace_rate_scale(arrival, workload.request_rate, workload.trace)
     else:
         n = workload.num_prompts
+    if workload.dataset is not None:
+        inp, out, _ = workload.dataset.requests(n, workload.seed)
     last = 0.0
     for i, first in enumerate(range(0, max(n, 1), CHUNK_REQUESTS)):
         m = min(CHUNK_REQUESTS, n - first)
@@ -311,8 +343,11 @@ def generate_chunks(workload):
             c_arr, c_in, c_out = arrival[first:first + m], inp[first:first + m], out[first:first + m]
             c_lines = lines[first:first + m]
         else:
-            c_in = workload.input_len.sample(rng, m)
-            c_out = workload.output_len.sample(rng, m)
+            if workload.dataset is not None:
+                c_in, c_out = inp[first:first + m], out[first:first + m]
+            else:
+                c_in = workload.input_len.sample(rng, m)
+                c_out = workload.output_len.sample(rng, m)
             c_arr = _arrivals(workload, rng, n, first, m, last)
             c_lines = None
         if m:
@@ -320,6 +355,27 @@ def generate_chunks(workload):
         hit = rng.random(m) < workload.prefix_hit_ratio if workload.prefix_hit_ratio > 0 else np.zeros(m, dtype=bool)
         yield Requests(np.ascontiguousarray(c_arr, dtype=np.float64), np.ascontiguousarray(c_in, dtype=np.int64),
                        np.ascontiguousarray(c_out, dtype=np.int64), hit, c_lines)
+
+
+def trace_rate_scale(arrival_s, rate, source="trace"):
+    """The factor that gives send times ``arrival_s`` (sorted, from 0) the mean rate ``rate``: the
+    trace's own mean rate, ``(n - 1) / span``, over ``rate``. Multiplying keeps the trace's shape
+    (its bursts and lulls, relative gaps) and makes its span ``(n - 1) / rate``, as a Poisson
+    stream of that rate would average; 1 for fewer than two requests.
+
+    Raises
+    ------
+    ConfigError
+        When the times span 0 s (every request at once: no rate to scale).
+    """
+    n = len(arrival_s)
+    if n < 2:
+        return 1.0
+    span = float(arrival_s[-1] - arrival_s[0])
+    if not span > 0:
+        raise ConfigError(f"a trace whose {n} send times span more than 0 s to scale to a request rate "
+                          "(they are all at once)", source=source, key="request_rate", value=rate)
+    return (n - 1) / (span * rate)
 
 
 def expected_last_send_s(w, n):
@@ -620,8 +676,13 @@ _KEYS = {
     "name", "num_prompts", "request_rate", "arrival", "burstiness", "max_concurrency", "input_len",
     "output_len", "random_range_ratio", "seed", "timeout_s", "prefix_len", "prefix_hit_ratio", "trace",
     "trace_format", "time_scale", "client_jitter_ms", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
-    "warmup_requests",
+    "warmup_requests", "dataset_name", "dataset_path", "sharegpt_output_len", "sonnet_input_len", "sonnet_output_len",
+    "sonnet_prefix_len", "custom_output_len", "disable_shuffle",
 }
+#: Workload keys a trace makes meaningless: its lengths and send times are replayed (request_rate
+#: and time_scale pace it, max_concurrency caps it).
+TRACE_EXCLUDES = ("input_len", "output_len", "random_range_ratio", "arrival", "burstiness", "ramp_up_strategy",
+                  "ramp_up_start_rps", "ramp_up_end_rps")
 _DIST_KEYS = {"distribution", "value", "low", "high", "mean", "std", "sigma", "file", "column", "min", "max"}
 
 
@@ -683,6 +744,34 @@ def _read_lengths(path, column):
     return values
 
 
+#: The dataset keys (vllm bench serve's flags) of each dataset; the random dataset's lengths are
+#: input_len, output_len and random_range_ratio.
+DATASET_KEYS = {"sharegpt": ("sharegpt_output_len", "disable_shuffle"),
+                "sonnet": ("sonnet_input_len", "sonnet_output_len", "sonnet_prefix_len"),
+                "custom": ("custom_output_len", "disable_shuffle")}
+RANDOM_KEYS = ("input_len", "output_len", "random_range_ratio")
+
+
+def _dataset(sec, trace):
+    """The :class:`Dataset` of a workload mapping's dataset keys (None for the random dataset)."""
+    name = sec.choice("dataset_name", DATASETS, "random")
+    keys = sorted({k for keys in DATASET_KEYS.values() for k in keys})
+    for key in keys + ["dataset_path"]:
+        if sec.has(key) and key not in DATASET_KEYS.get(name, ()) + ("dataset_path",) * (name != "random"):
+            raise sec.error(key, sec.raw(key), f"no {key} with dataset_name {name}")
+    if name == "random":
+        return None
+    if trace:
+        raise sec.error("dataset_name", name, "no dataset with a trace (the trace's lengths are replayed)")
+    for key in RANDOM_KEYS:
+        if sec.has(key):
+            raise sec.error(key, sec.raw(key), f"no {key} with dataset_name {name} (the dataset gives the lengths)")
+    given = {k: sec.boolean(k) if k == "disable_shuffle" else
+             sec.number(k, integer=True, minimum=-1 if k == "custom_output_len" else 0)
+             for k in DATASET_KEYS[name] if sec.has(k)}
+    return Dataset(name=name, path=str(sec.file("dataset_path")), source=sec.source, **given)
+
+
 def workload_from_dict(data, source="<dict>"):
     """Validate a workload mapping (``{"workload": {...}}`` or the inner mapping)."""
     top = Section(data, source)
@@ -699,6 +788,11 @@ def workload_from_dict(data, source="<dict>"):
     trace = ""
     if sec.has("trace"):
         trace = str(sec.file("trace"))
+        for key in TRACE_EXCLUDES:
+            if sec.has(key):
+                raise sec.error(key, sec.raw(key), f"no {key} with a trace (its lengths and send times are replayed; "
+                                                   "request_rate scales the times)")
+    dataset = _dataset(sec, trace)
     burst = sec.number("burstiness", 1.0, exclusive_minimum=0)
     arrival = sec.choice("arrival", ARRIVALS, "gamma" if burst != 1.0 else "poisson")
     return Workload(
@@ -721,6 +815,7 @@ def workload_from_dict(data, source="<dict>"):
         ramp_up_start_rps=sec.number("ramp_up_start_rps", 0.0, minimum=0),
         ramp_up_end_rps=sec.number("ramp_up_end_rps", 0.0, minimum=0),
         warmup_requests=sec.number("warmup_requests", 0, integer=True, minimum=0),
+        dataset=dataset,
         name=sec.string("name", Path(source).stem),
         source=source,
     )

@@ -43,9 +43,9 @@ _ROUTER = {"round_robin": codes.ROUTER_ROUND_ROBIN, "least_outstanding": codes.R
 def check_workload(workload, model, max_model_len):
     """Reject length settings that can never fit the model (naming the file and field): a
     distribution whose smallest length is already ``max_model_len``, or fixed prompt and output
-    lengths that together exceed it. Sampled requests that merely may exceed it are rejected at
-    run time and counted as failed, as the server would."""
-    if workload.trace:
+    lengths that together exceed it. Sampled requests (and a dataset's) that merely may exceed it
+    are rejected at run time and counted as failed, as the server would."""
+    if workload.trace or workload.dataset is not None:
         return
     src = workload.source
     for key, dist in (("input_len", workload.input_len), ("output_len", workload.output_len)):
