@@ -177,6 +177,7 @@ def test_compare_cli_table_json_and_bad_output_name(tmp_path, capsys):
     assert "\n" not in err and "c.xlsx" in err
 
 
+@pytest.mark.heavy
 def test_disaggregated_columns_follow_each_aggregated_one():
     """With ``disagg``, every model x hardware pair gets a P/D column right after its aggregated
     one, equal to simulate_disagg on that hardware; per-GPU rows count both pools; the JSON round

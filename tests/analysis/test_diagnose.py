@@ -188,6 +188,7 @@ def test_gqa_what_if_is_skipped_for_latent_attention():
     assert "latent attention" in gqa.skipped and gqa.ttft_ms is None
 
 
+@pytest.mark.heavy
 def test_balanced_routing_what_if_prices_the_busiest_gpu():
     """DeepSeek-V3 with attention DP 8 x EP 8 and a few clients: random routing leaves the busiest
     GPU well above the mean; the what-if equals a direct run with --expert-routing balanced (faster
@@ -205,6 +206,7 @@ def test_balanced_routing_what_if_prices_the_busiest_gpu():
     assert "already balanced" in done.skipped
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_disaggregate_what_if_equals_simulate_disagg():
     """The run's replicas split into a prefill pool and a decode pool (the larger half decoding),

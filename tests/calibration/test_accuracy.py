@@ -27,7 +27,8 @@ DENSE = re.compile(r"Llama-3\.1-(8|70)B|Qwen3-32B")
 SYSTEMS = ("h100_sxm", "h200_sxm")
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")]
+# heavy: every row of the silicon CSV (CI's second step)
+pytestmark = [pytest.mark.heavy, pytest.mark.slow, pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")]
 
 
 def with_client(points, client_ms):

@@ -210,6 +210,7 @@ def test_disaggregated_rows_read_their_pools(tmp_path):
     assert accuracy.disagg_config(slots, model).first_token == "decode"  # vLLM's proxy
 
 
+@pytest.mark.heavy
 def test_disaggregated_row_predicts_what_simulate_disagg_does(tmp_path):
     """A disaggregated row's prediction is simllm.simulate_disagg of its pools over the same
     closed loop, plus its client's overhead on TTFT; a vLLM row's first token comes from the
@@ -241,6 +242,7 @@ def test_disaggregated_row_predicts_what_simulate_disagg_does(tmp_path):
         assert s["prefill_pool"]["instances"] == 2 and s["num_gpus"] == 6
 
 
+@pytest.mark.heavy
 def test_validate_cli_errors_by_mode(tmp_path, capsys):
     """An aggregated and a disaggregated row: validate's table and JSON give the errors per mode
     beside those per backend, and each JSON point its mode."""
@@ -271,6 +273,7 @@ def test_checkpoints_of_a_presets_architecture_find_it(name, preset):
     assert accuracy.resolve_name("models", name, {}) == preset
 
 
+@pytest.mark.heavy
 def test_pipeline_parallel_rows_are_simulated_pipelined(tmp_path):
     """An aggregated row with pp_size 2 runs with --pipeline-parallel-size 2 (its GPUs tp x pp)."""
     path = tmp_path / "pp.csv"

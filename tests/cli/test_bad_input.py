@@ -180,6 +180,7 @@ def test_allow_outside_paths_reads_the_file(tmp_path):
     assert run_cli("run", "--workload", outside, "-q", env=env).returncode == 0
 
 
+@pytest.mark.heavy
 def test_ctrl_c_prints_one_line_and_exits_130():
     # ~15 s of kernel (speculative steps take the explicit path) in ~300 MB of request arrays
     spec = '{"method": "ngram", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2.0}'

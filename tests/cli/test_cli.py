@@ -456,6 +456,7 @@ def test_help_exits_0():
     assert "--tensor-parallel-size" in proc.stdout
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_no_writable_numba_cache_is_one_line_and_the_run_still_works():
     """Where numba finds no folder to write its cache in (simulated: its only cache locator is

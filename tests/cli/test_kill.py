@@ -14,7 +14,8 @@ import yaml
 
 from helpers import GOLDEN
 
-pytestmark = pytest.mark.slow
+# heavy: SIGKILL during writes (CI's second step)
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 FRACTIONS = (0.45, 0.9)
 MEASURED = [str(GOLDEN / f"vllm_run{i}.json") for i in range(4)]
 PNG_END = b"IEND\xaeB`\x82"

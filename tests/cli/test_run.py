@@ -440,6 +440,7 @@ def test_closed_loop_flags(capsys, tmp_path):
     assert rc == 2 and "--warmup-requests = 40" in err
 
 
+@pytest.mark.heavy
 def test_disaggregated_run_reports_both_pools_and_the_transfers(capsys):
     summary = run_json(capsys, "--prefill-instances", "2", "--decode-config", '{"max_num_seqs": 64}',
                        "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_transfer_bandwidth_gbps": 40}')

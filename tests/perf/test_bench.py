@@ -1,7 +1,11 @@
 """pytest-benchmark versions for quick A/B: ``python -m pytest tests/perf --benchmark-only``.
 The CI test run executes them once with benchmarking disabled so they cannot rot."""
+import pytest
 import simllm
 from benchmarks.common import configs, decode_batches, time_many_nb
+
+# heavy: benchmarks run once as tests (CI's second step)
+pytestmark = pytest.mark.heavy
 
 
 def test_iteration_time_kernel(benchmark):

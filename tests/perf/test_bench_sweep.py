@@ -8,6 +8,9 @@ import pytest
 from benchmarks.bench_sweep import SWEEP_CONFIGS, mixed_spec
 from simllm.search import sweep as sw
 
+# heavy: benchmarks run once as tests (CI's second step)
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])

@@ -489,6 +489,7 @@ def pd_search():
                         max_gpus=16)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_disaggregated_grid_is_simulated_as_simulate_disagg_does(pd_search):
     res = pd_search
@@ -513,6 +514,7 @@ def test_disaggregated_grid_is_simulated_as_simulate_disagg_does(pd_search):
     assert sum(c.status == "budget" for c in res.candidates) == 2  # 2 x TP 8 prefill + decode
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_aggregated_or_disaggregated_answer_and_frontiers(pd_search, tmp_path):
     """The answer is the best feasible of both grids; best_by_mode gives each grid's; the verdict
@@ -560,6 +562,7 @@ def test_disaggregated_grid_inputs_are_checked():
     assert sla.grid_size({"tp": [1, 2]}, ["h100-sxm"], {"prefill_instances": [1, 2], "decode_tp": [1, 2]}) == 6
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_optimize_cli_aggregated_or_disaggregated(capsys):
     import simllm.cli

@@ -289,6 +289,7 @@ def test_spec_file_runs(tmp_path):
 
 # ----------------------------------------------------------------------------- disaggregated sweeps
 
+@pytest.mark.heavy
 def test_disaggregated_grid_reproduces_simulate_disagg():
     """A base.disagg or a prefill. / decode. / disagg. path makes every row a disaggregated run:
     each equals simllm.simulate_disagg of its pools; the gpus column counts both pools."""
@@ -331,6 +332,7 @@ def test_bad_disaggregated_specs_are_refused_before_any_simulation(kwargs, key, 
     assert key in text and words in text and "\n" not in text, text
 
 
+@pytest.mark.heavy
 def test_disaggregated_spec_file_names_file_and_line(tmp_path):
     spec = tmp_path / "sweep.yaml"
     spec.write_text(textwrap.dedent("""\

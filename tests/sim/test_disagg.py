@@ -17,6 +17,9 @@ from simllm.errors import ConfigError
 from simllm.sim.disagg import simulate_disagg
 from simllm.sim.simulate import ITL_BINS, N_WINDOWS, engine_inputs, pool_speculation, prepare_pool
 
+# heavy: the disaggregated kernel (CI's second step)
+pytestmark = pytest.mark.heavy
+
 BW_GBPS = 25.0
 LAT_US = 40.0
 

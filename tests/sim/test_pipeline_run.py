@@ -16,6 +16,9 @@ from simllm.sim.pack import pipeline_sends_s, pipeline_settings
 from simllm.sim.results import output_throughput_per_gpu
 from simllm.sim.simulate import prepare_pool
 
+# heavy: pipeline parallelism's kernel variant (CI's second step)
+pytestmark = pytest.mark.heavy
+
 MODEL = simllm.load_model("llama-3.1-70b")
 GPU = simllm.load_hardware("h100-sxm")
 

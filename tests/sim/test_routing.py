@@ -62,6 +62,7 @@ def test_many_tokens_even_out_and_one_gpu_is_its_own_mean():
         slowest_rank_factors(60, 4, 8)
 
 
+@pytest.mark.heavy
 def test_the_kernel_prices_the_busiest_gpu():
     """DeepSeek-V3, attention DP 8 x EP 8: at 2**i tokens a rank the kernel's assignments and hit
     experts are the balanced ones times the curve's factors, linear in log2 of the tokens between."""
@@ -92,6 +93,7 @@ def test_the_kernel_prices_the_busiest_gpu():
     assert routing_factors_nb(shaped, 8.0) == (r[3], r[P + 3])
 
 
+@pytest.mark.heavy
 def test_random_routing_slows_small_batches_and_not_without_expert_parallelism():
     model, hw = simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm")
     wl = simllm.Workload(num_prompts=64, max_concurrency=8, input_len=fixed(512), output_len=fixed(64))

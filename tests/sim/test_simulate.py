@@ -189,7 +189,8 @@ def test_ramp_up_with_clients_spreads_the_first_wave():
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="compiled signatures are what is checked")
-def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_speculation():
+@pytest.mark.parametrize("speculative", [False, pytest.param(True, marks=pytest.mark.heavy)])
+def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_speculation(speculative):
     """simulate compiles the kernel before its clock starts (compile_for) for exactly the types of
     the call it then makes: a plain run leaves the cohort argument out (its default, one variant
     for every caller), a speculative run passes None (engine.cohort_args: the cohort's inlined
@@ -199,13 +200,13 @@ def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_specu
     from simcore.engine import run_events_nb
 
     spec = {"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance_length": 1.5}
-    for serving, last in ((SERVING, types.Omitted(True)), (dataclasses.replace(SERVING, speculative_config=spec),
-                                                           types.none)):
-        simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
-        before = list(run_events_nb.signatures)
-        simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
-        # A run reporting progress (the command line's) calls the same event loop, not a kernel of its own.
-        simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8), progress=lambda ended, total: None)
-        assert list(run_events_nb.signatures) == before
-        assert any(sig[-1] == last for sig in before), (last, [sig[-1] for sig in before])
-        assert all(sig[-1] in (types.Omitted(True), types.none) for sig in before)
+    serving, last = ((dataclasses.replace(SERVING, speculative_config=spec), types.none) if speculative
+                     else (SERVING, types.Omitted(True)))
+    simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
+    before = list(run_events_nb.signatures)
+    simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8))
+    # A run reporting progress (the command line's) calls the same event loop, not a kernel of its own.
+    simllm.simulate(MODEL, HW, serving, closed_loop(6, 2, 32, 8), progress=lambda ended, total: None)
+    assert list(run_events_nb.signatures) == before
+    assert any(sig[-1] == last for sig in before), (last, [sig[-1] for sig in before])
+    assert all(sig[-1] in (types.Omitted(True), types.none) for sig in before)

@@ -13,6 +13,9 @@ from simllm.errors import ConfigError
 from simllm.search.optimize import optimize, parse_over
 from simllm.sim.disagg import simulate_disagg
 
+# heavy: speculative decoding's kernel variant (CI's second step)
+pytestmark = pytest.mark.heavy
+
 MODEL = simllm.load_model("llama-3.1-8b")
 GPU = simllm.load_hardware("h100-sxm")
 EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [0.73, 0.521, 0.355]}

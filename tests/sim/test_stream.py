@@ -99,6 +99,7 @@ def test_streamed_run_is_the_whole_run(seed, chunk, policy, replicas, router, bl
     assert_identical(e, reqi, reqf, max(chunk, clients + 1))
 
 
+@pytest.mark.heavy  # each kind compiles a kernel variant of its own
 @pytest.mark.parametrize("kind", ["lockstep", "pipeline", "eagle", "ngram"])
 def test_streamed_run_is_the_whole_run_on_the_other_paths(kind):
     """Lockstep data-parallel ranks, pipeline stages and speculative decoding (whose acceptance

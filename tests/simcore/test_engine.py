@@ -249,6 +249,7 @@ P_EP = build("deepseek-v3", "h200-sxm", tensor_parallel_size=1, data_parallel_si
     frontend=st.sampled_from([0.0, 0.0, 0.03]),
     pad=st.sampled_from([0, 0, 64, 512]),
 )
+@pytest.mark.heavy
 def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, budget, clients, timeout, frontend, pad):
     """Attention data-parallel ranks of one expert-parallel engine step together (round robin, every
     scheduling rule of one replica on each rank, preemption, timeouts, closed loops): the kernel
@@ -265,6 +266,7 @@ def test_lockstep_ranks_match_reference(seed, ranks, chunked, blocks, max_seqs, 
     assert_same(e, arrival, ready, prompt, output, p=P_EP)
 
 
+@pytest.mark.heavy
 def test_lockstep_step_is_the_slowest_rank_plus_the_experts_over_all_tokens():
     """Two ranks: a 2,048-token prompt on rank 0 and a 16-token one on rank 1 arrive together. Their
     first step ends for both when the slowest rank's own work (attention, dense layers, router,

@@ -10,6 +10,9 @@ from helpers import build
 from simcore.pipeline import ffn_split_nb, pipeline_ends_nb, stage_layers_nb
 from test_engine import P, assert_same, engine, run_kernel, workload
 
+# heavy: pipeline parallelism's kernel variant (CI's second step)
+pytestmark = pytest.mark.heavy
+
 # Four stages, two a node: the boundary after stage 1 crosses the network, the others NVLink.
 PIPE = dict(pipeline_stages=4, pipeline_stages_per_node=2, pipeline_latency_s=1e-5, pipeline_s_per_token=1e-7,
             pipeline_net_latency_s=5e-5, pipeline_net_s_per_token=1e-6)

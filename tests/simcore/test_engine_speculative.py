@@ -17,6 +17,9 @@ from simllm.config.speculative import SpeculativeConfig
 from simllm.sim.speculative import pack_drafter, speculation
 from test_engine import P, assert_same, engine, run_kernel, workload
 
+# heavy: speculative decoding's kernel variant (CI's second step)
+pytestmark = pytest.mark.heavy
+
 MODEL, HW, SERVING = build("llama-3.1-8b", "h100-sxm")[:3]
 
 
