@@ -668,7 +668,7 @@ def compare_report(comparison, bands=None, title="simllm compare", subtitle=""):
             v = row.values[i]
             ratio = row.ratios[i]
             text = format_value(row.metric, v)
-            cells.append(text + (f" ({format_ratio(ratio)})" if ratio is not None and i != comparison.baseline else ""))
+            cells.append(text + (f" {format_ratio(ratio)}" if ratio is not None and i != comparison.baseline else ""))
         body.append(cells)
     page.table(header, body, table_id="headline")
     for c in cols:
@@ -829,7 +829,8 @@ def sweep_report(result, title="simllm sweep", subtitle=""):
     t = result.table
     agg = result.aggregate()
     seeds = len(t) // max(len(agg), 1)
-    page = Page(title, subtitle or f"{len(agg)} configurations x {seeds} seeds = {len(t)} simulations")
+    counts = f"{len(agg)} configurations x {seeds} seeds = {len(t)} simulations"
+    page = Page(title, f"{subtitle}: {counts}" if subtitle else counts)
     page.heading("Configurations")
     header = ["config"] + list(result.paths) + ["n"] + [h for _, h in REPORT_METRICS]
     body = []
