@@ -201,12 +201,13 @@ def check_report_path(path, key="--report"):
 # ----------------------------------------------------------------------------- figure pieces
 
 def layout(title, xtitle, ytitle, *, xlog=False, ylog=False, **extra):
-    """A figure's layout: titled axes, hover on the nearest point, legend below the plot."""
+    """A figure's layout: titled axes (their type, linear or categories, from the data unless
+    logarithmic), hover on the nearest point, legend below the plot."""
     out = {
         "title": {"text": esc(title), "font": {"size": 15}},
-        "xaxis": {"title": {"text": esc(xtitle)}, "type": "log" if xlog else "linear", "zeroline": False,
+        "xaxis": {"title": {"text": esc(xtitle)}, "type": "log" if xlog else "-", "zeroline": False,
                   "gridcolor": "#e5e5e5"},
-        "yaxis": {"title": {"text": esc(ytitle)}, "type": "log" if ylog else "linear", "zeroline": False,
+        "yaxis": {"title": {"text": esc(ytitle)}, "type": "log" if ylog else "-", "zeroline": False,
                   "gridcolor": "#e5e5e5", "rangemode": "normal" if ylog else "tozero"},
         "hovermode": "closest",
         "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
@@ -633,7 +634,9 @@ def _bar_figure(page, comparison, key, title, ytitle, bands, scale_band=None):
              "textposition": "outside"}
     if any(lo) or any(hi):
         trace["error_y"] = {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": "#333"}
-    page.figure([trace], layout(title, "", ytitle, showlegend=False))
+    fig_layout = layout(title, "", ytitle, showlegend=False)
+    fig_layout["xaxis"]["type"] = "category"  # labels that look like numbers stay names
+    page.figure([trace], fig_layout)
 
 
 def compare_report(comparison, bands=None, title="simllm compare", subtitle=""):
