@@ -4,6 +4,7 @@ markup, the queue series and histograms against closed forms, the one-line error
 name that is not .html), and ``--report`` on the commands. The pages are opened in chromium by
 test_html_browser.py."""
 import html as html_mod
+import importlib.util
 import json
 import math
 import re
@@ -22,7 +23,9 @@ from simllm.errors import ConfigError
 from simllm.formats.measurements import Measurement
 from simllm.report import html
 
-pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+#: The tests that render a page (plotly.js inlined) need the report extra; the others always run.
+needs_plotly = pytest.mark.skipif(importlib.util.find_spec("plotly") is None,
+                                  reason="the report extra (plotly) is not installed")
 
 EVIL = '</script><script>alert("x")</script><!-- & \u2028'
 FIGURES = re.compile(r'<script id="simllm-figures" type="application/json">(.*?)</script>', re.S)
@@ -49,6 +52,7 @@ def test_script_json_cannot_end_the_script_and_reads_back_the_same():
     assert json.loads(text) == {"name": EVIL, "values": [1.5, None, None]}
 
 
+@needs_plotly
 def test_page_escapes_names_everywhere():
     """A configuration named to break out of the page appears only escaped: the page keeps its three
     script elements, the name's markup is never live, and the figure data gives the name back (as
@@ -65,6 +69,7 @@ def test_page_escapes_names_everywhere():
     assert any(html_mod.escape(EVIL) in h for h in hovers)
 
 
+@needs_plotly
 def test_page_is_self_contained():
     """plotly.js is inlined (no src, no link, no import of anything) and the figures are drawn by
     the page's own script."""
@@ -122,6 +127,7 @@ def loadtest_result():
     return LoadTestResult(tuple(points), tuple(rows), knee, reason, title="llama on h100")
 
 
+@needs_plotly
 def test_loadtest_marks_the_knee():
     result = loadtest_result()
     assert result.recommended == 2  # 3,900 tok/s at 32 clients, 4,000 at 64: +3%
@@ -155,6 +161,7 @@ def band(metric, value, lo, hi):
     return Band(metric, value, lo, hi, 0.9, 12)
 
 
+@needs_plotly
 def test_compare_table_ratios_and_band_error_bars():
     s = {"output_throughput": 2000.0, "tensor_parallel_size": 1, "data_parallel_size": 1, "mean_ttft_ms": 80.0,
          "mean_tpot_ms": 10.0}
@@ -182,6 +189,7 @@ def measurement(where_line, model, hardware, ttft, tpot):
                        request_rate=math.inf, num_prompts=64, ttft_ms=ttft, tpot_ms=tpot)
 
 
+@needs_plotly
 def test_validate_scatter_per_metric_with_sources_on_hover():
     points = [Point(measurement(2, "llama", "h100", 100.0, 10.0), "llama", "h100", {"ttft": 110.0, "tpot": 9.0,
                                                                                     "itl": 9.0, "e2el": 1000.0}),
@@ -208,6 +216,7 @@ def small_run():
                            simllm.Workload(num_prompts=20, request_rate=10.0), keep_requests=True)
 
 
+@needs_plotly
 def test_run_report_agrees_with_the_summary(small_run):
     s = small_run.summary
     bands = {"mean_ttft_ms": band("ttft", s["mean_ttft_ms"], 1.0, 2.0)}
@@ -235,6 +244,7 @@ def test_run_report_agrees_with_the_summary(small_run):
     assert queue.sum() * ts["window_s"] == pytest.approx(waited)
 
 
+@needs_plotly
 def test_run_cli_writes_the_report(tmp_path, capsys):
     out = tmp_path / "sub" / "run.html"
     assert simllm.cli.main(["run", "--num-prompts", "20", "--request-rate", "10", "-q", "--report", str(out)]) == 0
@@ -243,6 +253,7 @@ def test_run_cli_writes_the_report(tmp_path, capsys):
     assert [p.name for p in out.parent.iterdir()] == ["run.html"]  # no temporary file left
 
 
+@needs_plotly
 def test_frontier_cli_writes_the_report(tmp_path):
     rows = tmp_path / "rows.csv"
     rows.write_text("serving.max_num_seqs,mean_tpot_ms,output_throughput,gpus\n64,8,2000,1\n256,15,4000,1\n"

@@ -3,7 +3,8 @@ playwright): the page loads with no console error and no request beyond its own 
 renders (an SVG with drawn traces), hovering a point of a Pareto frontier shows that point's
 configuration, and a full-page PNG of each kind is kept in ``$SIMLLM_ARTIFACTS`` (default: a
 temporary folder). The reports come from the commands themselves on small runs of the default
-model. Marked heavy; skipped, with the reason, without chromium or playwright."""
+model. Marked heavy (and slow); skipped, with the reason, without chromium or playwright (failed
+instead when SIMLLM_REQUIRE_BROWSER is set, as CI does)."""
 import csv
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 import simllm.cli
 from helpers import SHARED_DATA
 
-pytestmark = pytest.mark.heavy
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]  # slow: not again in the NUMBA_DISABLE_JIT pass
 
 CHROMIUM = os.environ.get("SIMLLM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -63,11 +64,21 @@ def artifacts():
     return folder
 
 
+def missing(reason):
+    """Skip, or fail where the browser is required (CI sets SIMLLM_REQUIRE_BROWSER=1)."""
+    if os.environ.get("SIMLLM_REQUIRE_BROWSER"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("playwright is not installed (pip install playwright)")
     if not os.path.isfile(CHROMIUM):
-        pytest.skip(f"chromium is not installed ({CHROMIUM}; apt-get install chromium)")
+        missing(f"chromium is not installed ({CHROMIUM}; apt-get install chromium)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b

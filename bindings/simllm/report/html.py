@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from simllm.analysis.compare import build_comparison, format_ratio, format_value
+from simllm.calibration.record import simllm_version
 from simllm.calibration.validate import METRICS as VALIDATION_METRICS
 from simllm.errors import CLI, ConfigError, optional_import
 from simllm.fileio import write_output
@@ -170,8 +171,6 @@ class Page:
         """The whole page: HTML, the figures' JSON and plotly.js inlined."""
         body = "\n".join('<div class="grid">' + "".join(p) + "</div>" if isinstance(p, list) else p
                          for p in self.parts)
-        from simllm import __version__  # noqa: PLC0415 - the package's own version, set after its imports
-
         return (
             "<!DOCTYPE html>\n"
             '<html lang="en"><head><meta charset="utf-8">'
@@ -180,7 +179,7 @@ class Page:
             f"<body><h1>{esc(self.title)}</h1>"
             + (f'<p class="sub">{esc(self.subtitle)}</p>' if self.subtitle else "")
             + f"\n{body}\n"
-            f"<footer>simllm {esc(__version__)}: simulated, not measured. Figures drawn with plotly.js (MIT), "
+            f"<footer>simllm {esc(simllm_version())}: simulated, not measured. Figures drawn with plotly.js (MIT), "
             "inlined: this file needs no network.</footer>\n"
             f'<script id="simllm-figures" type="application/json">{script_json(self.figures)}</script>\n'
             f"<script>{plotly_js()}</script>\n<script>{SCRIPT}</script>\n</body></html>\n")
@@ -929,7 +928,8 @@ def optimize_report(result, bands=None, title="simllm optimize"):
     if result.answer is None:
         page.paragraph("No configuration meets the SLOs.", "warn")
     else:
-        page.paragraph(f"{result.answer.label}: {result.answer.gpus} GPUs", "")
+        gpus = result.answer.gpus
+        page.paragraph(f"{result.answer.label}: {gpus} GPU{'s' if gpus != 1 else ''}", "")
         page.code("simllm run " + result.answer.run_flags())
     shown = result.ranked[:result.top]
     body = [[i, c.label, c.hardware, c.gpus, format_number(c.goodput_per_gpu),
