@@ -25,6 +25,7 @@ from simllm.errors import CLI, ConfigError, optional_import
 from simllm.fileio import write_output
 from simllm.report.text import BAND_COLUMNS, band_range, domain_warning
 from simllm.search import pareto as fr
+from simllm.search.optimize import MODES, STATUSES
 from simllm.search.sweep import REPORT_METRICS, format_cell
 from simllm.sim.results import percentile_key
 from simllm.text import format_number, jsonable
@@ -920,8 +921,6 @@ def optimize_report(result, bands=None, title="simllm optimize"):
     str
         The HTML page.
     """
-    from simllm.search.optimize import MODES, STATUSES  # noqa: PLC0415 - keeps optimize's imports off other reports
-
     slos = ", ".join(s.text for s in result.slos) or "(none)"
     page = Page(title, f"{result.model}: {result.workload}; SLOs {slos}; objective {result.objective}")
     page.heading("Answer")
