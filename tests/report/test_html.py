@@ -3,6 +3,7 @@ data, read back from the page), escaping of names that could end the ``<script>`
 markup, the queue series and histograms against closed forms, the one-line errors (no plotly, a
 name that is not .html), and ``--report`` on the commands. The pages are opened in chromium by
 test_html_browser.py."""
+import dataclasses
 import html as html_mod
 import importlib.util
 import json
@@ -264,3 +265,22 @@ def test_frontier_cli_writes_the_report(tmp_path):
     cells, _ = table_rows(page, "headline")
     assert [c[2] for c in cells] == ["max_num_seqs=256", "max_num_seqs=64"]
     assert str(rows) in page
+
+
+@needs_plotly
+def test_run_report_of_a_disaggregated_run_names_its_pools(small_run):
+    """The pools and the KV link of a disaggregated summary (keys as simulate_disagg writes them),
+    grafted onto a small run so that no rare kernel compiles."""
+    pool = {"instances": 2, "hardware": "h100-sxm", "tensor_parallel_size": 4, "data_parallel_size": 1,
+            "num_gpus": 8, "gpu_busy_fraction": 0.5, "compute_utilization": 0.25, "kv_cache_usage_peak": 0.125,
+            "mean_batch_size": 3.0}
+    kv = {"link": "nvlink", "bandwidth_gbps": 450.0, "latency_us": 19.0, "first_token": "decode",
+          "mean_transfer_ms": 1.5, "p99_transfer_ms": 2.25, "link_utilization": 0.01}
+    summary = {**small_run.summary, "prefill_pool": pool, "decode_pool": {**pool, "instances": 1, "num_gpus": 4},
+               "kv_transfer": kv}
+    page = html.run_report(dataclasses.replace(small_run, summary=summary))
+    cells, _ = table_rows(page, "engine")
+    rows = {c[0]: c[1] for c in cells}
+    assert rows["Prefill pool"] == "2 x h100-sxm (TP=4, DP=1), 8 GPUs"
+    assert rows["Decode pool"] == "1 x h100-sxm (TP=4, DP=1), 4 GPUs"
+    assert rows["KV transfer mean / P99 (ms)"] == "1.50 / 2.25, link 1.0% busy"

@@ -360,6 +360,19 @@ def _engine_table(page, s):
     rows += [["Mean / max batch size", f"{s.get('mean_batch_size', math.nan):.1f} / {s.get('max_batch_size', '-')}"],
              ["Preemptions", str(s.get("num_preemptions", "-"))],
              ["Errors (rejected / timed out)", f"{s.get('num_rejected', 0)} / {s.get('num_timed_out', 0)}"]]
+    if "kv_transfer" in s:  # a disaggregated run: its pools and the KV transfers between them
+        for role in ("prefill", "decode"):
+            pool = s[f"{role}_pool"]
+            rows.append([f"{role.capitalize()} pool", f"{pool['instances']} x {pool['hardware']} "
+                         f"(TP={pool['tensor_parallel_size']}, DP={pool['data_parallel_size']}), {pool['num_gpus']} GPUs"])
+            rows.append([f"{role.capitalize()} busy / MFU / KV cache peak",
+                         f"{pool['gpu_busy_fraction']:.1%} / {pool['compute_utilization']:.1%} / "
+                         f"{pool['kv_cache_usage_peak']:.1%}, mean batch {pool['mean_batch_size']:.1f}"])
+        kv = s["kv_transfer"]
+        rows.append(["KV transfer link", f"{kv['link']}, {kv['bandwidth_gbps']:.0f} GB/s, {kv['latency_us']:.0f} us; "
+                     f"first token from the {kv['first_token']} pool"])
+        rows.append(["KV transfer mean / P99 (ms)", f"{kv['mean_transfer_ms']:.2f} / {kv['p99_transfer_ms']:.2f}, "
+                     f"link {kv['link_utilization']:.1%} busy"])
     page.table(["engine", "value"], rows, "lr", table_id="engine")
 
 
