@@ -284,3 +284,22 @@ def test_run_report_of_a_disaggregated_run_names_its_pools(small_run):
     assert rows["Prefill pool"] == "2 x h100-sxm (TP=4, DP=1), 8 GPUs"
     assert rows["Decode pool"] == "1 x h100-sxm (TP=4, DP=1), 4 GPUs"
     assert rows["KV transfer mean / P99 (ms)"] == "1.50 / 2.25, link 1.0% busy"
+
+
+@needs_plotly
+def test_optimize_report_without_an_answer(tmp_path, capsys):
+    """No configuration meets the SLO: the command exits 1 and its report says so, every
+    configuration a failing point of the frontier figures, each with its flags on hover."""
+    out = tmp_path / "optimize.html"
+    argv = ["optimize", "--num-prompts", "20", "--request-rate", "10", "--slo", "ttft_p99<=0.001",
+            "--over", "max_num_seqs=8,64", "-q", "--report", str(out)]
+    assert simllm.cli.main(argv) == 1
+    page = out.read_text(encoding="utf-8")
+    assert "No configuration meets the SLOs." in page and "2 fails the SLOs" in page
+    figs = figures(page)
+    assert len(figs) == 2
+    for f in figs:
+        failing = [t for t in f["data"] if t["name"] == "fails the SLOs"]
+        assert len(failing) == 1 and len(failing[0]["x"]) == 2
+        assert all("simllm run --hardware h100-sxm --max-num-seqs " in h and "breaks ttft_p99" in h
+                   for h in failing[0]["hovertext"])
