@@ -155,7 +155,7 @@ def test_frontier_hover_shows_each_points_configuration():
     for t in data:
         for i, text in zip(t["customdata"], t["hovertext"]):
             assert f"max_num_seqs={rows[i]['serving.max_num_seqs']}" in text and f"tp={rows[i]['tp']}" in text
-            assert f"GPUs = {rows[i]['tp']}" in text
+            assert f"GPUs: {rows[i]['tp']}" in text and "output tokens/s per GPU: " in text
 
 
 def band(metric, value, lo, hi):

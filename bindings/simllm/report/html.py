@@ -703,8 +703,8 @@ def compare_report(comparison, bands=None, title="simllm compare", subtitle=""):
 # ----------------------------------------------------------------------------- Pareto frontiers
 
 def _value_text(name, value):
-    unit = fr.UNITS.get(name, "")
-    return f"{name} = {format_number(value)}" + (f" {unit}" if unit and not name.endswith(unit) else "")
+    """``P99 TTFT (ms): 1,234`` (the axis label, then the value)."""
+    return f"{fr.axis_label(name)}: {format_number(value)}"
 
 
 def point_details(rows):
@@ -758,7 +758,7 @@ def frontier_figure(rows, frontier_idx=None, x="output_throughput_per_user", y="
     def hover(i):
         extra = [_value_text(x, xs[i]), _value_text(y, ys[i])]
         if math.isfinite(gpus[i]):
-            extra.append(f"GPUs = {gpus[i]:g}")
+            extra.append(f"GPUs: {gpus[i]:g}")
         status = fr.cell(rows[i], "status")
         if status not in (None, ""):
             extra.append(f"status: {status}")
