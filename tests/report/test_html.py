@@ -303,3 +303,20 @@ def test_optimize_report_without_an_answer(tmp_path, capsys):
         assert len(failing) == 1 and len(failing[0]["x"]) == 2
         assert all("simllm run --hardware h100-sxm --max-num-seqs " in h and "breaks ttft_p99" in h
                    for h in failing[0]["hovertext"])
+
+
+@needs_plotly
+def test_itl_histogram_is_merged_into_fewer_bins(small_run):
+    """The run's fine ITL bins are summed in neighbouring groups: the same tokens, no more than
+    ITL_BINS bins, edges taken from the run's own."""
+    fine = np.zeros(1000)
+    fine[[10, 11, 500, 998]] = [3, 4, 5, 6]
+    edges_s = np.geomspace(1e-4, 1.0, 1001)
+    run = dataclasses.replace(small_run, itl_histogram=fine, itl_bin_edges_s=edges_s)
+    itl = next(f for f in figures(html.run_report(run)) if f["layout"]["title"]["text"].startswith("ITL"))
+    step = itl["data"][0]
+    assert itl["layout"]["title"]["text"] == "ITL distribution (18 tokens)"
+    assert len(step["x"]) - 1 <= html.ITL_BINS and step["x"][0] == pytest.approx(edges_s[10] * 1e3)
+    assert step["x"][-1] == pytest.approx(edges_s[999] * 1e3)
+    assert set(step["x"]) <= set((edges_s * 1e3).tolist())
+    assert [round(y * 18) for y in step["y"][:-1] if y] == [7, 5, 6]

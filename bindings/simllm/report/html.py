@@ -34,6 +34,8 @@ from simllm.text import format_number, jsonable
 SUFFIXES = (".html", ".htm")
 #: Bins of the TTFT/TPOT/E2E latency histograms.
 HISTOGRAM_BINS = 60
+#: Bins of the ITL histogram at most (the run's log-spaced bins merged in neighbouring groups).
+ITL_BINS = 120
 #: Configurations the sweep report's table lists at most (the figures show them all).
 MAX_TABLE_ROWS = 50
 #: Relative error of the shaded band and of the dashed lines around y = x (as the PNG plots).
@@ -406,6 +408,11 @@ def _itl_distribution(page, result):
     counts, edges = counts[lo:hi], edges[lo:hi + 1].copy()
     if edges[0] <= 0:  # the underflow bin starts at 0: half its upper edge on a log axis
         edges[0] = edges[1] / 2
+    merge = -(-counts.size // ITL_BINS)  # neighbouring bins merged to at most ITL_BINS
+    if merge > 1:
+        pad = -counts.size % merge
+        counts = np.concatenate([counts, np.zeros(pad)]).reshape(-1, merge).sum(axis=1)
+        edges = np.concatenate([edges[:-1:merge], edges[-1:]])  # each group's left edge, then the last right one
     trace = _step_trace(edges, counts, "ITL", "ms", COLOURS[0])
     top = float(max(trace["y"]))
     data = [trace]
