@@ -79,7 +79,18 @@ def test_page_is_self_contained():
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # plotly.min.js is a few MB
     import plotly
 
-    assert plotly.offline.get_plotlyjs()[:2000].replace("</", "<\\/") in page
+    js = plotly.offline.get_plotlyjs()
+    assert js[:2000] in page and "Licensed under the MIT license" in page
+
+
+@needs_plotly
+def test_inlined_javascript_cannot_end_its_script(monkeypatch):
+    """A ``</script`` or ``<!--`` in the library's text (in a string, say) is written with an
+    escaped ``<`` that JavaScript reads back as the same text."""
+    import plotly.offline
+
+    monkeypatch.setattr(plotly.offline, "get_plotlyjs", lambda: 'var a = "</SCRIPT><!--", b = /<\\/script>/;')
+    assert html.plotly_js() == 'var a = "\\x3C/SCRIPT>\\x3C!--", b = /<\\/script>/;'
 
 
 def test_missing_plotly_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):

@@ -15,6 +15,7 @@ text, which the sweep, frontier and optimize reports share.
 import html
 import json
 import math
+import re
 
 import numpy as np
 
@@ -59,6 +60,8 @@ tr.hl td{background:#eaf3ff;font-weight:600}code{background:#f4f4f4;padding:1px 
 footer{color:#888;font-size:0.8em;margin-top:2em}
 """
 
+#: What may not appear inside a ``<script>`` element's text (HTML's script data states).
+SCRIPT_HAZARD = re.compile(r"</script|<!--", re.IGNORECASE)
 #: Draws every figure, then marks the body ``data-plots-rendered`` (what the browser tests wait for).
 SCRIPT = """
 (function () {
@@ -89,11 +92,13 @@ def require_plotly(**where):
 
 
 def plotly_js():
-    """plotly.js, minified, from the installed ``plotly`` package, safe to put in a ``<script>``
-    element (``</`` written ``<\\/``, which JavaScript reads the same inside its strings and
-    regular expressions, the only places the sequence can occur)."""
+    """plotly.js, minified, from the installed ``plotly`` package (its MIT licence header
+    included), safe to put in a ``<script>`` element: the two sequences that could end or
+    derail the element, ``</script`` and ``<!--``, get their ``<`` written ``\\x3C``, which
+    JavaScript reads as the same character in strings, templates and regular expressions (the
+    only places they can occur; plotly.js 4 has neither)."""
     offline = optional_import("plotly.offline", "an HTML report", package="plotly", install='"simllm[report]"')
-    return offline.get_plotlyjs().replace("</", "<\\/")
+    return SCRIPT_HAZARD.sub(lambda m: "\\x3C" + m.group(0)[1:], offline.get_plotlyjs())
 
 
 def script_json(obj):
