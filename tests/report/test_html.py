@@ -143,7 +143,13 @@ def loadtest_result():
 def test_loadtest_marks_the_knee():
     result = loadtest_result()
     assert result.recommended == 2  # 3,900 tok/s at 32 clients, 4,000 at 64: +3%
-    page = html.loadtest_report(result)
+    bands = [({"mean_ttft_ms": band("ttft", 50.0, 40.0, 70.0)}, ()), ({}, ()), ({}, ()), ({}, ("far out",))]
+    page = html.loadtest_report(result, bands)
+    cells, _ = table_rows(page, "bands")
+    assert cells == [["concurrency 1", "40.00–70.00", "-", "-", "-", "-"]]
+    assert "concurrency 64: outside the calibrated domain, bands less reliable: far out" in page
+    page = html.loadtest_report(result, [({}, ("far out",))] * 4)  # one warning for all
+    assert page.count("far out") == 1 and "all: outside the calibrated domain" in page
     cells, highlighted = table_rows(page, "headline")
     assert highlighted == [2] and cells[2][0] == "concurrency 32"
     assert "recommended: " in page

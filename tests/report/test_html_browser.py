@@ -129,6 +129,8 @@ def reports(tmp_path_factory):
 
 
 KINDS = ("run", "loadtest", "compare", "sweep", "optimize", "frontier", "validate")
+#: The kinds whose headline carries error bands (from the shipped accuracy record).
+BANDED = ("run", "loadtest", "compare", "optimize")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -151,6 +153,8 @@ def test_report_in_chromium(kind, browser, reports):
     page.goto(url)
     page.wait_for_selector("body[data-plots-rendered]", timeout=60_000)
     plots = page.evaluate(PLOTS_JS)
+    if kind in BANDED:
+        assert page.locator("th", has_text="error band").count() + page.locator("p", has_text="error bands").count()
     assert plots, "no plot on the page"
     assert int(page.get_attribute("body", "data-plots-rendered")) == len(plots)
     for p in plots:

@@ -35,7 +35,9 @@ def add_parser(sub):
     lout.add_argument("--format", choices=("table", "json", "csv"), default="table")
     lout.add_argument("--output", "-o", help="also write the result to this file (.csv: CSV, else JSON)")
     lout.add_argument("--plot", metavar="DIR", help="write throughput and latency vs load PNGs here (simllm[plot])")
-    common.add_report_arg(lout, "the load points, throughput and latency against the load with the knee marked")
+    common.add_report_arg(lout, "the load points with error bands, throughput and latency against the load with "
+                                "the knee marked")
+    common.add_band_args(lout)
     lout.add_argument("--quiet", "-q", action="store_true", help="no progress bar; print the recommendation alone")
     lout.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
@@ -46,6 +48,7 @@ def cmd(args, out):
     workload = common.workload(args)
     serving = common.run_serving(args)
     common.check_report(args)
+    record = common.band_record(args) if args.report else None  # the bands are the report's; a bad record fails here
     points = loadtest.plan_points(parallel=args.parallel, number=args.number,
                                   concurrency_range=args.concurrency_range, request_rates=args.request_rates,
                                   default_num_prompts=workload.num_prompts)
@@ -62,7 +65,8 @@ def cmd(args, out):
         write_output(args.output, as_csv if args.output.lower().endswith(".csv") else as_json)
     if args.plot:
         plot_loadtest(loadtest.plot_rows(result), args.plot)
-    common.write_report(args, lambda: html_report.loadtest_report(result))
+    common.write_report(args, lambda: html_report.loadtest_report(
+        result, [common.bands_of(r.summary, serving.framework, record) for r in result.results]))
     if args.quiet:
         out.write(("recommended: " if result.recommended is not None else "no recommendation: ")
                   + result.reason + "\n")

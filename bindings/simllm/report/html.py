@@ -542,7 +542,7 @@ def _knee_trace(x, y, text):
             "hoverinfo": "text", "hovertext": [esc(f"recommended: {text}")]}
 
 
-def loadtest_report(result, title="simllm loadtest"):
+def loadtest_report(result, bands=None, title="simllm loadtest"):
     """The report of a load test (``simllm loadtest --report``): the table of load points with
     the recommended one (the knee) highlighted and the reason, then output throughput against the
     load with the knee marked, end-to-end latency (P99 and mean, and the SLO) against the load, and
@@ -551,6 +551,9 @@ def loadtest_report(result, title="simllm loadtest"):
     Parameters
     ----------
     result : LoadTestResult
+    bands : list of (dict, tuple), optional
+        Per load point ``({key: Band}, reasons)`` (:func:`simllm.calibration.bands.summary_bands`),
+        shown as a table under the load points.
 
     Returns
     -------
@@ -570,6 +573,8 @@ def loadtest_report(result, title="simllm loadtest"):
     knee = result.recommended
     page.table(header, body, highlight={knee} if knee is not None else (), table_id="headline")
     page.paragraph(("recommended: " if knee is not None else "no recommendation: ") + result.reason, "")
+    if bands:
+        band_table(page, [(r.label(), b, why) for r, (b, why) in zip(rows, bands)], first="load")
     if not rows:
         return page.render()
     closed, load, log, xtitle = _load_axis(rows)
@@ -626,9 +631,13 @@ def band_table(page, rows, first="configuration"):
     page.paragraph(f"{coverage:.0%} error bands: where the measured value lay, relative to the prediction, for "
                    f"{coverage:.0%} of the nearest calibrated cases.", "")
     page.table([first] + [h for _, h in BAND_COLUMNS], body, table_id="bands")
+    groups = {}  # the same reasons are said once, for all the configurations they apply to
     for label, _, reasons in rows:
         if reasons:
-            page.paragraph(f"{label}: {domain_warning(reasons)}", "warn")
+            groups.setdefault(tuple(reasons), []).append(label)
+    for reasons, labels in groups.items():
+        who = "all" if len(labels) == len(rows) > 1 else ", ".join(labels)
+        page.paragraph(f"{who}: {domain_warning(reasons)}", "warn")
 
 
 def _bar_figure(page, comparison, key, title, ytitle, bands, scale_band=None):
