@@ -38,7 +38,9 @@ from simllm.config.workload import (
     random_range,
 )
 from simllm.errors import CLI, ConfigError
+from simllm.fileio import check_output
 from simllm.formats.measurements import load_measurements
+from simllm.report import html as html_report
 from simllm.sim.runner import EXECUTORS
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -535,6 +537,28 @@ def band_json(bands, reasons):
     coverage = next(iter(bands.values())).coverage if bands else None
     return {"error_band": {key: [b.lo, b.hi] for key, b in bands.items()}, "error_band_coverage": coverage,
             "calibration_warnings": list(reasons)}
+
+
+def add_report_arg(g, what):
+    """``--report FILE.html`` in output group ``g``; ``what`` says what the page shows."""
+    g.add_argument("--report", metavar="FILE.html",
+                   help=f"also write an interactive HTML report ({what}): one self-contained file that opens offline "
+                        "in any browser, hover for details (needs simllm[report])")
+
+
+def check_report(args):
+    """Fail before simulating when ``--report`` is given but cannot be written: a name not
+    ending in .html, a folder that cannot be written, or plotly (the ``report`` extra) missing."""
+    if args.report:
+        html_report.check_report_path(args.report)
+        check_output(args.report, "--report")
+        html_report.require_plotly(source=CLI, key="--report")
+
+
+def write_report(args, build):
+    """Write ``--report``'s page, ``build()`` (called only when the flag is given)."""
+    if args.report:
+        html_report.write_report(args.report, build())
 
 
 def add_disagg_args(p, title="disaggregated prefill/decode (any of these makes the run disaggregated)"):

@@ -1,6 +1,7 @@
 """``simllm compare``: one workload on several GPUs and/or models side by side."""
 from simllm.analysis import compare as cmp
 from simllm.cli import common
+from simllm.report import html as html_report
 from simllm.report import text as report
 from simllm.report.plots import plot_compare
 from simllm.sim.slo import parse_goodput
@@ -28,6 +29,7 @@ def add_parser(sub):
     cout.add_argument("--output", "-o", metavar="FILE", help="also write the comparison to FILE.json, .csv or .txt")
     cout.add_argument("--plot", metavar="DIR",
                       help="write bar charts of output tok/s per GPU, mean TTFT and mean TPOT here (needs simllm[plot])")
+    common.add_report_arg(cout, "every metric side by side with error bands, bar charts with the bands as error bars")
     common.add_band_args(cout)
 
 
@@ -37,6 +39,7 @@ def cmd(args, out):
     percentiles = common.percentiles(args.metric_percentiles)
     if args.output:
         cmp.check_save_path(args.output)  # a bad name fails before simulating
+    common.check_report(args)
     record = common.band_record(args)
     disagg = common.disagg_config(args)
     comparison = cmp.compare(args.model, args.hardware, serving, workload, args.metrics or cmp.DEFAULT_METRICS,
@@ -47,6 +50,8 @@ def cmd(args, out):
     if args.plot:
         plot_compare(comparison, args.plot)
     bands = [common.bands_of(c.summary, serving.framework, record) for c in comparison.columns]
+    common.write_report(args, lambda: html_report.compare_report(comparison, bands,
+                                                                 subtitle=f"simllm compare: {workload.describe()}"))
     if args.format == "json":
         data = cmp.comparison_to_dict(comparison)
         if record is not None:

@@ -5,6 +5,7 @@ import sys
 from simllm.analysis import loadtest
 from simllm.cli import common
 from simllm.fileio import write_output
+from simllm.report import html as html_report
 from simllm.report import text as report
 from simllm.report.plots import plot_loadtest
 from simllm.report.progress import Progress
@@ -36,6 +37,9 @@ def add_parser(sub):
     lout.add_argument("--format", choices=("table", "json", "csv"), default="table")
     lout.add_argument("--output", "-o", help="also write the result to this file (.csv: CSV, else JSON)")
     lout.add_argument("--plot", metavar="DIR", help="write throughput and latency vs load PNGs here (simllm[plot])")
+    common.add_report_arg(lout, "the load points with error bands, throughput and latency against the load with "
+                                "the knee marked")
+    common.add_band_args(lout)
     lout.add_argument("--quiet", "-q", action="store_true", help="no progress bar; print the recommendation alone")
     lout.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
@@ -45,6 +49,8 @@ def cmd(args, out):
     model, hardware = common.target(args)
     workload = common.workload(args)
     serving = common.run_serving(args)
+    common.check_report(args)
+    record = common.band_record(args) if args.report else None  # the bands are the report's; a bad record fails here
     points = loadtest.plan_points(parallel=args.parallel, number=args.number,
                                   concurrency_range=args.concurrency_range, request_rates=args.request_rates,
                                   default_num_prompts=workload.num_prompts)
@@ -61,6 +67,8 @@ def cmd(args, out):
         write_output(args.output, as_csv if args.output.lower().endswith(".csv") else as_json)
     if args.plot:
         plot_loadtest(loadtest.plot_rows(result), args.plot)
+    common.write_report(args, lambda: html_report.loadtest_report(
+        result, [common.bands_of(r.summary, serving.framework, record) for r in result.results]))
     if args.quiet:
         out.write(("recommended: " if result.recommended is not None else "no recommendation: ")
                   + result.reason + "\n")

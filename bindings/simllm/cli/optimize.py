@@ -1,6 +1,7 @@
 """``simllm optimize``: the configuration that meets SLOs with the most goodput per GPU."""
 from simllm.cli import common
 from simllm.fileio import write_output
+from simllm.report import html as html_report
 from simllm.report import text as report
 from simllm.report.plots import plot_frontier, require_matplotlib
 from simllm.report.progress import Progress
@@ -48,6 +49,8 @@ def add_parser(sub):
     oout.add_argument("--output", "-o", metavar="FILE", help="also write the result as JSON to FILE")
     oout.add_argument("--plot", metavar="DIR", help="write the frontier PNGs (per-user speed and P99 TTFT) here, the "
                                                     "answer marked (needs simllm[plot])")
+    common.add_report_arg(oout, "the answer, the ranked configurations with error bands, the Pareto frontiers with "
+                                "each configuration's flags on hover")
     oout.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     common.add_band_args(oout)
 
@@ -62,6 +65,7 @@ def cmd(args, out):
     prices = sla.parse_prices(args.price)
     if args.plot:
         require_matplotlib()  # fail before simulating when matplotlib is missing
+    common.check_report(args)
     run_on = common.executor(args)
     record = common.band_record(args)
     total = sla.grid_size(over, args.hardware, over_disagg, disagg is not None)
@@ -90,6 +94,7 @@ def cmd(args, out):
             idx = (result.frontier(kind) if len(result.modes) < 2 else
                    {sla.MODES[m]: result.frontier(kind, m) for m in result.modes})
             plot_frontier(rows, idx, args.plot, chosen=chosen, x=x)
+    common.write_report(args, lambda: html_report.optimize_report(result, bands))
     if args.format == "json":
         out.write(as_json)
     else:

@@ -7,6 +7,7 @@ from simllm.cli import common
 from simllm.errors import ConfigError
 from simllm.fileio import check_output
 from simllm.formats import exports
+from simllm.report import html as html_report
 from simllm.report import text as report
 from simllm.report.plots import plot_run
 from simllm.report.progress import Progress
@@ -32,6 +33,8 @@ def add_parser(sub):
                           "for .csv/.parquet summary (default) or requests (one row per request)")
     out.add_argument("--plot", metavar="DIR",
                      help="write TTFT/TPOT CDFs and KV-cache/throughput-over-time PNGs here (needs simllm[plot])")
+    common.add_report_arg(out, "headline with error bands, TTFT/TPOT/ITL/E2E distributions, throughput, batch size, "
+                               "KV cache and queue over time")
     out.add_argument("--save-detailed", help="per-request rows to FILE.csv or FILE.parquet")
     out.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     out.add_argument("--quiet", "-q", action="store_true", help="print one summary line")
@@ -57,11 +60,12 @@ def cmd(args, out):
         check_output(args.output, "--output")
     if args.save_detailed:
         check_output(args.save_detailed, "--save-detailed")
-    record = None if args.quiet else common.band_record(args)  # a bad record fails before simulating
+    common.check_report(args)
+    record = None if args.quiet and not args.report else common.band_record(args)  # a bad record fails before simulating
     disagg = common.disagg_config(args)
     # --save-detailed alone does not keep the rows in memory: simulate writes them (a long
     # summary-only run streams them to the file as its requests end).
-    keep_requests = bool(args.plot or args.export_format in ("guidellm", "requests")
+    keep_requests = bool(args.plot or args.report or args.export_format in ("guidellm", "requests")
                          or (args.save_detailed and (args.output or disagg is not None)))
     # A progress bar for long runs only (a million requests and more), on a terminal.
     long_run = workload.num_prompts >= common.PROGRESS_MIN_REQUESTS and not args.quiet
@@ -80,6 +84,8 @@ def cmd(args, out):
     if args.plot:
         plot_run(result, args.plot)
     bands, reasons = common.bands_of(result.summary, serving.framework, record)
+    common.write_report(args, lambda: html_report.run_report(result, bands=bands, reasons=reasons,
+                                                             percentiles=percentiles))
     if args.quiet:
         out.write(report.format_run_line(result) + "\n")
     elif args.format == "json":

@@ -3,6 +3,7 @@ import logging
 
 from simllm.cli import common
 from simllm.fileio import check_output
+from simllm.report import html as html_report
 from simllm.report.plots import plot_sweep
 from simllm.report.progress import Progress
 from simllm.search import sweep as sw
@@ -21,6 +22,8 @@ def add_parser(sub):
                      help="results .csv or .parquet (default: the spec's output:); journaled as chunks finish, "
                           "so rerunning the same command resumes an interrupted sweep")
     swp.add_argument("--plot", metavar="DIR", help="PNGs of key metrics vs the first numeric grid path (simllm[plot])")
+    common.add_report_arg(swp, "the configurations with P5-P95 bands, metrics over the grid, the Pareto frontier "
+                               "with each point's configuration")
     swp.add_argument("--format", choices=("table", "json", "csv"), default="table")
     swp.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     swp.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -32,6 +35,7 @@ def cmd(args, out):
     spec = load_sweep_spec(args.spec)
     if args.output:
         check_output(args.output, "--output")
+    common.check_report(args)
     bar = Progress(0, "simllm sweep", enabled=not args.quiet)  # run_spec sets its total
     try:
         result = sw.run_spec(spec, run_on["executor"] or "threads", workers=run_on["workers"],
@@ -47,6 +51,7 @@ def cmd(args, out):
         bar.close()
     if args.plot:
         plot_sweep(result, args.plot)
+    common.write_report(args, lambda: html_report.sweep_report(result, subtitle=args.spec))
     if args.format == "json":
         out.write(to_json(sw.result_to_dict(result)))  # strict JSON: NaN -> null
     elif args.format == "csv":

@@ -6,6 +6,7 @@ from simllm.calibration.record import build_record, write_record
 from simllm.cli import common
 from simllm.config.framework import load_framework
 from simllm.config.hardware import FACTOR_KEYS, load_hardware
+from simllm.report import html as html_report
 from simllm.report import text as report
 from simllm.report.plots import plot_validation
 
@@ -20,6 +21,8 @@ def add_parser(sub):
                      help="simulate every point with this framework profile (name or YAML, e.g. one simllm "
                           "calibrate wrote) instead of its backend's shipped one")
     val.add_argument("--plot", metavar="DIR", help="write predicted-vs-measured PNGs here (needs simllm[plot])")
+    common.add_report_arg(val, "the error per metric, backend and mode, predicted-vs-measured scatters with each "
+                               "point's source on hover")
     val.add_argument("--format", choices=("table", "json"), default="table")
     val.add_argument("--write-accuracy", metavar="FILE.json",
                      help="also write every predicted point's features and measured and predicted TTFT, TPOT and "
@@ -29,6 +32,7 @@ def add_parser(sub):
 
 
 def cmd(args, out):
+    common.check_report(args)
     points, shape = common.measured_points(args, args.hardware)
     hardware_for = _with_factors_of(args.factors_from) if args.factors_from else None
     run_on = common.executor(args)
@@ -46,6 +50,8 @@ def cmd(args, out):
     by_mode = accuracy.error_summary_by(points, lambda p: p.measurement.mode)
     if args.plot:
         plot_validation(points, args.plot)
+    common.write_report(args, lambda: html_report.validate_report(points, summary, {"backend": by, "mode": by_mode},
+                                                                  subtitle=" ".join(map(str, args.measured))))
     if args.write_accuracy:
         settings = {"filters": [f.pattern for f in args.filter], "min_length_ratio": args.min_length_ratio,
                     "num_prompts": args.num_prompts, "factors_from": args.factors_from,

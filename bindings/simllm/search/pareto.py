@@ -74,7 +74,7 @@ def axis_label(name):
     return name.replace("_", " ")
 
 
-def _get(row, name, default=None):
+def cell(row, name, default=None):
     """Field ``name`` of one row: a dict, a numpy structured-array record or an object with a
     ``summary`` dict."""
     if hasattr(row, "summary") and isinstance(row.summary, dict):
@@ -89,7 +89,7 @@ def _get(row, name, default=None):
 
 def _first(row, names, default=None):
     for n in names:
-        v = _get(row, n)
+        v = cell(row, n)
         if v is not None and not (isinstance(v, str) and v == ""):
             return v
     return default
@@ -98,7 +98,7 @@ def _first(row, names, default=None):
 def gpus_of(row):
     """GPUs of one row: ``gpus``, else ``tensor_parallel_size`` x ``pipeline_parallel_size`` x
     ``data_parallel_size`` (1 each when absent; ``serving.``-prefixed names accepted)."""
-    g = as_float(_get(row, "gpus"))
+    g = as_float(cell(row, "gpus"))
     if math.isfinite(g) and g > 0:
         return g
     tp = as_float(_first(row, ("tensor_parallel_size", "serving.tensor_parallel_size", "tp"), 1))
@@ -113,13 +113,13 @@ def gpus_of(row):
 def per_user_speed(row):
     """Output tokens/s one user sees: 1000 / ``mean_tpot_ms`` (NaN when TPOT is missing or not
     positive)."""
-    tpot = as_float(_get(row, "mean_tpot_ms"))
+    tpot = as_float(cell(row, "mean_tpot_ms"))
     return 1000.0 / tpot if math.isfinite(tpot) and tpot > 0 else math.nan
 
 
 def per_gpu(row):
     """Output tokens/s per GPU: ``output_throughput`` / GPUs (see :func:`gpus_of`)."""
-    return as_float(_get(row, "output_throughput")) / gpus_of(row)
+    return as_float(cell(row, "output_throughput")) / gpus_of(row)
 
 
 DERIVED = {"output_throughput_per_user": per_user_speed, "output_throughput_per_gpu": per_gpu,
@@ -131,11 +131,11 @@ def has_column(rows, name):
     names = getattr(getattr(rows, "dtype", None), "names", None)
     if names is not None:
         return name in names
-    return any(_get(r, name) is not None for r in rows)
+    return any(cell(r, name) is not None for r in rows)
 
 
 def _failed(row):
-    err = _get(row, "error")
+    err = cell(row, "error")
     if isinstance(err, bytes):
         err = err.decode(errors="replace")
     if isinstance(err, (str, np.str_)):
@@ -166,7 +166,7 @@ def column(rows, name):
     rows = list(rows)
     out = np.empty(len(rows))
     for i, r in enumerate(rows):
-        v = _get(r, name)
+        v = cell(r, name)
         if v is None and name in DERIVED:
             v = DERIVED[name](r)
         out[i] = math.nan if _failed(r) else as_float(v)
@@ -262,7 +262,7 @@ def frontier(rows, kind="speed"):
 
 # ----------------------------------------------------------------------------- simllm frontier
 
-def _cell(value):
+def _csv_value(value):
     if value is None:
         return None
     text = str(value).strip()
@@ -310,7 +310,7 @@ def read_rows(path):
                 rows.append(row)
     else:
         reader = csv.DictReader(text.splitlines())
-        rows = [{k: _cell(v) for k, v in r.items() if k is not None} for r in reader]
+        rows = [{k: _csv_value(v) for k, v in r.items() if k is not None} for r in reader]
     if not rows:
         raise ConfigError("a CSV with a header and rows, or a JSON list of objects", source=str(path))
     return rows
@@ -321,7 +321,7 @@ CONFIG_COLUMNS = ("model", "hardware", "tp", "replicas", "seed", "tensor_paralle
                   "max_num_seqs", "max_num_batched_tokens", "dtype", "kv_cache_dtype")
 
 
-def _config_items(row):
+def config_items(row):
     """``(short_name, value)`` of the configuration columns of a row: dotted paths such as
     ``serving.max_num_seqs`` (shown without the prefix) first, then :data:`CONFIG_COLUMNS`; a
     short name once."""
@@ -330,7 +330,7 @@ def _config_items(row):
     for k in [k for k in keys if "." in k] + [k for k in keys if k in CONFIG_COLUMNS]:
         short = k.rsplit(".", 1)[-1]
         short = {"tensor_parallel_size": "tp", "data_parallel_size": "replicas"}.get(short, short)
-        v = _get(row, k)
+        v = cell(row, k)
         if isinstance(v, bytes):
             v = v.decode(errors="replace")
         if isinstance(v, (np.generic,)):
@@ -344,10 +344,10 @@ def config_label(row, names=None):
     """A short name for a row: its ``config`` (or ``label``), else ``name=value`` of its
     configuration columns (see :func:`config_labels`), or of ``names`` of them."""
     for k in ("config", "label"):
-        v = _get(row, k)
+        v = cell(row, k)
         if v not in (None, ""):
             return str(v)
-    items = _config_items(row)
+    items = config_items(row)
     if names is not None:
         items = {k: v for k, v in items.items() if k in names}
     return " ".join(f"{k}={v}" for k, v in items.items()) or "-"
@@ -356,7 +356,7 @@ def config_label(row, names=None):
 def config_labels(rows):
     """:func:`config_label` of every row, naming only the configuration columns whose values
     differ between rows (all of them when none differs)."""
-    items = [_config_items(r) for r in rows]
+    items = [config_items(r) for r in rows]
     varying = None
     if len(items) > 1:
         keys = {k for it in items for k in it}
@@ -407,12 +407,12 @@ def aggregate_seeds(rows, x="output_throughput_per_user", y="output_throughput_p
     (rows, aggregated) : (list, bool)
     """
     rows = list(rows)
-    has_id = any(_get(r, "config_id") is not None for r in rows)
+    has_id = any(cell(r, "config_id") is not None for r in rows)
 
     def key(r):
         if has_id:
-            return repr(_get(r, "config_id"))
-        return repr(sorted((k, repr(v)) for k, v in _config_items(r).items() if k != "seed"))
+            return repr(cell(r, "config_id"))
+        return repr(sorted((k, repr(v)) for k, v in config_items(r).items() if k != "seed"))
 
     groups = {}
     for i, r in enumerate(rows):
@@ -449,11 +449,11 @@ def format_frontier(rows, idx, x="output_throughput_per_user", y="output_through
 
     def cell(name, vals, j):
         text = format_number(vals[j])
-        lo, hi = as_float(_get(rows[j], f"{name}_min")), as_float(_get(rows[j], f"{name}_max"))
+        lo, hi = as_float(cell(rows[j], f"{name}_min")), as_float(cell(rows[j], f"{name}_max"))
         return f"{text} ({format_number(lo)}-{format_number(hi)})" if seeds and math.isfinite(lo) else text
 
     body = [[i + 1, int(j), labels[int(j)], format_number(gs[j], 0)]
-            + ([f"{_get(rows[j], 'ran')}/{_get(rows[j], 'seeds')}"] if seeds else [])
+            + ([f"{cell(rows[j], 'ran')}/{cell(rows[j], 'seeds')}"] if seeds else [])
             + [cell(x, xs, j), cell(y, ys, j)] for i, j in enumerate(idx)]
     head = (f"Pareto frontier: {axis_label(y)} ({'min' if lower_is_better(y) else 'max'}) vs {axis_label(x)} "
             f"({'min' if lower_is_better(x) else 'max'}): {len(idx)} of {valid} configurations"
@@ -471,4 +471,4 @@ def frontier_to_dict(rows, idx, x="output_throughput_per_user", y="output_throug
     spread = (f"{x}_min", f"{x}_max", f"{y}_min", f"{y}_max", "seeds", "ran") if has_column(rows, "seeds") else ()
     return jsonable({"x": x, "y": y, "frontier": [
         {"row": int(j), "config": labels[int(j)], "gpus": int(gs[j]) if float(gs[j]).is_integer() else gs[j],
-         x: xs[j], y: ys[j], **{k: _get(rows[int(j)], k) for k in spread}} for j in idx]})
+         x: xs[j], y: ys[j], **{k: cell(rows[int(j)], k) for k in spread}} for j in idx]})
