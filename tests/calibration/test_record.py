@@ -98,6 +98,7 @@ def test_shipped_record_is_package_data():
     assert R.default_record_path() == ROOT / "configs" / "accuracy.json"
 
 
+@pytest.mark.heavy  # every row of the silicon CSV: every kernel variant, thousands of runs
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")
 def test_regenerating_the_shipped_record_gives_it_back(tmp_path, capsys):
