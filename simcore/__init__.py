@@ -30,6 +30,7 @@ _HOMES = {
         "streamed_weight_bytes_nb",
     ),
     "simcore.engine": ("simulate_nb",),
+    "simcore.events": ("compile_listener",),
     "simcore.layout": ("Layout", "make_layout", "split_accumulator"),
     "simcore.params": ("CostParams", "EngineSettings", "Speculation"),
     "simcore.speculative": ("acceptance_thresholds", "accepted_nb", "draft_totals_nb", "uniform_nb"),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import simllm
 from simllm.config import serving as serving_mod
+from simllm.report.progress import COMPILE_TEXT
 from simllm.sim.pack import pack_cost_params
 
 #: The repository's root, tests' own data, and the recorded golden outputs.
@@ -17,6 +18,13 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 #: Lines tests want shown at the end of the run whatever the capture mode (accuracy figures).
 REPORT = []
+
+
+def stderr_lines(err):
+    """The non-empty lines of a command's stderr, less the compile notice's (a cold numba cache
+    adds a start and an end line to whatever command compiles first)."""
+    notice = (COMPILE_TEXT, "simllm: compiled simulation kernels in ")
+    return [line for line in err.splitlines() if line.strip() and not line.lstrip("\r").startswith(notice)]
 
 
 def build(model, hardware, *, tables=True, **serving_kwargs):

@@ -35,6 +35,7 @@ def add_parser(sub):
     cal.add_argument("--format", choices=("table", "json"), default="table")
 
 
+@common.shows_compiles
 def cmd(args, out):
     for path, flag in ((args.output, "-o"), (args.framework_output, "--framework-output")):
         if path:

@@ -2,6 +2,7 @@
 argument groups (target, engine, workload, scheduler, measured results) and the builders that turn
 parsed arguments into configs."""
 import argparse
+import functools
 import math
 import re
 from dataclasses import replace
@@ -27,11 +28,24 @@ from simllm.config.workload import (
 )
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
+from simllm.report.progress import CompileNotice
 from simllm.sim.runner import EXECUTORS
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
 PROGRESS_MIN_REQUESTS = 1_000_000  # simllm run shows a progress bar from this many requests
+
+
+def shows_compiles(cmd):
+    """Decorate a command's ``cmd(args, out)`` that may simulate: while numba compiles kernels (a
+    cold cache: minutes), stderr says so in one line with the time elapsed
+    (:class:`~simllm.report.progress.CompileNotice`); nothing under ``-q``/``--quiet``."""
+    @functools.wraps(cmd)
+    def noticed(args, out):
+        with CompileNotice(enabled=not getattr(args, "quiet", False)).listening():
+            return cmd(args, out)
+
+    return noticed
 
 
 class Parser(argparse.ArgumentParser):

@@ -28,6 +28,7 @@ def add_parser(sub):
     common.add_executor_args(val)
 
 
+@common.shows_compiles
 def cmd(args, out):
     points, shape = common.measured_points(args, args.hardware)
     hardware_for = _with_factors_of(args.factors_from) if args.factors_from else None
