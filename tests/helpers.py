@@ -20,11 +20,16 @@ JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 REPORT = []
 
 
-def stderr_lines(err):
-    """The non-empty lines of a command's stderr, less the compile notice's (a cold numba cache
-    adds a start and an end line to whatever command compiles first)."""
+def without_compile_notice(err):
+    """A command's stderr less the compile notice's lines (a cold numba cache adds a start and an
+    end line to whatever command compiles first; report/progress.py's CompileNotice)."""
     notice = (COMPILE_TEXT, "simllm: compiled simulation kernels in ")
-    return [line for line in err.splitlines() if line.strip() and not line.lstrip("\r").startswith(notice)]
+    return "".join(line for line in err.splitlines(keepends=True) if not line.lstrip("\r").startswith(notice))
+
+
+def stderr_lines(err):
+    """The non-empty lines of a command's stderr, less the compile notice's."""
+    return [line for line in without_compile_notice(err).splitlines() if line.strip()]
 
 
 def build(model, hardware, *, tables=True, **serving_kwargs):
