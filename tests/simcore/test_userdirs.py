@@ -129,3 +129,30 @@ def test_an_unwritable_folder_means_no_caching(tmp_path):
     blocker.write_text("")
     assert not _jit._caching_possible(blocker / "cache")
     assert _jit._caching_possible(tmp_path / "cache")
+
+
+def test_no_writable_user_cache_turns_caching_off_and_writes_nothing_beside_the_sources(tmp_path):
+    """A per-user cache folder that cannot be made (under a file) means no caching, not numba's
+    fallback to ``__pycache__`` next to simcore; ``NUMBA_CACHE_DIR`` set to a writable folder wins."""
+    import os
+    import subprocess
+
+    import simcore
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    probe = ("import simcore, simcore.memory, numba; "
+             "print(simcore.CACHING, simcore.CACHE_DIR, numba.config.CACHE_DIR, sep='|')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    root = Path(simcore.__file__).parents[1]
+    off = subprocess.run([sys.executable, "-c", probe], env=dict(env, XDG_CACHE_HOME=str(blocker)), cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert off.returncode == 0, off.stderr[-2000:]
+    caching, folder, numbas = off.stdout.strip().split("|")
+    assert caching == "False" and Path(folder).is_relative_to(blocker) and numbas == ""
+    mine = subprocess.run([sys.executable, "-c", probe], env=dict(env, XDG_CACHE_HOME=str(blocker),
+                                                                  NUMBA_CACHE_DIR=str(tmp_path / "nc")),
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert mine.stdout.strip().split("|") == ["True", str(tmp_path / "nc"), str(tmp_path / "nc")], mine.stderr[-2000:]
+    beside = [p for p in Path(simcore.__file__).parent.rglob("*") if p.suffix in (".nbi", ".nbc")]
+    assert not beside, beside[:3]
