@@ -25,9 +25,15 @@ every site and in every kernel variant (with speculation, pipeline stages, locks
 streamed run), so the cold test suite compiles about twice as long; other big functions stay
 real calls (README, Performance).
 
-Numba's cache keys a function on its own source file only: after editing simcore, delete the
-``*.nbi``/``*.nbc`` files under ``__pycache__`` (or set ``NUMBA_CACHE_DIR``) so callers in other
-files recompile.
+The cache lives in a per-user folder, never next to these files (:mod:`simcore.userdirs`):
+``~/.cache/simllm/numba/<key>`` on Linux (``$XDG_CACHE_HOME`` if set), ``~/Library/Caches`` on
+macOS, ``%LOCALAPPDATA%`` on Windows, where ``<key>`` holds the Python version, numba's version
+and a digest of every simcore source file. Numba's own index checks only a function's own file, so
+the key is what makes an edit of any simcore file, a reinstall or a version change compile afresh
+instead of loading stale callees; nothing needs deleting by hand. ``NUMBA_CACHE_DIR``, when set,
+is used as it is (then stale files there are the user's to clear). Numba reads its cache folder
+(``numba.config.CACHE_DIR``) when each decorator is applied, so the decorators below set it for
+that moment only and leave numba's setting for other code as they found it.
 
 numba's inliner (``inline="always"``) deep-copies the callee's IR at every call site one block
 at a time, each block with a memo of its own, so each block's copy drags along a copy of the
@@ -38,25 +44,59 @@ scope, the same deep copy otherwise): the plain kernel's cold compile takes 30 s
 the project's 2-core VM, and the compiled code is the same. It changes nothing where numba's
 inliner is not built as this expects (then it compiles as slowly as before).
 
-Where numba finds no folder to write its cache in (``__pycache__`` next to these files, then
-``NUMBA_CACHE_DIR`` or the user's cache folder), it would fail every decorated function at import;
-:data:`CACHING` is then False and the kernels compile in every process instead (the command line
-says so in one line).
+Where that folder cannot be written (or numba finds no locator for it), numba would fail every
+decorated function at import, or fall back to ``__pycache__`` next to these files; :data:`CACHING`
+is then False and the kernels compile in every process instead (the command line says so in one
+line).
 """
+import contextlib
 import contextvars
 import copy
 import functools
+import os
+import tempfile
 
 import numba
 
+from simcore.userdirs import kernel_cache_dir
 
-def _caching_possible():
-    """Whether numba has a writable cache location for the functions of this folder."""
+#: The folder numba caches simcore's kernels in (see the module docstring).
+CACHE_DIR = kernel_cache_dir(numba.__version__)
+
+
+@contextlib.contextmanager
+def _numba_cache_dir(path):
+    """numba's cache folder is ``path`` inside the block, as it was outside it."""
+    before = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = str(path)
+    try:
+        yield
+    finally:
+        numba.config.CACHE_DIR = before
+
+
+def _writable(path):
+    """Whether ``path`` is (or can be made) a folder this process can write in."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def _caching_possible(path):
+    """Whether numba caches the functions of this folder in ``path``: the folder is writable (else
+    numba would fall back to ``__pycache__`` here) and numba finds a locator for it."""
+    if not _writable(path):
+        return False
+
     def probe():
         pass
 
     try:
-        numba.core.caching.FunctionCache(probe)
+        with _numba_cache_dir(path):
+            numba.core.caching.FunctionCache(probe)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return False
     except Exception:  # noqa: BLE001 - a numba without this (private) class: let njit decide
@@ -64,8 +104,8 @@ def _caching_possible():
     return True
 
 
-#: Whether compiled kernels go to numba's on-disk cache (see the module docstring).
-CACHING = _caching_possible()
+#: Whether compiled kernels go to numba's on-disk cache in :data:`CACHE_DIR` (module docstring).
+CACHING = _caching_possible(CACHE_DIR)
 
 _INLINE_MEMO = contextvars.ContextVar("simcore_inline_memo", default=None)
 
@@ -122,6 +162,20 @@ def share_inline_copies():
 #: Whether numba's inliner copies with one memo per inlining (:func:`share_inline_copies`).
 SHARED_INLINE_COPIES = share_inline_copies()
 
-jit = numba.njit(cache=CACHING, nogil=True, _nrt=False)
-jit_inline = numba.njit(cache=CACHING, nogil=True, inline="always", _nrt=False)
-jit_alloc = numba.njit(cache=CACHING, nogil=True)
+
+def _policy(**options):
+    """numba's ``njit`` with the policy's options, caching in :data:`CACHE_DIR`."""
+    decorate = numba.njit(cache=CACHING, nogil=True, **options)
+    if not CACHING:
+        return decorate
+
+    def cached(func):
+        with _numba_cache_dir(CACHE_DIR):  # numba picks the folder as it wraps the function
+            return decorate(func)
+
+    return cached
+
+
+jit = _policy(_nrt=False)
+jit_inline = _policy(inline="always", _nrt=False)
+jit_alloc = _policy()

@@ -1,7 +1,21 @@
 """pytest's hooks for the suite; what tests share lives in helpers.py."""
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from helpers import JIT_DISABLED, REPORT
+
+# The suite never sees the user's own simllm profiles (``simllm calibrate`` writes them to
+# ~/.config/simllm, and ``--framework vllm`` then reads them before the shipped one): its own,
+# empty, per-user config folder, for its subprocesses too.
+_USER_CONFIG = tempfile.mkdtemp(prefix="simllm-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _USER_CONFIG
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_USER_CONFIG, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import simllm
 from simllm.config import serving as serving_mod
+from simllm.report.progress import COMPILE_TEXT
 from simllm.sim.pack import pack_cost_params
 
 #: The repository's root, tests' own data, and the recorded golden outputs.
@@ -17,6 +18,18 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 #: Lines tests want shown at the end of the run whatever the capture mode (accuracy figures).
 REPORT = []
+
+
+def without_compile_notice(err):
+    """A command's stderr less the compile notice's lines (a cold numba cache adds a start and an
+    end line to whatever command compiles first; report/progress.py's CompileNotice)."""
+    notice = (COMPILE_TEXT, "simllm: compiled simulation kernels in ")
+    return "".join(line for line in err.splitlines(keepends=True) if not line.lstrip("\r").startswith(notice))
+
+
+def stderr_lines(err):
+    """The non-empty lines of a command's stderr, less the compile notice's."""
+    return [line for line in without_compile_notice(err).splitlines() if line.strip()]
 
 
 def build(model, hardware, *, tables=True, **serving_kwargs):

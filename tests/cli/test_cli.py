@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import simllm.cli
-from helpers import DATA, ROOT
+from helpers import DATA, ROOT, stderr_lines
 from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
 
 GOOD_MODEL = {
@@ -72,7 +72,7 @@ def assert_one_line_error(rc, out, err, *needles):
     """Exit 2, no traceback, exactly one non-empty line on stderr containing every needle."""
     assert rc == 2, (rc, out, err)
     assert "Traceback" not in err and "Traceback" not in out, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
     line = lines[0]
     for needle in needles:
@@ -464,6 +464,6 @@ def test_no_writable_numba_cache_is_one_line_and_the_run_still_works():
     uncached and the command line says so in one line, then runs."""
     env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="IPythonCacheLocator")
     proc = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", check=0, env=env)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    lines = stderr_lines(proc.stderr)
     assert len(lines) == 1 and "no writable cache folder" in lines[0] and "NUMBA_CACHE_DIR" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 import simllm.cli
-from helpers import GOLDEN, ROOT
+from helpers import GOLDEN, ROOT, without_compile_notice
 
 REGEN = os.environ.get("SIMLLM_REGEN_GOLDEN") == "1"
 MEASURED = [f"vllm_run{i}.json" for i in range(4)]
@@ -83,7 +83,8 @@ def _run(name, tmp):
             rc = simllm.cli.main(list(argv))
     finally:
         os.chdir(cwd)
-    parts = [f"$ simllm {' '.join(argv)}", f"exit {rc}", "--- stdout", out.getvalue(), "--- stderr", err.getvalue()]
+    parts = [f"$ simllm {' '.join(argv)}", f"exit {rc}", "--- stdout", out.getvalue(), "--- stderr",
+             without_compile_notice(err.getvalue())]
     for f in files:
         parts += [f"--- file {f}", (tmp / f).read_text(encoding="utf-8")]
     return _mask("\n".join(parts), tmp)

@@ -11,7 +11,7 @@ import pytest
 
 import simllm
 import simllm.cli
-from helpers import ROOT
+from helpers import ROOT, stderr_lines
 from simllm.report import text as report
 from simllm.sim.results import TIMING_KEYS
 
@@ -61,7 +61,7 @@ def strip_wall(summary):
 def assert_one_line_error(rc, out, err, *needles):
     assert rc == 2, (rc, out[-2000:], err[-2000:])
     assert "Traceback" not in err and "Traceback" not in out, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = stderr_lines(err)
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"

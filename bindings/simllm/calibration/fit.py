@@ -37,6 +37,7 @@ from simllm.calibration import hwyaml
 from simllm.calibration import validate as accuracy
 from simllm.config.framework import BOUNDS, framework_from_dict, load_framework
 from simllm.config.hardware import FRAMEWORK_OVERRIDE_KEYS, hardware_from_dict
+from simllm.config.presets import refuse_protected, user_preset_path
 from simllm.errors import ConfigError
 from simllm.fileio import write_output
 from simllm.sim.stats import abs_error_stats
@@ -390,9 +391,11 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
     """Write the calibration: the fitted GPU factors into a copy of the base hardware profile
     (``output``: its datasheet figures and source comments as they are) and, where framework
     quantities were fitted, those into a copy of the framework profile (``framework_output``,
-    default the profile's own file, configs/frameworks/NAME.yaml). Each fitted line carries a
-    provenance comment (the points, models, backend, source, date and the value it replaces).
-    Both are written atomically, each checked to load first.
+    default the user's own profile of that name, ``~/.config/simllm/frameworks/NAME.yaml`` on
+    Linux, which ``--framework NAME`` then finds before the shipped one). Each fitted line
+    carries a provenance comment (the points, models, backend, source, date and the value it
+    replaces). Both are written atomically, each checked to load first; neither may lie inside
+    simllm's package or shipped presets (:func:`~simllm.config.presets.refuse_protected`).
 
     ``output`` None writes no hardware profile (allowed when no GPU factor was fitted).
 
@@ -412,6 +415,7 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
             raise ConfigError("a block-style YAML hardware profile to edit", source=str(base_path))
     out = None
     if output is not None:
+        refuse_protected(output, "-o")
         hardware_from_dict(yaml.safe_load(text), str(output))  # refuse to write what would not load
         out = Path(output)
         write_output(out, text)
@@ -430,7 +434,8 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
             "framework")
         if fw_text is None:
             raise ConfigError("a block-style YAML framework profile to edit", source=str(fw_path))
-        fw_out = Path(framework_output) if framework_output else fw_path
+        fw_out = Path(framework_output) if framework_output else user_preset_path("frameworks", fw_path.stem)
+        refuse_protected(fw_out, "--framework-output")
         framework_from_dict(yaml.safe_load(fw_text), str(fw_out))
         write_output(fw_out, fw_text)
     return out, fw_out

@@ -8,6 +8,7 @@ from simllm.calibration.validate import framework_of
 from simllm.cli import common
 from simllm.config.framework import load_framework
 from simllm.config.hardware import load_hardware
+from simllm.config.presets import refuse_protected
 from simllm.config.serving import FRAMEWORKS
 from simllm.fileio import check_output
 from simllm.report import text as report
@@ -26,8 +27,10 @@ def add_parser(sub):
     cal.add_argument("--framework", choices=FRAMEWORKS, default="vllm",
                      help="fit this framework's measurements, starting from its profile (default %(default)s)")
     cal.add_argument("--framework-output", metavar="YAML",
-                     help="framework profile YAML to write the fitted framework quantities to (default: the "
-                          "profile itself, configs/frameworks/NAME.yaml); written only when some are fitted")
+                     help="framework profile YAML to write the fitted framework quantities to (default: your own "
+                          "profile NAME.yaml in frameworks/ of simllm's user config folder, ~/.config/simllm on "
+                          "Linux, which --framework NAME then uses before the shipped one); written only when some "
+                          "are fitted; never inside simllm's package or shipped presets")
     cal.add_argument("--fit", nargs="+", metavar="FACTOR", default=None,
                      help=f"factors to fit, of {', '.join(DEFAULT_FACTORS)} (default: the framework's "
                           f"{', '.join(FRAMEWORK_FACTORS)} when the GPU has kernel tables for it, else all)")
@@ -35,10 +38,12 @@ def add_parser(sub):
     cal.add_argument("--format", choices=("table", "json"), default="table")
 
 
+@common.shows_compiles
 def cmd(args, out):
     for path, flag in ((args.output, "-o"), (args.framework_output, "--framework-output")):
         if path:
-            check_output(path, flag)  # before the fit, not after it
+            refuse_protected(path, flag)  # before the fit, not after it
+            check_output(path, flag)
     bases = [load_hardware(h) for h in args.hardware]
     base = bases[0]
     points, shape = common.measured_points(args, args.hardware[0] if len(args.hardware) == 1 else "")
@@ -57,4 +62,6 @@ def cmd(args, out):
                                   "iterations": fit.iterations, "evaluations": fit.evaluations}) + "\n")
     else:
         out.write(report.format_calibration(fit, args.framework, path, fw_path) + "\n")
+        if fw_path and not args.framework_output:
+            out.write(f"--framework {args.framework} now uses it before the shipped profile (delete it to go back)\n")
     return 0

@@ -3,6 +3,7 @@ argument groups (target, engine, workload, scheduler, measured results) and the 
 parsed arguments into configs."""
 import argparse
 import difflib
+import functools
 import math
 import re
 import sys
@@ -41,6 +42,7 @@ from simllm.errors import CLI, ConfigError
 from simllm.fileio import check_output
 from simllm.formats.measurements import load_measurements
 from simllm.report import html as html_report
+from simllm.report.progress import CompileNotice
 from simllm.sim.runner import EXECUTORS
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -57,6 +59,18 @@ def suggestion(word, known):
     """`` (did you mean X?)`` for the entry of ``known`` closest to ``word`` (difflib), or ``""``."""
     near = difflib.get_close_matches(word, list(known), n=1, cutoff=SUGGEST_CUTOFF)
     return f" (did you mean {near[0]}?)" if near else ""
+
+
+def shows_compiles(cmd):
+    """Decorate a command's ``cmd(args, out)`` that may simulate: while numba compiles kernels (a
+    cold cache: minutes), stderr says so in one line with the time elapsed
+    (:class:`~simllm.report.progress.CompileNotice`); nothing under ``-q``/``--quiet``."""
+    @functools.wraps(cmd)
+    def noticed(args, out):
+        with CompileNotice(enabled=not getattr(args, "quiet", False)).listening():
+            return cmd(args, out)
+
+    return noticed
 
 
 class Parser(argparse.ArgumentParser):

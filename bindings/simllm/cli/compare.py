@@ -33,6 +33,7 @@ def add_parser(sub):
     common.add_band_args(cout)
 
 
+@common.shows_compiles
 def cmd(args, out):
     workload = common.workload(args)
     serving = common.run_serving(args)

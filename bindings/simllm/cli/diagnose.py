@@ -17,6 +17,7 @@ def add_parser(sub):
     common.add_executor_args(dia)
 
 
+@common.shows_compiles
 def cmd(args, out):
     model, hardware = common.target(args)
     workload = common.workload(args)

@@ -16,6 +16,7 @@ def add_parser(sub):
     est.add_argument("--format", choices=("table", "json"), default="table")
 
 
+@common.shows_compiles
 def cmd(args, out):
     model, hardware = common.target(args)
     est = estimate(model, hardware, common.serving(args), batch_size=args.batch_size, input_len=args.input_len,

@@ -44,6 +44,7 @@ def add_parser(sub):
     lout.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
+@common.shows_compiles
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     model, hardware = common.target(args)

@@ -86,9 +86,8 @@ def main(argv=None):
     if args.allow_outside_paths:  # for this command only (main() may run in a caller's process)
         os.environ[ALLOW_OUTSIDE_ENV] = "1"
     if not simcore.CACHING:
-        print("simllm: warning: numba has no writable cache folder (next to simcore, NUMBA_CACHE_DIR or ~/.cache): "
-              "every run compiles the kernels anew (a minute or more); set NUMBA_CACHE_DIR to a writable folder",
-              file=sys.stderr)
+        print(f"simllm: warning: numba has no writable cache folder ({simcore.CACHE_DIR}): every run compiles the "
+              "kernels anew (a minute or more); set NUMBA_CACHE_DIR to a writable folder", file=sys.stderr)
     previous = signal.getsignal(signal.SIGINT)
     if argv is None:  # the console script: Ctrl-C is ours to report, and the collector ours to tune
         signal.signal(signal.SIGINT, _interrupted)

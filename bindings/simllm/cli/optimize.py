@@ -55,6 +55,7 @@ def add_parser(sub):
     common.add_band_args(oout)
 
 
+@common.shows_compiles
 def cmd(args, out):
     workload = common.workload(args)
     serving = common.run_serving(args)

@@ -47,6 +47,7 @@ def _no_progress(done, total):
     at once instead of when the kernel returns."""
 
 
+@common.shows_compiles
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     model, hardware = common.target(args)

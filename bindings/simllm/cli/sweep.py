@@ -29,6 +29,7 @@ def add_parser(sub):
     swp.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
+@common.shows_compiles
 def cmd(args, out):
     logging.basicConfig(level=getattr(logging, args.log_level), format="simllm: %(message)s")
     run_on = common.executor(args)

@@ -31,6 +31,7 @@ def add_parser(sub):
     common.add_executor_args(val)
 
 
+@common.shows_compiles
 def cmd(args, out):
     common.check_report(args)
     points, shape = common.measured_points(args, args.hardware)
