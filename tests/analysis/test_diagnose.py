@@ -108,6 +108,7 @@ def test_fp8_what_if_equals_a_direct_simulation(decode_run):
     assert fp8.throughput_change > 0
 
 
+@pytest.mark.heavy  # the default what-ifs include speculative decoding and P/D: two kernels of their own
 @pytest.mark.slow
 def test_default_what_ifs_skip_what_cannot_apply(decode_run):
     base, d = decode_run

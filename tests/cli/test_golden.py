@@ -114,8 +114,13 @@ def workdir(tmp_path_factory):
     return tmp
 
 
+#: Cases that compile kernel variants of their own (diagnose's default what-ifs include speculative
+#: decoding and P/D): CI's heavy tier.
+HEAVY_CASES = ("diagnose",)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n in HEAVY_CASES else n for n in CASES])
 def test_command_output_matches_golden(name, workdir):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])

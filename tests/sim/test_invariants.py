@@ -11,6 +11,10 @@ from hypothesis import strategies as st
 
 from fuzz import random_case, run_case
 
+# heavy: long hypothesis runs over random configurations, speculative and pipelined ones among
+# them (kernel variants of their own: minutes each from an empty cache); CI's second step
+pytestmark = pytest.mark.heavy
+
 
 def _check(seed, extreme=False):
     kind, detail = run_case(random_case(np.random.default_rng(seed), extreme))

@@ -32,7 +32,7 @@ def md1_ttft_s(clients, inp, out, jitter_s):
     ctx = inp + out / 2.0
     others = clients - 1.0
     s = iteration_time_nb(P, inp + others, inp * (inp + 1) / 2.0 + others * (ctx + 1.0),
-                          inp + others * (ctx + 1.0), clients)
+                          inp + others * (ctx + 1.0), float(clients))
     d = iteration_time_nb(P, float(clients), clients * (ctx + 1.0), clients * (ctx + 1.0), float(clients))
     f = simllm.load_framework(SERVING.framework).frontend_latency_ms / 1e3
     ttft = f + d / 2.0 + s  # first guess: no queueing

@@ -278,7 +278,7 @@ def test_lockstep_step_is_the_slowest_rank_plus_the_experts_over_all_tokens():
     long_, short = 2048.0, 16.0
 
     def own(t):  # a rank's work outside the experts (a prompt's pairs and keys as the engine counts them)
-        return iteration_time_nb(p, t, t * (t + 1) / 2, t, 1.0) - moe_experts_seconds_nb(p, t)
+        return iteration_time_nb(p, float(t), t * (t + 1) / 2, float(t), 1.0) - moe_experts_seconds_nb(p, float(t))
 
     want = max(own(long_), own(short)) + moe_experts_seconds_nb(p, (long_ + short) / 2)
     reqi, reqf, *_ = run_kernel(e, np.zeros(2), np.array([2048, 16]), np.array([3, 3]), p=p)
@@ -302,7 +302,9 @@ def test_one_request_alone_has_the_closed_form_ttft_and_tpot():
     prompt, out = 700, 50
     reqi, reqf, stats, *_ = run_kernel(engine(max_num_batched_tokens=8192), np.array([0.0]), [prompt], [out])
     ttft = reqf[0, codes.RF_FIRST_TOKEN]
-    assert ttft == pytest.approx(iteration_time_nb(P, prompt, prompt * (prompt + 1) / 2, prompt, 1.0), rel=1e-12)
+    # Float arguments throughout: an int would compile another specialisation of the operator loop.
+    assert ttft == pytest.approx(iteration_time_nb(P, float(prompt), prompt * (prompt + 1) / 2, float(prompt), 1.0),
+                                 rel=1e-12)
     decode = [iteration_time_nb(P, 1.0, prompt + i + 1.0, prompt + i + 1.0, 1.0) for i in range(out - 1)]
     assert reqf[0, codes.RF_FINISH] - ttft == pytest.approx(sum(decode), rel=1e-12)
     tpot = (reqf[0, codes.RF_FINISH] - ttft) / (out - 1)
@@ -315,7 +317,7 @@ def test_chunked_prompt_takes_ceil_prompt_over_budget_iterations():
     prompt = 1000
     reqi, reqf, stats, *_ = run_kernel(engine(max_num_batched_tokens=256), np.array([0.0]), [prompt], [1])
     chunks = [(256, 0), (256, 256), (256, 512), (232, 768)]
-    expected = sum(iteration_time_nb(P, q, q * c + q * (q + 1) / 2, c + q, 1.0 if c + q == prompt else 0.0)
+    expected = sum(iteration_time_nb(P, float(q), q * c + q * (q + 1) / 2, float(c + q), 1.0 if c + q == prompt else 0.0)
                    for q, c in chunks)
     assert reqf[0, codes.RF_FIRST_TOKEN] == pytest.approx(expected, rel=1e-12)
     assert stats[codes.STAT_ITERATIONS] == 4
