@@ -447,14 +447,14 @@ def format_frontier(rows, idx, x="output_throughput_per_user", y="output_through
     labels = config_labels(rows)
     seeds = has_column(rows, "seeds")
 
-    def cell(name, vals, j):
+    def shown(name, vals, j):
         text = format_number(vals[j])
         lo, hi = as_float(cell(rows[j], f"{name}_min")), as_float(cell(rows[j], f"{name}_max"))
         return f"{text} ({format_number(lo)}-{format_number(hi)})" if seeds and math.isfinite(lo) else text
 
     body = [[i + 1, int(j), labels[int(j)], format_number(gs[j], 0)]
             + ([f"{cell(rows[j], 'ran')}/{cell(rows[j], 'seeds')}"] if seeds else [])
-            + [cell(x, xs, j), cell(y, ys, j)] for i, j in enumerate(idx)]
+            + [shown(x, xs, j), shown(y, ys, j)] for i, j in enumerate(idx)]
     head = (f"Pareto frontier: {axis_label(y)} ({'min' if lower_is_better(y) else 'max'}) vs {axis_label(x)} "
             f"({'min' if lower_is_better(x) else 'max'}): {len(idx)} of {valid} configurations"
             + (" (each the mean over its seeds, min-max in brackets)" if seeds else ""))
