@@ -51,3 +51,26 @@ def build(model, hardware, *, tables=True, **serving_kwargs):
     s = simllm.ServingConfig(**serving_kwargs)
     r = serving_mod.resolve(m, h, s)
     return m, h, s, r, pack_cost_params(m, h, s, r)
+
+
+def run_main(argv, capsys):
+    """``simllm.cli.main`` in-process: (status, stdout, stderr); argparse errors exit via SystemExit."""
+    try:
+        rc = simllm.cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc, out, err, *needles):
+    """Exit 2, no traceback, exactly one non-empty line on stderr (the compile notice aside)
+    containing every needle; returns the line."""
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in err and "Traceback" not in out, err
+    lines = stderr_lines(err)
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
+    line = lines[0]
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    return line

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from helpers import ROOT
-from test_cli import assert_one_line_error, run_cli, run_main
+from helpers import assert_one_line_error, run_main
+from test_cli import run_cli
 
 MODEL = (ROOT / "configs" / "model.yaml").read_text(encoding="utf-8")
 HARDWARE = (ROOT / "configs" / "hardware" / "custom-gpu.yaml").read_text(encoding="utf-8")

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import simllm.cli
-from helpers import DATA, ROOT, stderr_lines
+from helpers import DATA, ROOT, assert_one_line_error, run_main, stderr_lines
 from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
 
 GOOD_MODEL = {
@@ -56,28 +55,6 @@ def run_cli(*args, check=None, **kw):
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     return proc
-
-
-def run_main(argv, capsys):
-    """``simllm.cli.main`` in-process: (status, stdout, stderr); argparse errors exit via SystemExit."""
-    try:
-        rc = simllm.cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_one_line_error(rc, out, err, *needles):
-    """Exit 2, no traceback, exactly one non-empty line on stderr containing every needle."""
-    assert rc == 2, (rc, out, err)
-    assert "Traceback" not in err and "Traceback" not in out, err
-    lines = stderr_lines(err)
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
-    line = lines[0]
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in {line!r}"
-    return line
 
 
 # ---------------------------------------------------------------- bad input

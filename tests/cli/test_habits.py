@@ -10,30 +10,12 @@ from importlib import metadata
 import pytest
 
 import simllm.cli
-from helpers import ROOT
+from helpers import ROOT, assert_one_line_error, run_main
 from simllm.analysis.loadtest import DEFAULT_NUMBER_PER_CLIENT
 from simllm.cli import common
 from simllm.cli.main import COMMANDS, build_parser
 from simllm.config.datasets import DATASETS, Dataset
 from simllm.config.disagg import DisaggConfig
-
-
-def run_main(argv, capsys):
-    try:
-        rc = simllm.cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(rc, out, err, *needles):
-    assert rc == 2, (rc, out, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def test_version_from_package_metadata():
@@ -53,12 +35,12 @@ def test_version_from_package_metadata():
     (["run", "--expert-routing", "balancd"], "'balancd'", "balanced"),
 ])
 def test_did_you_mean(argv, wrong, right, capsys):
-    line = one_line_error(*run_main(argv, capsys), wrong)
+    line = assert_one_line_error(*run_main(argv, capsys), wrong)
     assert line.endswith(f"(did you mean {right}?)"), line
 
 
 def test_no_suggestion_for_nothing_close(capsys):
-    line = one_line_error(*run_main(["run", "--zzzzqqq"], capsys), "--zzzzqqq")
+    line = assert_one_line_error(*run_main(["run", "--zzzzqqq"], capsys), "--zzzzqqq")
     assert "did you mean" not in line
 
 
@@ -152,7 +134,7 @@ TRACE = "arrival_s,input_len,output_len\n0,100,5\n0.5,200,6\n2,300,7\n"
 def test_trace_refuses_flags_it_makes_meaningless(tmp_path, capsys, flags, flag):
     path = tmp_path / "t.csv"
     path.write_text(TRACE)
-    one_line_error(*run_main(["run", "--workload", path, *flags], capsys), f"command line: {flag} = ")
+    assert_one_line_error(*run_main(["run", "--workload", path, *flags], capsys), f"command line: {flag} = ")
 
 
 def test_trace_applies_rate_and_cap(tmp_path):
@@ -194,7 +176,7 @@ def test_dataset_flags_errors(tmp_path, capsys, flags, needle):
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)
     fill = {"sg": sg, "tmp": tmp_path, "trace": trace}
-    one_line_error(*run_main(["run", *(f.format(**fill) for f in flags)], capsys), needle.format(**fill))
+    assert_one_line_error(*run_main(["run", *(f.format(**fill) for f in flags)], capsys), needle.format(**fill))
 
 
 def test_dataset_flags_build_the_workload(tmp_path):
