@@ -130,6 +130,7 @@ def test_fit_stays_within_the_documented_bounds_and_says_when_it_hits_one(tmp_pa
     assert ok.factors["frontend_latency_ms"] == pytest.approx(2.0, abs=0.25) and not ok.bound_hits
 
 
+@pytest.mark.heavy  # the disaggregated kernel: minutes of its own compile from an empty cache
 def test_fit_on_disaggregated_measurements_recovers_the_factor():
     """Disaggregated rows calibrate as aggregated ones do: measurements a truth GPU produces as two
     pools (1-2 prefill workers, one decode worker, as silicon_sample.csv's prefill_* / decode_*
