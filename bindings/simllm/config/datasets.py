@@ -208,27 +208,34 @@ def _read_sharegpt(path, shown):
     return prompt, output, where
 
 
-def _read_custom(path, shown):
-    prompt, output, lines = [], [], []
-    with open(path, encoding="utf-8") as f:
+def json_lines(path, shown):
+    """``(line number, value)`` of each non-blank line of a JSONL file (a byte-order mark allowed),
+    as the custom dataset and JSONL traces read them; a line that is not JSON is a
+    :class:`ConfigError` naming ``shown`` (the path as the user gave it) and the line."""
+    with open(path, encoding="utf-8-sig") as f:
         for line, text in enumerate(f, 1):
             if not text.strip():
                 continue
             try:
-                row = json.loads(text)
+                yield line, json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"invalid JSON line: {exc.msg}", source=shown, line=line) from None
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-                raise ConfigError("a JSON object with a string 'prompt'", source=shown, line=line, key="prompt",
-                                  value=row.get("prompt") if isinstance(row, dict) else row)
-            n = row.get("output_tokens", -1)
-            if n != -1 and (isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n)
-                            or not 1 <= n <= MAX_TOKENS):
-                raise ConfigError(f"an integer in [1, {MAX_TOKENS}]", source=shown, line=line, key="output_tokens",
-                                  value=n)
-            prompt.append(max(approx_tokens(row["prompt"]), 1))  # an empty prompt is still its BOS token
-            output.append(int(n))
-            lines.append(line)
+
+
+def _read_custom(path, shown):
+    prompt, output, lines = [], [], []
+    for line, row in json_lines(path, shown):
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ConfigError("a JSON object with a string 'prompt'", source=shown, line=line, key="prompt",
+                              value=row.get("prompt") if isinstance(row, dict) else row)
+        n = row.get("output_tokens", -1)
+        if n != -1 and (isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n)
+                        or not 1 <= n <= MAX_TOKENS):
+            raise ConfigError(f"an integer in [1, {MAX_TOKENS}]", source=shown, line=line, key="output_tokens",
+                              value=n)
+        prompt.append(max(approx_tokens(row["prompt"]), 1))  # an empty prompt is still its BOS token
+        output.append(int(n))
+        lines.append(line)
     if not prompt:
         raise ConfigError("at least one JSON line with a 'prompt', got none", source=shown)
     return prompt, output, lines

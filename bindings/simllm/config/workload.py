@@ -7,7 +7,6 @@ Sampling uses ``np.random.Generator`` seeded from ``seed`` only: same seed, same
 import csv
 import functools
 import io
-import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from simllm.config import presets
-from simllm.config.datasets import DATASETS, Dataset
+from simllm.config.datasets import DATASETS, Dataset, json_lines
 from simllm.config.model import MAX_CONTEXT_TOKENS
 from simllm.config.sections import Section
 from simllm.config.yamlio import load_file
@@ -475,17 +474,10 @@ def _rows(path):
     """(line number, dict) rows of a CSV or JSONL trace."""
     text = Path(path)
     if text.suffix.lower() in (".jsonl", ".json"):
-        with open(text, encoding="utf-8-sig") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"invalid JSON line: {exc.msg}", source=str(path), line=i) from None
-                if not isinstance(row, dict):
-                    raise ConfigError("a JSON object per line", source=str(path), line=i)
-                yield i, row
+        for i, row in json_lines(text, str(path)):
+            if not isinstance(row, dict):
+                raise ConfigError("a JSON object per line", source=str(path), line=i)
+            yield i, row
     else:
         with open(text, encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
