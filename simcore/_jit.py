@@ -23,7 +23,7 @@ more than the helpers' own arithmetic. So are ``engine.step_nb`` and the cohort'
 bench-1m's kernel for 40 s of cold compile instead of 29 s. Each inlined copy is compiled again at
 every site and in every kernel variant (with speculation, pipeline stages, lockstep ranks, a
 streamed run), so the cold test suite compiles about twice as long; other big functions stay
-real calls (README, Performance).
+real calls (docs/performance.md).
 
 The cache lives in a per-user folder, never next to these files (:mod:`simcore.userdirs`):
 ``~/.cache/simllm/numba/<key>`` on Linux (``$XDG_CACHE_HOME`` if set), ``~/Library/Caches`` on
