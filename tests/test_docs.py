@@ -3,7 +3,6 @@ opening with the two commands; every link in it and in docs/ resolves; every pag
 nav exists or is generated; the generated command-line reference holds every subcommand's every
 option and the preset pages every shipped preset with its sourced figures. The site build itself
 (``mkdocs build --strict``) runs behind the heavy marker and in CI."""
-import argparse
 import importlib.util
 import re
 import subprocess
