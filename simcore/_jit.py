@@ -48,12 +48,23 @@ Where that folder cannot be written (or numba finds no locator for it), numba wo
 decorated function at import, or fall back to ``__pycache__`` next to these files; :data:`CACHING`
 is then False and the kernels compile in every process instead (the command line says so in one
 line).
+
+**Interpreted kernels.** With ``SIMLLM_KERNELS=interpreted`` in the environment when simcore is
+imported (:data:`INTERPRETED`), the decorators compile nothing: each function stays Python, the
+same source numba would compile, so a run gives the same numbers (the suite checks this under
+``NUMBA_DISABLE_JIT``), only slower per request. Its first run needs no minutes of compiling: the
+command line runs small work this way while the cache is cold (``simllm.sim.kernelmode``). Each
+such function notes the argument types it was called with from outside simcore (not from another
+kernel) in its ``signatures`` attribute, numba's own name for the signatures a dispatcher has
+compiled, so that another process can compile exactly those (``simllm.sim.warmup``).
 """
 import contextlib
 import contextvars
 import copy
 import functools
+import inspect
 import os
+import sys
 import tempfile
 
 import numba
@@ -163,8 +174,62 @@ def share_inline_copies():
 SHARED_INLINE_COPIES = share_inline_copies()
 
 
+#: The environment variable that chooses compiled (the default) or interpreted kernels at import.
+KERNELS_ENV = "SIMLLM_KERNELS"
+#: Whether this process runs simcore's functions as Python (see the module docstring).
+INTERPRETED = os.environ.get(KERNELS_ENV, "").strip().lower() == "interpreted"
+
+#: The code objects of simcore's decorated functions: a call from one of them is a kernel calling a
+#: kernel, which numba compiles as part of its caller. Filled as the modules are imported.
+_KERNEL_CODES = set()
+
+
+def _full_signature(parameters, args, kwargs):
+    """numba's argument types of a call, the defaults left out typed ``Omitted`` as numba types
+    them (``simllm.sim.simulate.compile_for`` builds the same); None where a value has no numba
+    type."""
+    types = []
+    try:
+        for i, q in enumerate(parameters):
+            if i < len(args):
+                types.append(numba.typeof(args[i]))
+            elif q.name in kwargs:
+                types.append(numba.typeof(kwargs[q.name]))
+            elif q.default is not inspect.Parameter.empty:
+                types.append(numba.types.Omitted(q.default))
+            else:
+                return None
+    except ValueError:  # numba.typeof: no numba type for this value
+        return None
+    return tuple(types)
+
+
+def _interpreted(func):
+    """``func`` as Python that notes the argument types of each call from outside simcore's
+    kernels in ``.signatures`` (a set of tuples of numba types); ``.py_func`` is ``func``."""
+    _KERNEL_CODES.add(func.__code__)
+    parameters = tuple(inspect.signature(func).parameters.values())
+    signatures = set()
+    kernel_codes, frame = _KERNEL_CODES, sys._getframe
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        if frame(1).f_code not in kernel_codes:
+            sig = _full_signature(parameters, args, kwargs)
+            if sig is not None:
+                signatures.add(sig)
+        return func(*args, **kwargs)
+
+    call.py_func = func
+    call.signatures = signatures
+    return call
+
+
 def _policy(**options):
-    """numba's ``njit`` with the policy's options, caching in :data:`CACHE_DIR`."""
+    """numba's ``njit`` with the policy's options, caching in :data:`CACHE_DIR`; Python that notes
+    its callers' argument types when :data:`INTERPRETED`."""
+    if INTERPRETED:
+        return _interpreted
     decorate = numba.njit(cache=CACHING, nogil=True, **options)
     if not CACHING:
         return decorate
