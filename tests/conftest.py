@@ -12,6 +12,11 @@ from helpers import JIT_DISABLED, REPORT
 # empty, per-user config folder, for its subprocesses too.
 _USER_CONFIG = tempfile.mkdtemp(prefix="simllm-test-config-")
 os.environ["XDG_CONFIG_HOME"] = _USER_CONFIG
+# The command's subprocesses run compiled kernels, as the suite's own process does (the tests of
+# auto mode, tests/sim/test_kernelmode.py, set their own), and never leave a background compile
+# behind.
+os.environ.setdefault("SIMLLM_KERNELS", "compiled")
+os.environ.setdefault("SIMLLM_WARMUP", "0")
 
 
 def pytest_unconfigure(config):

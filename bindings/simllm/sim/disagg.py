@@ -18,9 +18,10 @@ from simllm.config.hardware import load_hardware
 from simllm.config.serving import CLI, ServingConfig, moe_parallel_keys
 from simllm.config.workload import Workload, generate
 from simllm.errors import ConfigError
+from simllm.sim import kernelmode
 from simllm.sim.results import SimResult, engine_figures, stats_ms
 from simllm.sim.simulate import (ITL_BINS, N_WINDOWS, compile_for, engine_inputs, pool_speculation, prepare_pool,
-                                 run_reporting)
+                                 run_reporting, work_of)
 
 log = logging.getLogger("simllm")
 
@@ -101,10 +102,12 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
     if sv["prefill"].block_size != sv["decode"].block_size:
         raise ConfigError(f"the prefill pool's block size ({sv['prefill'].block_size})", source=CLI,
                           key="--decode-config block_size", value=sv["decode"].block_size)
-    pools = {role: prepare_pool(model, hw[role], sv[role], framework) for role in hw}
     if requests is None:
         requests = generate(workload)
     n = len(requests)
+    work = work_of(requests, n)
+    kernelmode.charge(work)  # before anything compiles: the work decides the kernels
+    pools = {role: prepare_pool(model, hw[role], sv[role], framework) for role in hw}
     e_p, reqi, reqf = engine_inputs(model, pools["prefill"], sv["prefill"], workload, requests, fast_forward)
     e_d, _, _ = engine_inputs(model, pools["decode"], sv["decode"], workload, requests, fast_forward, arrays=False)
     # One clock for both pools' time series: the longer estimate's windows.
@@ -137,11 +140,13 @@ def simulate_disagg(model, hardware, serving=None, workload=None, disagg=None, *
 
     log.info("simulating %d requests on %d prefill and %d decode instance(s)", n, inst_p, inst_d)
     start = time.perf_counter()
-    if progress is None:
+    deadline_s = kernelmode.deadline_s()
+    if progress is None and deadline_s is None:
         kernel()
     else:
-        run_reporting(kernel, glob, n, progress)
+        run_reporting(kernel, glob, n, progress, deadline_s=deadline_s)
     elapsed = time.perf_counter() - start
+    kernelmode.measured(work, elapsed)
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if e_p.frontend_s:
         reqf[:, codes.RF_ARRIVAL] -= e_p.frontend_s

@@ -28,6 +28,7 @@ from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import DetailedRows, RequestTally, SimResult
 from simllm.sim.slo import check_goodput
 from simllm.sim.speculative import check_speculative, pack_drafter, speculation
+from simllm.sim import kernelmode
 from simllm.sim.stream import StreamStats, compile_run, run_streamed
 
 log = logging.getLogger("simllm")
@@ -87,6 +88,14 @@ def _window_s(workload, n, last_arrival_s, est_request_s):
     return max(span / 100.0, 1e-3)
 
 
+def work_of(requests, n):
+    """The work (:func:`simllm.sim.kernelmode.work_of`) of simulating ``requests``, or, where they
+    are not drawn yet (a streamed run), ``n`` requests of one output token (a lower bound)."""
+    if requests is None:
+        return kernelmode.work_of(0, n)
+    return kernelmode.work_of(int(requests.input_len.sum()), int(requests.output_len.sum()))
+
+
 def compile_for(kernel, *args):
     """Compile (or load from numba's cache) ``kernel``'s machine code for ``args``' types before
     it runs, so that the run's ``simulation_wall_s`` is the simulation alone; returns the seconds
@@ -102,10 +111,15 @@ def compile_for(kernel, *args):
     return time.perf_counter() - start
 
 
-def run_reporting(kernel, glob, n, progress, interval_s=0.1):
+def run_reporting(kernel, glob, n, progress, interval_s=0.1, deadline_s=None):
     """Run ``kernel()`` on a worker thread and report ``glob[GLOBAL_ENDED]`` of ``n`` requests
-    ended to ``progress(ended, n)`` every ``interval_s`` and at the end."""
+    ended to ``progress(ended, n)`` (None: to nobody) every ``interval_s`` and at the end. With
+    ``deadline_s`` (interpreted kernels, :func:`simllm.sim.kernelmode.deadline_s`), a kernel still
+    running after that many seconds raises :func:`simllm.sim.kernelmode.out_of_time`'s switch
+    (the process then starts over; the worker is left to it)."""
     failure = []
+    progress = progress or (lambda ended, total: None)
+    give_up = None if deadline_s is None else time.perf_counter() + deadline_s
 
     def work():
         try:
@@ -118,6 +132,8 @@ def run_reporting(kernel, glob, n, progress, interval_s=0.1):
     while worker.is_alive():
         worker.join(interval_s)
         progress(int(glob[codes.GLOBAL_ENDED]), n)
+        if give_up is not None and worker.is_alive() and time.perf_counter() > give_up:
+            raise kernelmode.out_of_time()
     if failure:
         raise failure[0]
     progress(n, n)
@@ -325,11 +341,13 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     serving = serving or ServingConfig()
     workload = workload or Workload()
     check_goodput(goodput)
-    pool = prepare_pool(model, hardware, serving, framework)
     chunk = workload_mod.CHUNK_REQUESTS
     if requests is None and (keep_requests or workload.trace or workload.num_prompts <= chunk):
         requests = generate(workload)
     n = len(requests) if requests is not None else workload.num_prompts
+    work = work_of(requests, n)
+    kernelmode.charge(work)  # before anything compiles: the work decides the kernels
+    pool = prepare_pool(model, hardware, serving, framework)
     if not keep_requests and n > chunk and min(workload.max_concurrency, n) <= chunk // 4:
         return _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fast_forward,
                                   tuple(percentiles), goodput, progress, save_detailed)
@@ -350,11 +368,13 @@ def simulate(model, hardware, serving=None, workload=None, *, requests=None, fas
     kernel = functools.partial(simulate_kernel, params, sp, e, lay, reqi, reqf, acc, glob=glob)
     start = time.perf_counter()
     log.info("simulating %d requests on %d replica(s): %s", n, replicas, workload.describe())
-    if progress is None:
+    deadline_s = kernelmode.deadline_s()
+    if progress is None and deadline_s is None:
         kernel()
     else:
-        run_reporting(kernel, glob, n, progress)
+        run_reporting(kernel, glob, n, progress, deadline_s=deadline_s)
     elapsed = time.perf_counter() - start
+    kernelmode.measured(work, elapsed)
     log.info("simulated %d requests in %.3f s (%.0f requests/s)", n, elapsed, n / elapsed if elapsed else math.inf)
     if frontend_s:  # latencies count from the client's send
         reqf[:, codes.RF_ARRIVAL] -= frontend_s
@@ -440,10 +460,11 @@ def _simulate_streamed(model, hardware, serving, workload, pool, requests, n, fa
                 detailed.add(reqi, reqf, first)
 
         run = functools.partial(run_streamed, params, sp, e, lay, rows(), n, on_rows, glob, acc, held)
-        if progress is None:
+        deadline_s = kernelmode.deadline_s()
+        if progress is None and deadline_s is None:
             run()
         else:
-            run_reporting(run, glob, n, progress)
+            run_reporting(run, glob, n, progress, deadline_s=deadline_s)
     elapsed = time.perf_counter() - start
     log.info("simulated %d requests in %.3f s (%.0f requests/s), at most %d request rows held", n, elapsed,
              n / elapsed if elapsed else math.inf, held.peak_rows)
