@@ -74,7 +74,7 @@ def test_every_nav_page_exists_or_is_generated():
 
 
 def test_cli_reference_has_every_option_of_every_subcommand():
-    from simllm.cli.main import build_parser
+    from simllm.cli.app import build_parser
 
     generate = hook()
     page = generate.cli_page()
@@ -140,7 +140,7 @@ def test_every_documented_command_parses(page):
     removed flag breaks this test rather than a reader's first try."""
     import shlex
 
-    from simllm.cli.main import build_parser
+    from simllm.cli.app import build_parser
 
     for line in commands((ROOT / page).read_text(encoding="utf-8")):
         argv = shlex.split(line)[1:]

@@ -1,3 +1,3 @@
-from simllm.cli.main import main
+from simllm.cli import main
 
 raise SystemExit(main())

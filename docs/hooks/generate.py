@@ -1,6 +1,6 @@
 """mkdocs hook: the pages that are generated from the code at build time, so they cannot go stale.
 
-- ``reference/cli.md``: every subcommand's usage and options, from ``simllm.cli.main.build_parser()``.
+- ``reference/cli.md``: every subcommand's usage and options, from ``simllm.cli.app.build_parser()``.
 - ``reference/api.md``: the public API (``simllm.__all__``) through mkdocstrings, each name at its
   defining module, and each subpackage's overview docstring.
 - ``presets/<kind>.md``: the shipped presets, their key figures and each figure's source, from
@@ -13,7 +13,7 @@ import re
 from mkdocs.structure.files import File
 
 import simllm
-from simllm.cli.main import build_parser
+from simllm.cli.app import build_parser
 from simllm.config import catalog, presets
 
 HELP_COLUMNS = "100"  # argparse wraps help at $COLUMNS
@@ -85,7 +85,7 @@ def cli_page():
     parser = build_parser()
     commands = list(subcommands(parser))
     out = ["# Command line reference", "",
-           "Generated from the argument parser (`simllm.cli.main.build_parser()`) when the site is built: "
+           "Generated from the argument parser (`simllm.cli.app.build_parser()`) when the site is built: "
            "each subcommand's usage and options exactly as `simllm COMMAND --help` prints them.", "",
            "| command | what it does |", "| --- | --- |"]
     out += [f"| [`{name}`](#{name.replace(' ', '-')}) | {_md(help_)} |" for name, _, help_ in commands]

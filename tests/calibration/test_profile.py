@@ -270,7 +270,7 @@ def test_written_kernel_tables_load_and_the_yaml_names_them(tiny, profile_mod, t
 
 
 def test_cli_profile_writes_tables_that_simllm_run_uses(torch, tmp_path, monkeypatch, capsys):
-    from simllm.cli.main import main
+    from simllm.cli.app import main
 
     monkeypatch.chdir(tmp_path)
     argv = ["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", "out/gpu.yaml"]
@@ -287,7 +287,7 @@ def test_cli_profile_writes_tables_that_simllm_run_uses(torch, tmp_path, monkeyp
 
 
 def test_cli_no_tables_writes_no_json(torch, tmp_path, monkeypatch, capsys):
-    from simllm.cli.main import main
+    from simllm.cli.app import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["profile", "--hardware", "h100-sxm", "--device", "cpu", "--size", "tiny", "-o", "gpu.yaml",
@@ -301,7 +301,7 @@ def test_cli_no_tables_writes_no_json(torch, tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("flags", [["--no-tables", "--tables-dir", "t"], ["--no-tables", "--framework", "vllm"],
                                    ["--framework", "tgi"]])
 def test_cli_bad_table_flags_are_one_line_errors(flags, tmp_path, monkeypatch, capsys):
-    from simllm.cli.main import main
+    from simllm.cli.app import main
 
     monkeypatch.chdir(tmp_path)
     try:
@@ -314,7 +314,7 @@ def test_cli_bad_table_flags_are_one_line_errors(flags, tmp_path, monkeypatch, c
 
 
 def test_cli_help_lists_the_table_flags(capsys):
-    from simllm.cli.main import main
+    from simllm.cli.app import main
 
     with pytest.raises(SystemExit):
         main(["profile", "--help"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, assert_one_line_error, run_main, stderr_lines
-from simllm.cli.main import GC_THRESHOLD_ALLOCATIONS
+from simllm.cli.app import GC_THRESHOLD_ALLOCATIONS
 
 GOOD_MODEL = {
     "name": "tiny",

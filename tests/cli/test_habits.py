@@ -13,7 +13,7 @@ import simllm.cli
 from helpers import ROOT, assert_one_line_error, run_main
 from simllm.analysis.loadtest import DEFAULT_NUMBER_PER_CLIENT
 from simllm.cli import common
-from simllm.cli.main import COMMANDS, build_parser
+from simllm.cli.app import COMMANDS, build_parser
 from simllm.config.datasets import DATASETS, Dataset
 from simllm.config.disagg import DisaggConfig
 

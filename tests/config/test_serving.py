@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 import simllm
-from simllm.cli.main import build_parser
+from simllm.cli.app import build_parser
 from simllm.config.serving import SERVING_FLAGS, ServingConfig
 from simllm.search.sweep import row_error
 

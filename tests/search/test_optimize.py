@@ -403,7 +403,7 @@ def test_frontier_aggregates_the_seeds_of_a_configuration_into_one_point_with_it
     # One row per configuration comes back as it is; --per-seed keeps the draws apart.
     single = fr.read_rows(path)[:1]
     assert fr.aggregate_seeds(single) == (single, False)
-    from simllm.cli.main import main
+    from simllm.cli.app import main
 
     assert main(["frontier", str(path), "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["frontier"]) == 2

@@ -6,7 +6,7 @@ import pytest
 
 import simllm
 from simcore import iteration_time_nb
-from simllm.cli.main import main
+from simllm.cli.app import main
 from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError
 from simllm.search.optimize import optimize, parse_over

@@ -6,7 +6,7 @@ import pytest
 
 import simllm
 from simllm.analysis import diagnose as dg
-from simllm.cli.main import main
+from simllm.cli.app import main
 from simllm.config.speculative import with_tokens
 from simllm.config.workload import Workload, fixed
 from simllm.errors import ConfigError

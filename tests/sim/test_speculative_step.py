@@ -109,7 +109,7 @@ def test_draft_model_runs_the_small_model_k_times():
 
 
 def test_cli_estimate_prints_and_exports_the_speculative_step(capsys):
-    from simllm.cli.main import main
+    from simllm.cli.app import main
     cfg = '{"method": "mtp", "num_speculative_tokens": 1, "synthetic_acceptance_rates": [0.81]}'
     rc = main(["estimate", "deepseek-v3", "h200-sxm", "-tp", "8", "--batch-size", "8", "--speculative-config", cfg,
                "--format", "json"])

@@ -4,6 +4,7 @@ on stderr, never a traceback."""
 import gc
 import os
 import signal
+import subprocess
 import sys
 from importlib import metadata
 
@@ -26,6 +27,7 @@ from simllm.cli import (
 )
 from simllm.config.sections import ALLOW_OUTSIDE_ENV
 from simllm.errors import ConfigError
+from simllm.sim import kernelmode
 
 #: The subcommands in the order ``simllm --help`` lists them.
 COMMANDS = {"estimate": estimate, "run": run, "validate": validate, "calibrate": calibrate, "profile": profile,
@@ -72,6 +74,35 @@ def _tune_collector():
     gc.set_threshold(GC_THRESHOLD_ALLOCATIONS, gen1, gen2)
 
 
+def start_over(switch, quiet=False):
+    """Run the command again in a new process with the kernels ``switch`` asks for
+    (:class:`simllm.sim.kernelmode.KernelModeSwitch`; nothing was written yet): this process
+    becomes it (``exec``) where the platform allows, else waits for it. Returns its exit status
+    where it returns at all."""
+    if not quiet and switch.mode == kernelmode.COMPILED:
+        print(f"simllm: {switch.reason}: compiling the simulation kernels (first run only)", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = kernelmode.switched_environ(switch.mode)
+    command = [sys.executable, "-m", "simllm", *sys.argv[1:]]
+    if os.name == "posix":
+        os.execve(sys.executable, command, env)
+    return subprocess.call(command, env=env)  # pragma: no cover - Windows
+
+
+def warm_up_later(quiet=False):
+    """After an interpreted command (auto mode): compile what it ran in the background
+    (:func:`simllm.sim.kernelmode.start_warmup`), and say so unless ``quiet``."""
+    try:
+        started = kernelmode.start_warmup()
+    except OSError:  # no cache folder to write in: the next command runs interpreted again
+        return
+    if started is not None and not quiet:
+        print("simllm: the simulation kernels were not compiled yet, so this command ran them as Python (same "
+              "numbers); they are compiling in the background for the next commands (a few minutes, once)",
+              file=sys.stderr)
+
+
 def _interrupted(signum, frame):
     """The first Ctrl-C unwinds (one line, exit 130); a second one exits at once."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
@@ -92,8 +123,15 @@ def main(argv=None):
     if argv is None:  # the console script: Ctrl-C is ours to report, and the collector ours to tune
         signal.signal(signal.SIGINT, _interrupted)
         _tune_collector()
+    status = None
     try:
-        return COMMANDS[args.command].cmd(args, sys.stdout)
+        with kernelmode.cold_compile_guard():
+            status = COMMANDS[args.command].cmd(args, sys.stdout)
+        return status
+    except kernelmode.KernelModeSwitch as switch:
+        if argv is not None or not kernelmode.switching():  # pragma: no cover - only auto mode raises it
+            raise
+        return start_over(switch, quiet=getattr(args, "quiet", False))
     except ConfigError as exc:
         print(f"simllm: error: {exc}", file=sys.stderr)
         return 2
@@ -108,6 +146,8 @@ def main(argv=None):
         print(f"simllm: interrupted{'; ' + detail if detail else ''}", file=sys.stderr)
         return 130
     finally:
+        if status == 0 and argv is None and kernelmode.switching() and kernelmode.mode() == kernelmode.INTERPRETED:
+            warm_up_later(quiet=getattr(args, "quiet", False))
         if argv is None:
             signal.signal(signal.SIGINT, previous)
             gc.freeze()  # the process ends: spare the interpreter's exit a collection of everything left
