@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from simllm.sim import warmup
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The inner ``python -m pytest`` runs these quick tests only (not the suite, not this test).
@@ -33,9 +35,12 @@ def test_readme_commands_are_the_install_lines():
 
 
 def _env(tmp):
+    # As a user has it: simllm's kernel mode left to the command (auto: interpreted while the cache
+    # is cold), except that no background compile outlives the test (SIMLLM_WARMUP=0).
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "NUMBA_", "PYTHON")) and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
-    env.update(XDG_CACHE_HOME=str(tmp / "cache"), XDG_CONFIG_HOME=str(tmp / "config"),
+           if not k.startswith(("PYTEST_", "NUMBA_", "PYTHON", "SIMLLM_"))
+           and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    env.update(XDG_CACHE_HOME=str(tmp / "cache"), XDG_CONFIG_HOME=str(tmp / "config"), SIMLLM_WARMUP="0",
                PYTEST_ADDOPTS=f"-q -p no:cacheprovider {INNER_TESTS}")
     return env
 
@@ -51,8 +56,10 @@ def _step(args, cwd, env, what):
 def test_readme_quick_start_in_a_fresh_venv(tmp_path):
     """``pip install . && simllm run`` then ``pip install -e ".[test]" && python -m pytest``, each
     verbatim from the README, in a fresh venv from a fresh clone (of what is committed); then
-    ``simllm --help`` and ``simllm run -q`` from another folder exit 0, nothing of simcore is left
-    in site-packages, and numba's cache is in the user's cache folder, not in the sources."""
+    ``simllm --help`` and ``simllm run -q`` from another folder exit 0 (the kernels interpreted);
+    with the background compile on, it compiles them into the user's cache folder (not the
+    sources), and the next run loads them and prints the same; nothing of simcore is left in
+    site-packages."""
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     clone, venv, elsewhere = tmp_path / "clone", tmp_path / "venv", tmp_path / "elsewhere"
@@ -70,6 +77,14 @@ def test_readme_quick_start_in_a_fresh_venv(tmp_path):
     assert "run" in help_.stdout
     run = _step([simllm, "run", "-q"], elsewhere, env, "simllm run -q")
     assert run.stdout.strip(), run.stderr
+    # Nothing compiled so far: the commands ran the kernels as Python. Now as a user's first run
+    # leaves it: the same command with the background compile on, which the next run loads.
+    first = _step([simllm, "run", "-q"], elsewhere, dict(env, SIMLLM_WARMUP="1"), "simllm run -q, warm-up on")
+    assert first.stdout == run.stdout
+    folders = list((tmp_path / "cache" / "simllm" / "numba").iterdir())
+    assert len(folders) == 1 and warmup.wait_for_warmups(folders[0]), folders
+    again = _step([simllm, "run", "-q"], elsewhere, env, "simllm run -q, compiled")
+    assert (again.stdout, again.stderr) == (run.stdout, "")
 
     assert not list(venv.glob("lib*/python*/site-packages/simcore")), "site-packages/simcore left behind"
     assert not list(venv.glob("Lib/site-packages/simcore"))

@@ -133,6 +133,7 @@ def test_the_warm_up_compiles_what_was_noted(tmp_path):
     assert simcore.layout.ring_nb.py_func.__code__.co_argcount == len(sig)
     env = _env(tmp_path, SIMLLM_WARMUP="1")
     proc = kernelmode.start_warmup([("simcore.layout", "ring_nb", sig)], environ=env, folder=folder)
+    assert warmup.wait_for_warmups(folder, timeout_s=300)
     assert proc.wait(timeout=300) == 0
     assert kernelmode.cache_has_code(folder) and not list(folder.glob("warmup-*.pickle"))
     assert not (folder / "warmup.log").read_text()

@@ -3,7 +3,9 @@ interpreted command ran (:func:`simllm.sim.kernelmode.start_warmup` writes ``FIL
 ``[(module, name, signature)]``, and starts this in the background at low priority).
 
 One warm-up at a time per cache folder (a lock file beside the kernels; the next waits for it),
-so two commands never compile the same kernels at once. ``FILE`` is removed once read. What
+so two commands never compile the same kernels at once. ``FILE`` is read and removed once the lock
+is held: while it exists or the lock is held, a warm-up is pending or under way
+(:func:`wait_for_warmups`). What
 fails to compile is written to ``warmup.log`` in the cache folder and skipped: the next command
 then finds that kernel cold and runs interpreted again.
 
@@ -41,6 +43,22 @@ def _lock(folder):
     return handle
 
 
+def wait_for_warmups(folder, timeout_s=1800.0, poll_s=0.2):
+    """Wait until no warm-up is pending or under way in the kernel cache ``folder`` (POSIX): no
+    ``warmup-*.pickle`` left, then the lock free. Returns whether that happened in ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while any(name.startswith("warmup-") and name.endswith(".pickle") for name in os.listdir(folder)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    if fcntl is None:  # pragma: no cover - Windows
+        return True
+    with open(os.path.join(folder, LOCK_NAME), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return True
+
+
 def compile_signatures(signatures, log=None):
     """Compile each ``(module, name, signature)`` (a cache load when it is already there); returns
     how many compiled or loaded. One that fails is written to ``log`` (a text file) and skipped."""
@@ -64,12 +82,12 @@ def main(argv=None):
     if hasattr(os, "nice"):
         os.nice(NICENESS)
     path = argv[0]
+    folder = cache_dir()
+    os.makedirs(folder, exist_ok=True)
+    _lock(folder)  # first: while FILE exists or the lock is held, a warm-up is pending or under way
     with open(path, "rb") as f:
         signatures = pickle.load(f)
     os.remove(path)
-    folder = cache_dir()
-    os.makedirs(folder, exist_ok=True)
-    _lock(folder)
     with open(os.path.join(folder, LOG_NAME), "a") as log:
         compile_signatures(signatures, log)
     return 0
