@@ -2,6 +2,7 @@
 from a fresh clone, then ``simllm --help`` and ``simllm run -q`` from another folder. A first run
 of the installed copy once left ``site-packages/simcore/__pycache__`` behind (numba's cache),
 which then imported as an empty namespace package in front of the editable install."""
+import json
 import os
 import re
 import shutil
@@ -83,8 +84,11 @@ def test_readme_quick_start_in_a_fresh_venv(tmp_path):
     assert first.stdout == run.stdout
     folders = list((tmp_path / "cache" / "simllm" / "numba").iterdir())
     assert len(folders) == 1 and warmup.wait_for_warmups(folders[0]), folders
+    assert not (folders[0] / warmup.LOG_NAME).read_text(), "the warm-up failed"
     again = _step([simllm, "run", "-q"], elsewhere, env, "simllm run -q, compiled")
     assert (again.stdout, again.stderr) == (run.stdout, "")
+    loaded = json.loads(_step([simllm, "run", "--format", "json"], elsewhere, env, "simllm run --format json").stdout)
+    assert loaded["compile_wall_s"] > 0, "the next run did not load the compiled kernels"  # interpreted: 0
 
     assert not list(venv.glob("lib*/python*/site-packages/simcore")), "site-packages/simcore left behind"
     assert not list(venv.glob("Lib/site-packages/simcore"))

@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 
 import numba
 import numpy as np
@@ -21,6 +22,11 @@ from simllm.config.workload import Workload
 from simllm.errors import ConfigError
 from simllm.sim import kernelmode, warmup
 from simllm.sim.simulate import run_reporting, simulate
+
+try:
+    import fcntl
+except ImportError:  # Windows: the warm-up takes no lock
+    fcntl = None
 
 AUTO = {kernelmode.KERNELS_ENV: "", kernelmode.AUTO_ENV: "", kernelmode.WARMUP_ENV: "0"}
 SMALL = dict(num_prompts=300, request_rate=40.0, seed=3)
@@ -126,14 +132,20 @@ def test_interpreted_kernels_give_the_compiled_numbers_and_note_their_signatures
     assert noted and set(noted) <= {repr(tuple(s)) for s in simcore.engine.run_events_nb.signatures}
 
 
-@pytest.mark.skipif(JIT_DISABLED, reason="compiles into a cache")
+@pytest.mark.skipif(JIT_DISABLED or fcntl is None, reason="compiles into a cache; POSIX lock")
 def test_the_warm_up_compiles_what_was_noted(tmp_path):
     folder = tmp_path / "cache"
     sig = (numba.int64, numba.int64)
     assert simcore.layout.ring_nb.py_func.__code__.co_argcount == len(sig)
     env = _env(tmp_path, SIMLLM_WARMUP="1")
     proc = kernelmode.start_warmup([("simcore.layout", "ring_nb", sig)], environ=env, folder=folder)
+    while list(folder.glob("warmup-*.pickle")) and proc.poll() is None:  # until it holds the lock and has read
+        time.sleep(0.002)
+    if proc.poll() is None:  # compiling: the lock is held (a second warm-up would wait for it)
+        with open(folder / warmup.LOCK_NAME, "a") as handle, pytest.raises(BlockingIOError):
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert warmup.wait_for_warmups(folder, timeout_s=300)
+    assert proc.poll() is not None or proc.wait(timeout=5) == 0
     assert proc.wait(timeout=300) == 0
     assert kernelmode.cache_has_code(folder) and not list(folder.glob("warmup-*.pickle"))
     assert not (folder / "warmup.log").read_text()

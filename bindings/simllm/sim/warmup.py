@@ -84,12 +84,14 @@ def main(argv=None):
     path = argv[0]
     folder = cache_dir()
     os.makedirs(folder, exist_ok=True)
-    _lock(folder)  # first: while FILE exists or the lock is held, a warm-up is pending or under way
+    lock = _lock(folder)  # first: while FILE exists or the lock is held, a warm-up is pending or under way
     with open(path, "rb") as f:
         signatures = pickle.load(f)
     os.remove(path)
     with open(os.path.join(folder, LOG_NAME), "a") as log:
         compile_signatures(signatures, log)
+    if lock is not None:
+        lock.close()  # held until here: a collected handle would have let the lock go
     return 0
 
 
