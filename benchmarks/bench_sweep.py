@@ -7,11 +7,17 @@ The mixed loads: bench-1m's lengths (prompts uniform in [100, 1000), outputs in 
 10,000 requests per configuration, 200 Monte Carlo configurations drawn with a fixed seed:
 request rate log-uniform in 5..100 req/s, open loop or capped at 16, 64 or 256 in flight,
 ``max_num_seqs`` 128 or 256."""
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from simllm.config.hardware import load_hardware
+from simllm.config.model import load_model
+from simllm.config.serving import ServingConfig
+from simllm.config.workload import LengthDist, Workload
 from simllm.search import sweep as sw
 from simllm.search.spec import make_spec
+from simllm.sim.simulate import simulate
 
 SWEEP_CONFIGS = 200
 SWEEP_REQUESTS = 10_000
@@ -131,3 +137,51 @@ class SweepOverhead:
         return 1e3 * elapsed / self.CONFIGS
 
     track_ms_per_config.unit = "ms"
+
+
+class SmallRuns:
+    """Many small runs through ``simllm.simulate`` on one thread, as a sweep's rows make them:
+    ``RUNS`` mixed loads (``MIXED_LOADS``' request rates, concurrency caps and ``max_num_seqs``,
+    bench-1m's lengths) of 1,000 or 10,000 requests each, summary only. ``track_`` results: runs per
+    second, and the milliseconds of each run spent outside the engine kernel (resolving and packing
+    the configuration, drawing the requests, the summary): issue 47's per-run overhead."""
+
+    params = [[1000, 10000]]
+    param_names = ["requests"]
+    number = 1
+    repeat = 3
+    timeout = 600
+    RUNS = 200
+
+    def setup(self, requests):
+        sw.warm_up()
+        rng = random.Random(0)
+        self.model, self.hardware = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+        self.cases = []
+        for seed in range(self.RUNS):
+            workload = Workload(num_prompts=requests, request_rate=5 * 20 ** rng.random(),
+                                max_concurrency=rng.choice([0, 0, 16, 64, 256]),
+                                input_len=LengthDist("uniform", low=100, high=1000),
+                                output_len=LengthDist("uniform", low=20, high=400), seed=seed)
+            self.cases.append((ServingConfig(max_num_seqs=rng.choice([128, 256])), workload))
+        self._runs()  # every kernel of these runs compiled or loaded
+
+    def _runs(self):
+        kernel_s = 0.0
+        start = time.perf_counter()
+        for serving, workload in self.cases:
+            res = simulate(self.model, self.hardware, serving, workload, keep_requests=False, percentiles=(50, 90, 99))
+            kernel_s += res.summary["simulation_wall_s"]
+        return time.perf_counter() - start, kernel_s
+
+    def track_runs_per_second(self, requests):
+        wall_s, _ = self._runs()
+        return self.RUNS / wall_s
+
+    track_runs_per_second.unit = "runs/s"
+
+    def track_ms_outside_kernel_per_run(self, requests):
+        wall_s, kernel_s = self._runs()
+        return 1e3 * (wall_s - kernel_s) / self.RUNS
+
+    track_ms_outside_kernel_per_run.unit = "ms"

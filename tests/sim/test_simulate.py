@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 import simllm
-from helpers import build
+from helpers import JIT_DISABLED, build
 from simcore import iteration_time_nb
+from simcore.params import Speculation
 from simllm.config.workload import fixed, random_range
 from simllm.sim.results import TIMING_KEYS
+from simllm.sim.simulate import argument_kinds
 
 MODEL, HW, SERVING, _, P = build("llama-3.1-8b", "h100-sxm")
 
@@ -210,3 +212,27 @@ def test_the_kernel_is_compiled_once_for_the_call_it_makes_with_or_without_specu
     assert list(run_events_nb.signatures) == before
     assert any(sig[-1] == last for sig in before), (last, [sig[-1] for sig in before])
     assert all(sig[-1] in (types.Omitted(True), types.none) for sig in before)
+
+
+def _kinds_cases():
+    base = np.zeros((3, 4))
+    return [
+        base, np.zeros((3, 4), dtype=np.int64), np.zeros(4), np.asfortranarray(base), base[:, ::2], base.T,
+        np.frombuffer(b"\0" * 96), np.zeros((3, 4), dtype=np.float32), 0, 1 << 62, 1 << 63, True, 0.5, np.float64(0.5),
+        np.int32(3), None, (None,), (1, 2), (1, 2.0), (base, 1),
+        Speculation(*[0] * len(Speculation._fields)), Speculation(*[0.0] * len(Speculation._fields)),
+    ]
+
+
+@pytest.mark.skipif(JIT_DISABLED, reason="compares with numba.typeof")
+def test_argument_kinds_tell_apart_what_numba_types_apart():
+    """compile_for skips what this process compiled for arguments of equal kinds: equal kinds must
+    be equal numba types, so different types are different kinds (the kinds may split a type:
+    a float and a numpy float64 are both float64)."""
+    values = _kinds_cases()
+    for a in values:
+        for b in values:
+            if argument_kinds(a) == argument_kinds(b):
+                assert numba.typeof(a) == numba.typeof(b), (a, b)
+            elif numba.typeof(a) == numba.typeof(b):
+                assert {type(a), type(b)} <= {float, np.float64}, (a, b)
