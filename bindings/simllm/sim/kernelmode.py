@@ -50,9 +50,15 @@ WARMUP_ENV = "SIMLLM_WARMUP"
 COMPILED, INTERPRETED = "compiled", "interpreted"
 MODES = (COMPILED, INTERPRETED, "auto")
 
-#: Seconds of interpreted simulation a command may spend before it switches to compiled kernels
-#: (which take about three minutes to compile, once).
-INTERPRETED_SECONDS_LIMIT = 20.0
+#: Seconds of interpreted simulation a command may spend before it switches to compiled kernels:
+#: under half of one variant's cold compile (140-185 s on the project's 2-core VM), so that a
+#: command switches only where compiling is surely quicker, and loses at most this much when an
+#: estimate was wrong. (A sweep of 36 closed-loop runs of 2,000 requests, configs/sweeps/
+#: concurrency.yaml, takes 43 s interpreted on one core against 157 s compiling first.)
+INTERPRETED_SECONDS_LIMIT = 60.0
+#: Work (:func:`work_of`) a simulation must have for its time to set the interpreted rate: a
+#: tiny run (a sweep's probe of 4 requests) is mostly fixed costs and would overstate it.
+RATE_MIN_WORK = 20_000
 #: Seconds per unit of work (:func:`work_of`) of interpreted kernels before a command has measured
 #: its own: the fastest path measured, so that only work that is surely too much switches before
 #: it starts (what turns out slower switches at the deadline, :func:`deadline_s`). Rates on the
@@ -63,8 +69,9 @@ PRIOR_SECONDS_PER_WORK = 1 / 1_300_000
 #: Prompt tokens per unit of work: a prompt costs the engine an iteration per chunk, not per token.
 PROMPT_TOKENS_PER_WORK = 512
 
-# This process's simulations: [work charged, work simulated interpreted, seconds that took].
-_tally = [0.0, 0.0, 0.0]
+# This process's simulations: [work charged, work simulated interpreted, seconds that took, and the
+# work and seconds of those large enough to set the rate (RATE_MIN_WORK)].
+_tally = [0.0, 0.0, 0.0, 0.0, 0.0]
 
 
 class KernelModeSwitch(Exception):
@@ -152,9 +159,10 @@ def spent():
 
 def estimate_s(work):
     """Seconds that ``work`` would take interpreted: at the rate this process's interpreted
-    simulations ran (:func:`measured`), else at :data:`PRIOR_SECONDS_PER_WORK`."""
-    _, done, seconds = _tally
-    rate = seconds / done if done > 0 and seconds > 0 else PRIOR_SECONDS_PER_WORK
+    simulations of :data:`RATE_MIN_WORK` or more ran (:func:`measured`), else at
+    :data:`PRIOR_SECONDS_PER_WORK`."""
+    rate_work, rate_s = _tally[3], _tally[4]
+    rate = rate_s / rate_work if rate_work > 0 and rate_s > 0 else PRIOR_SECONDS_PER_WORK
     return work * rate
 
 
@@ -166,7 +174,7 @@ def charge(work):
     work = work if math.isfinite(work) else 1e18
     _tally[0] += work
     if switching() and mode() == INTERPRETED:
-        charged, done, seconds = _tally
+        charged, done, seconds = _tally[:3]
         total_s = seconds + estimate_s(charged - done)  # spent, and what is charged but not yet run
         if total_s > INTERPRETED_SECONDS_LIMIT:
             raise KernelModeSwitch(COMPILED, f"about {total_s:,.0f} s of simulation interpreted "
@@ -188,10 +196,14 @@ def out_of_time():
 
 
 def measured(work, seconds):
-    """Count a simulation of ``work`` that took ``seconds``; only interpreted ones set the rate."""
+    """Count a simulation of ``work`` that took ``seconds``: interpreted ones count toward the
+    limit, and those of :data:`RATE_MIN_WORK` or more set the rate."""
     if mode() == INTERPRETED:
         _tally[1] += work
         _tally[2] += seconds
+        if work >= RATE_MIN_WORK:
+            _tally[3] += work
+            _tally[4] += seconds
 
 
 class _ColdCompile(event.Listener):
