@@ -6,6 +6,7 @@ import tempfile
 import pytest
 
 from helpers import JIT_DISABLED, REPORT
+from simllm.sim.runner import warm_up
 
 # The suite never sees the user's own simllm profiles (``simllm calibrate`` writes them to
 # ~/.config/simllm, and ``--framework vllm`` then reads them before the shipped one): its own,
@@ -21,6 +22,17 @@ os.environ.setdefault("SIMLLM_WARMUP", "0")
 
 def pytest_unconfigure(config):
     shutil.rmtree(_USER_CONFIG, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Under pytest-xdist (``-n N``), compile the default kernels once, here in the controller,
+    before its workers start (xdist starts them in its own, later, sessionstart): each worker would
+    otherwise compile the event loop itself, minutes each, at the same time."""
+    config = session.config
+    if JIT_DISABLED or hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    warm_up()
 
 
 def pytest_collection_modifyitems(config, items):

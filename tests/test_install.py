@@ -42,7 +42,7 @@ def _env(tmp):
            if not k.startswith(("PYTEST_", "NUMBA_", "PYTHON", "SIMLLM_"))
            and k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
     env.update(XDG_CACHE_HOME=str(tmp / "cache"), XDG_CONFIG_HOME=str(tmp / "config"), SIMLLM_WARMUP="0",
-               PYTEST_ADDOPTS=f"-q -p no:cacheprovider {INNER_TESTS}")
+               PYTEST_ADDOPTS=f"-q -p no:cacheprovider -n 0 {INNER_TESTS}")  # -n 0: no kernels compiled
     return env
 
 
