@@ -59,9 +59,17 @@ def test_choose_follows_the_cache(tmp_path):
 
 @pytest.mark.parametrize("forced", ["compiled", "interpreted"])
 def test_a_forced_mode_never_switches(tmp_path, forced):
-    env = {"SIMLLM_KERNELS": forced, "SIMLLM_KERNELS_AUTO": "1"}
+    env = {"SIMLLM_KERNELS": forced}
     assert kernelmode.choose(env, folder=tmp_path) == forced
     assert env == {"SIMLLM_KERNELS": forced} and not kernelmode.switching(env)
+
+
+def test_a_command_started_over_switches_at_most_once_more(tmp_path):
+    """compiled (auto) -> interpreted, still auto -> compiled, forced: at most two starts over."""
+    env = kernelmode.switched_environ("interpreted", {"SIMLLM_KERNELS": "compiled", "SIMLLM_KERNELS_AUTO": "1"})
+    assert kernelmode.choose(env, folder=tmp_path) == "interpreted" and kernelmode.switching(env)
+    env = kernelmode.switched_environ("compiled", env)
+    assert kernelmode.choose(env, folder=tmp_path) == "compiled" and not kernelmode.switching(env)
 
 
 def test_a_bad_mode_is_one_line(tmp_path):

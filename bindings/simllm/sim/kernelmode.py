@@ -118,15 +118,16 @@ def cache_has_code(folder=None):
 def choose(environ=None, folder=None):
     """Settle auto mode in ``environ`` (default ``os.environ``) before simcore is imported:
     ``SIMLLM_KERNELS`` unset or ``auto`` becomes ``compiled`` where the kernel cache holds code,
-    else ``interpreted``, with ``SIMLLM_KERNELS_AUTO=1``; a forced mode is left as it is. Returns
+    else ``interpreted``, with ``SIMLLM_KERNELS_AUTO=1``; a given mode is left as it is, with
+    ``SIMLLM_KERNELS_AUTO`` as it is (set only in a command started over interpreted by
+    :func:`switched_environ`, which may still go on compiled). Returns
     the mode. A value other than the three is an error (``ConfigError``)."""
     env = os.environ if environ is None else environ
     value = env.get(KERNELS_ENV, "").strip().lower()
     if value not in ("", *MODES):
         raise ConfigError(f"one of {', '.join(MODES)}", source="environment", key=KERNELS_ENV,
                           value=env[KERNELS_ENV])
-    if value in (COMPILED, INTERPRETED):
-        env.pop(AUTO_ENV, None)
+    if value in (COMPILED, INTERPRETED):  # forced, or a command started over (which keeps AUTO_ENV)
         return value
     chosen = COMPILED if cache_has_code(folder) else INTERPRETED
     env[KERNELS_ENV] = chosen
