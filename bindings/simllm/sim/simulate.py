@@ -22,13 +22,13 @@ from simllm.config.serving import ServingConfig
 from simllm.config import workload as workload_mod
 from simllm.config.workload import Workload, client_delays, expected_last_send_s, generate, generate_chunks
 from simllm.errors import ConfigError, SimulatedOOM
+from simllm.sim import kernelmode
 from simllm.sim.estimate import estimate_request_s
 from simllm.sim.memory import plan_memory
 from simllm.sim.pack import framework_for, pack_cost_params, pipeline_settings
 from simllm.sim.results import DetailedRows, RequestTally, SimResult
 from simllm.sim.slo import check_goodput
 from simllm.sim.speculative import check_speculative, pack_drafter, speculation
-from simllm.sim import kernelmode
 from simllm.sim.stream import StreamStats, compile_run, run_streamed
 
 log = logging.getLogger("simllm")
@@ -111,7 +111,7 @@ def argument_kinds(value):
 
 
 # The (kernel, argument kinds) this process has compiled or loaded: a run of a sweep asks again for
-# what an earlier one compiled, and numba.typeof of the run's arguments took ~3 ms of each.
+# what an earlier one compiled, and numba.typeof of the run's arguments took about 1 ms of each.
 _COMPILED = set()
 
 
