@@ -17,7 +17,7 @@ from simcore.lazy import lazy_names
 
 # Each public name and the module that defines it, imported when the name is first read.
 _HOMES = {
-    "simcore._jit": ("CACHE_DIR", "CACHING"),
+    "simcore._jit": ("CACHE_DIR", "CACHING", "call_signature"),
     "simcore.cost": (
         "batch_aggregates_nb", "decode_run_time_nb", "experts_hit_nb", "moe_assignments_nb",
         "moe_experts_seconds_nb", "moe_local_nb", "iteration_costs_nb", "iteration_seconds", "iteration_time_nb",

@@ -184,23 +184,30 @@ INTERPRETED = os.environ.get(KERNELS_ENV, "").strip().lower() == "interpreted"
 _KERNEL_CODES = set()
 
 
-def _full_signature(parameters, args, kwargs):
-    """numba's argument types of a call, the defaults left out typed ``Omitted`` as numba types
-    them (``simllm.sim.simulate.compile_for`` builds the same); None where a value has no numba
-    type."""
+def call_signature(func, args, kwargs=None, parameters=None):
+    """numba's argument types of the call ``func(*args, **kwargs)``: each value's
+    ``numba.typeof``, and the parameters left out typed ``Omitted(default)`` as numba types a call
+    that leaves them out. ``parameters`` (``inspect.signature(func).parameters`` values) may be
+    passed to save looking them up.
+
+    Raises
+    ------
+    ValueError
+        A value has no numba type, or a parameter without a default is missing.
+    """
+    kwargs = kwargs or {}
+    if parameters is None:
+        parameters = tuple(inspect.signature(func).parameters.values())
     types = []
-    try:
-        for i, q in enumerate(parameters):
-            if i < len(args):
-                types.append(numba.typeof(args[i]))
-            elif q.name in kwargs:
-                types.append(numba.typeof(kwargs[q.name]))
-            elif q.default is not inspect.Parameter.empty:
-                types.append(numba.types.Omitted(q.default))
-            else:
-                return None
-    except ValueError:  # numba.typeof: no numba type for this value
-        return None
+    for i, q in enumerate(parameters):
+        if i < len(args):
+            types.append(numba.typeof(args[i]))
+        elif q.name in kwargs:
+            types.append(numba.typeof(kwargs[q.name]))
+        elif q.default is not inspect.Parameter.empty:
+            types.append(numba.types.Omitted(q.default))
+        else:
+            raise ValueError(f"{func.__name__}: no value for {q.name}")
     return tuple(types)
 
 
@@ -215,9 +222,10 @@ def _interpreted(func):
     @functools.wraps(func)
     def call(*args, **kwargs):
         if frame(1).f_code not in kernel_codes:
-            sig = _full_signature(parameters, args, kwargs)
-            if sig is not None:
-                signatures.add(sig)
+            try:
+                signatures.add(call_signature(func, args, kwargs, parameters))
+            except ValueError:  # nothing numba could compile for: nothing to note
+                pass
         return func(*args, **kwargs)
 
     call.py_func = func

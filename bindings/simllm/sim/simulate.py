@@ -2,7 +2,6 @@
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
 import contextlib
 import functools
-import inspect
 import itertools
 import logging
 import math
@@ -10,10 +9,9 @@ import threading
 import time
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
-from simcore import codes
+from simcore import call_signature, codes
 from simcore.engine import simulate as simulate_kernel
 from simcore.layout import accepted_per_position, make_layout, split_accumulator
 from simcore.params import EngineSettings, block_shift_of
@@ -128,9 +126,7 @@ def compile_for(kernel, *args):
     if key in _COMPILED:
         return 0.0
     start = time.perf_counter()
-    params = list(inspect.signature(kernel.py_func).parameters.values())[len(args):]
-    omitted = tuple(numba.types.Omitted(q.default) for q in params)  # as a call leaving them out types them
-    compile_(tuple(numba.typeof(a) for a in args) + omitted)
+    compile_(call_signature(kernel.py_func, args))
     _COMPILED.add(key)
     return time.perf_counter() - start
 

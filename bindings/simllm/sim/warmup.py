@@ -34,11 +34,11 @@ NICENESS = 10
 
 
 def _lock(folder):
-    """Hold an exclusive lock on the folder's lock file until this process ends (POSIX; elsewhere
-    nothing is locked)."""
+    """An exclusive lock on the folder's lock file, held until the returned handle is closed
+    (POSIX; elsewhere nothing is locked and None is returned)."""
     if fcntl is None:  # pragma: no cover - Windows
         return None
-    handle = open(os.path.join(folder, LOCK_NAME), "a")  # noqa: SIM115 - held until exit
+    handle = open(os.path.join(folder, LOCK_NAME), "a")  # noqa: SIM115 - the caller closes it
     fcntl.flock(handle, fcntl.LOCK_EX)
     return handle
 
