@@ -52,7 +52,8 @@ def _gemm_shapes(p):
     }
 
 
-_MEMO_SIZE = 64  # arrays kept (28 KB each): a sweep's distinct models x GPUs x parallelisms
+_MEMO_SIZE = 256  # arrays kept (28 KB each, 7 MB at most): a sweep's distinct models x GPUs x parallelisms
+# (validate's silicon CSV has 251)
 _memo = collections.OrderedDict()
 _memo_lock = threading.Lock()
 
