@@ -236,3 +236,21 @@ def test_argument_kinds_tell_apart_what_numba_types_apart():
                 assert numba.typeof(a) == numba.typeof(b), (a, b)
             elif numba.typeof(a) == numba.typeof(b):
                 assert {type(a), type(b)} <= {float, np.float64}, (a, b)
+
+
+def test_prepare_pool_gives_back_the_pool_of_equal_arguments():
+    """A sweep's rows ask again for the pool an earlier row packed: equal serving settings on the
+    same model and GPU objects give the very same pool; other settings, or another (equal) model
+    object, pack afresh, and the pool packed afresh is the same as the kept one."""
+    from simllm.sim.simulate import prepare_pool
+
+    m, h = simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm")
+    a = prepare_pool(m, h, simllm.ServingConfig(max_num_seqs=64))
+    assert prepare_pool(m, h, simllm.ServingConfig(max_num_seqs=64)) is a
+    other = prepare_pool(m, h, simllm.ServingConfig(max_num_seqs=128))
+    assert other is not a and other.memory != a.memory  # activations grow with max_num_seqs
+    twin = dataclasses.replace(m)
+    fresh = prepare_pool(twin, h, simllm.ServingConfig(max_num_seqs=64))
+    assert fresh is not a
+    assert fresh.params._replace(eff=None) == a.params._replace(eff=None) and fresh.memory == a.memory
+    np.testing.assert_array_equal(fresh.params.eff, a.params.eff)

@@ -1,5 +1,6 @@
 """``simllm.simulate``: validate, build the kernel inputs, run the engine (one kernel call for all
 data-parallel replicas), and wrap the arrays in a :class:`SimResult`."""
+import collections
 import contextlib
 import functools
 import itertools
@@ -98,14 +99,22 @@ def argument_kinds(value):
     """What numba's type of ``value`` depends on, for the values kernels take (arrays, NamedTuples
     and tuples of them, scalars, None), built without numba: equal kinds are equal numba types.
     Builds in microseconds what ``numba.typeof`` takes a fraction of a millisecond for."""
-    if isinstance(value, np.ndarray):
-        return (np.ndarray, value.dtype.str, value.ndim, value.flags.c_contiguous, value.flags.f_contiguous,
-                value.flags.writeable, value.flags.aligned)
-    if isinstance(value, tuple):
-        return (type(value), *map(argument_kinds, value))
-    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+    kind = type(value)
+    if kind in _PLAIN_KINDS:
+        return kind
+    if kind is np.ndarray:
+        flags = value.flags
+        return (kind, value.dtype.str, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable,
+                flags.aligned)
+    if isinstance(value, tuple):  # a NamedTuple's fields are mostly plain: no call for those
+        return (kind, *[t if t in _PLAIN_KINDS else argument_kinds(v) for v, t in zip(value, map(type, value))])
+    if kind is int and not -(1 << 63) <= value < (1 << 63):
         return (int, "wide")  # numba types an int past int64 otherwise
-    return type(value)
+    return kind
+
+
+# Types whose values all have one numba type (an int may be wider than int64: not here).
+_PLAIN_KINDS = frozenset({float, bool, type(None), np.float64, np.int64, np.int32, np.bool_})
 
 
 # The (kernel, argument kinds) this process has compiled or loaded: a run of a sweep asks again for
@@ -188,10 +197,35 @@ def static_slots(model, serving, resolved, memory):
     return max(1, slots)
 
 
+#: Pools :func:`prepare_pool` keeps: a sweep's rows, an optimizer's candidates and validation's
+#: points ask again for the pool of a model, GPU and engine settings an earlier run packed (the
+#: load is not part of a pool); packing one took about a third of a 1,000-request run's time
+#: outside the kernel.
+POOL_MEMO_SIZE = 128
+_pools = collections.OrderedDict()
+_pools_lock = threading.Lock()
+
+
 def prepare_pool(model, hardware, serving, framework=None):
     """Validate ``serving`` for ``model`` on ``hardware`` and pack it (:class:`Pool`); raises
-    :class:`SimulatedOOM` when it does not fit (a speculative drafter's weights and KV included)."""
+    :class:`SimulatedOOM` when it does not fit (a speculative drafter's weights and KV included).
+
+    The last :data:`POOL_MEMO_SIZE` pools are kept, keyed by the model and hardware objects
+    themselves (configs are frozen), the serving settings and the framework profile (loaded anew
+    each call, so an edited profile file is seen): the same arguments give the same pool object,
+    which callers must not change."""
     fw = framework_for(hardware, serving, framework)
+    try:
+        key = (id(model), id(hardware), serving, fw)
+        hash(key)
+    except TypeError:  # an unhashable field somewhere (a user's object): no memo
+        key = None
+    if key is not None:
+        with _pools_lock:
+            hit = _pools.get(key)
+            if hit is not None and hit[0] is model and hit[1] is hardware:  # their ids are still theirs
+                _pools.move_to_end(key)
+                return hit[2]
     resolved = serving_mod.resolve(model, hardware, serving)
     params = pack_cost_params(model, hardware, serving, resolved, fw)
     spec = serving.speculative_config
@@ -202,8 +236,14 @@ def prepare_pool(model, hardware, serving, framework=None):
     memory = plan_memory(params, model, hardware, serving, resolved,
                          draft_weight_bytes=drafter.weight_bytes if drafter else 0.0,
                          draft_kv_bytes_per_token=drafter.kv_bytes_per_token if drafter else 0.0)
-    return Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec),
+    pool = Pool(fw, resolved, params, memory, speculation(params, drafter, 0, spec),
                 pipeline_settings(params, hardware, serving))
+    if key is not None:
+        with _pools_lock:
+            _pools[key] = (model, hardware, pool)
+            while len(_pools) > POOL_MEMO_SIZE:
+                _pools.popitem(last=False)
+    return pool
 
 
 def pool_speculation(pool, workload):
