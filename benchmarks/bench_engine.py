@@ -9,6 +9,7 @@ import time
 import simllm
 from simllm.cli.app import main
 from simllm.config.disagg import DisaggConfig
+from simllm.config.workload import fixed
 from simllm.sim.disagg import simulate_disagg
 from benchmarks.common import bench_requests, closed_loop_requests, configs
 from benchmarks.plain_loop import plain_loop
@@ -421,3 +422,45 @@ class EnginePipeline(_Simulate):
         return self._run().summary["simulated_requests_per_s"]
 
     track_kernel_requests_per_second.unit = "requests/s"
+
+
+class EngineDisaggregatedWideEP:
+    """A wide-EP disaggregated deployment as the silicon CSV's largest rows run it: DeepSeek-V3 on
+    H200, one prefill instance of 8 attention data-parallel ranks (EP 8) and one decode instance of
+    16 ranks (EP 16, 64 sequences each), a closed loop of 1,024 clients sending 10,240 requests of
+    1,024 prompt and 1,024 output tokens. The decode ranks step in lockstep
+    (``engine.lockstep_step_nb``), each keeping its decoding requests in a cohort: the step costs
+    O(ranks), not O(requests running). ``track_`` results: requests and output tokens per second."""
+
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self):
+        self.m, self.h = simllm.load_model("deepseek-v3"), simllm.load_hardware("h200-sxm")
+        self.s = simllm.ServingConfig(max_model_len=4096, dtype="fp8", enable_chunked_prefill=False)
+        self.d = DisaggConfig(
+            prefill=(("data_parallel_size", 8), ("expert_parallel_size", 8), ("max_num_seqs", 1)),
+            decode=(("data_parallel_size", 16), ("expert_parallel_size", 16), ("max_num_seqs", 64)),
+            first_token="prefill")
+        self.w = simllm.Workload(num_prompts=10_240, max_concurrency=1_024, input_len=fixed(1024),
+                                 output_len=fixed(1024))
+        small = simllm.Workload(num_prompts=64, max_concurrency=32, input_len=fixed(64), output_len=fixed(16))
+        simulate_disagg(self.m, self.h, self.s, small, self.d, keep_requests=False)  # compiled here
+
+    def _run(self):
+        return simulate_disagg(self.m, self.h, self.s, self.w, self.d, keep_requests=False)
+
+    def time_simulate(self):
+        self._run()
+
+    def track_kernel_requests_per_second(self):
+        return self._run().summary["simulated_requests_per_s"]
+
+    track_kernel_requests_per_second.unit = "requests/s"
+
+    def track_kernel_output_tokens_per_second(self):
+        s = self._run().summary
+        return s["total_output_tokens"] / s["simulation_wall_s"]
+
+    track_kernel_output_tokens_per_second.unit = "tokens/s"

@@ -319,4 +319,5 @@ PLAN_SCHED = 0  # requests the replica scheduled (0: it sits the step out)
 PLAN_FLOPS = 1  # its iteration's FLOPs ...
 PLAN_BYTES = 2  # ... and memory bytes
 PLAN_USED = 3  # its KV blocks in use
-N_PLAN = 4
+PLAN_FAST = 4  # 1: the step was scheduled with the rank's decode cohort in aggregate (fast/cohort.py)
+N_PLAN = 5

@@ -22,6 +22,7 @@ from simcore.codes import (
     CLOCK_DEADLINE,
     CLOCK_NOW,
     COHORT_NEXT_DONE,
+    COHORT_SIZE,
     FINISHED_LAST_STEP,
     FREE_BLOCKS,
     GLOBAL_BASE,
@@ -34,6 +35,7 @@ from simcore.codes import (
     N_PLAN,
     PLAN_BYTES,
     PLAN_FLOPS,
+    PLAN_FAST,
     PLAN_SCHED,
     PLAN_USED,
     POLICY_CONTINUOUS,
@@ -69,7 +71,15 @@ from simcore.codes import (
     WIN_OUTPUT_TOKENS,
 )
 from simcore.cost import iteration_totals_memo_nb, moe_experts_seconds_nb
-from simcore.fast.cohort import fast_iteration_nb, materialize_nb, rebuild_nb
+from simcore.fast.cohort import (
+    FAST_SCHEDULED,
+    fast_aggregates_nb,
+    fast_commit_nb,
+    fast_iteration_nb,
+    fast_schedule_nb,
+    materialize_nb,
+    rebuild_nb,
+)
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
 from simcore.fast.spec_run import spec_run_nb, spec_run_possible
 from simcore.layout import queue_entry_nb, ring_nb, running_nb, sched_nb, set_running_nb
@@ -513,31 +523,64 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     CUDA-graph step); a rank with nothing to run joins with an empty batch. Continuous batching only.
     ``plan`` is scratch, float64 ``(n_replicas, N_PLAN)``. Returns the step's end, or ``now`` when
     clients timed out or no replica could schedule anything (the queues changed: the caller routes
-    what arrived and tries again)."""
+    what arrived and tries again).
+
+    With ``e.fast_forward`` and no speculation each rank keeps its decoding requests in a cohort
+    (fast/cohort.py) as one replica's step does: a rank's step is scheduled in aggregate
+    (``fast_schedule_nb``) unless it needs the explicit scheduler, which then runs on its
+    materialised requests, so that a step costs O(ranks + requests joining or finishing) instead of
+    O(requests running): a wide-EP decode pool runs hundreds of requests per rank."""
     clk = lay.off_clock
+    cohort = False
+    if sp is None:  # pruned under speculation, which has no cohort
+        cohort = e.fast_forward and e.pipeline_stages == 1
     timed_out = False
     for k in range(e.n_replicas):
         if now >= acc[k, clk + CLOCK_DEADLINE]:
+            if cohort:
+                materialize_nb(e, lay, acc[k, clk + CLOCK_COHORT], reqi, reqf, ws[k])
             acc[k, clk + CLOCK_DEADLINE] = _time_out_nb(e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+            if cohort:
+                rebuild_nb(e, lay, reqi, ws[k])
             timed_out = True
     if timed_out:
         return now  # as one replica's step: clients' next requests are routed first
     slowest = 0.0
     all_tokens = 0.0
     most_tokens = 0.0
+    busy = False
     for k in range(e.n_replicas):
         plan[k, PLAN_SCHED] = 0.0
+        plan[k, PLAN_FAST] = 0.0
         if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
             continue
-        n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
-        if n_sched == 0:
-            continue
         if sp is None:
-            n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
+            fast = False
+            n_sched = 0
+            if cohort:
+                what, n_sched = fast_schedule_nb(e, lay, now, reqi, reqf, ws[k])
+                # an empty fast schedule changed nothing: the explicit one rejects what cannot run
+                fast = what == FAST_SCHEDULED and ws[k, COHORT_SIZE] + n_sched > 0
+                if not fast:
+                    materialize_nb(e, lay, acc[k, clk + CLOCK_COHORT], reqi, reqf, ws[k])
+            if fast:
+                n_tokens, pairs, kv_read, n_emit = fast_aggregates_nb(lay, reqi, ws[k], n_sched)
+            else:
+                n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+                if n_sched == 0:
+                    if cohort:
+                        rebuild_nb(e, lay, reqi, ws[k])
+                    continue
+                n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
             dt, flops, nbytes = iteration_totals_memo_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens, pairs,
                                                          kv_read, n_emit)
+            plan[k, PLAN_FAST] = 1.0 if fast else 0.0
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
+            n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
+            if n_sched == 0:
+                continue
             dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], acc[k], n_sched)
+        busy = True
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)
@@ -545,7 +588,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         plan[k, PLAN_FLOPS] = flops
         plan[k, PLAN_BYTES] = nbytes
         plan[k, PLAN_USED] = e.num_blocks - ws[k, FREE_BLOCKS]
-    if all_tokens == 0.0:
+    if not busy or all_tokens == 0.0:
         return now
     # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp); a
     # CUDA-graph step pads every rank to the largest one's tokens (vLLM).
@@ -556,14 +599,19 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     t_end = now + dt
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])
-        if n_sched > 0:
-            if sp is None:
+        if sp is None:
+            if plan[k, PLAN_FAST] > 0.0:
+                fast_commit_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched, reqi, reqf, ws[k],
+                               glob, acc[k])
+            elif n_sched > 0:
                 _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
                                   np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, None, 0)
-            else:
-                _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
-                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.thresholds,
-                                  sp.seed)
+                if cohort:
+                    rebuild_nb(e, lay, reqi, ws[k])
+        elif n_sched > 0:
+            _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
+                              np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.thresholds,
+                              sp.seed)
     return t_end
 
 

@@ -308,11 +308,22 @@ def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     return True, t_end
 
 
+#: What :func:`fast_schedule_nb` did: nothing (the explicit path must run the iteration) ...
+FAST_NONE = 0
+#: ... scheduled the iteration with the cohort in aggregate ...
+FAST_SCHEDULED = 1
+#: ... nothing, the iteration being a v0 prefill-only one (``_prefill_only_nb``).
+FAST_PREFILL_ONLY = 2
+
+
 @jit_inline
-def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
-    """One continuous-batching iteration with the cohort in aggregate, when nothing needs the
-    explicit scheduler: every running request gets all its demand within the token budget and
-    the free blocks (no preemption). Returns (handled, end time)."""
+def fast_schedule_nb(e, lay, now, reqi, reqf, ws):
+    """Schedule one continuous-batching iteration with the cohort in aggregate, when nothing needs
+    the explicit scheduler: every running request gets all its demand within the token budget and
+    the free blocks (no preemption); then admissions, FCFS, while sequences, budget and blocks
+    allow. Returns ``(what, n_sched)``: one of ``FAST_*`` (anything but ``FAST_SCHEDULED`` changed
+    nothing) and the explicit schedule rows. :func:`fast_aggregates_nb` gives the iteration's
+    aggregates for its cost, :func:`fast_commit_nb` ends it."""
     n_c = ws[COHORT_SIZE]
     d = ws[COHORT_ADVANCES]
     free = ws[FREE_BLOCKS]
@@ -322,7 +333,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
     n_pre = ws[PREFILLING_COUNT]
     if not e.chunked_prefill:
         if n_pre > 0:
-            return False, now
+            return FAST_NONE, 0
         # v0: an admissible prompt makes this a prefill-only iteration: the explicit path's.
         head = peek_nb(lay, reqi, ws)
         if head >= 0:
@@ -331,7 +342,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
                                   reqi[head, RI_INPUT] + reqi[head, RI_GENERATED] - c, reqi[head, RI_CACHED],
                                   reqi[head, RI_FIXED_BLOCKS], reqi[head, RI_BLOCKS])
             if new > 0:
-                return _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
+                return FAST_PREFILL_ONLY, 0
     for i in range(n_pre):
         r = sched_nb(lay, ws, SCHED_PREFILLING, i)
         c = reqi[r, RI_COMPUTED]
@@ -339,7 +350,7 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         budget -= need
         extra += blocks_for_nb(e, c + need, reqi[r, RI_CACHED], reqi[r, RI_FIXED_BLOCKS]) - reqi[r, RI_BLOCKS]
     if budget < 0 or extra > free:
-        return False, now
+        return FAST_NONE, 0
     n_sched = 0
     for i in range(n_pre):
         r = sched_nb(lay, ws, SCHED_PREFILLING, i)
@@ -351,22 +362,35 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
         n_sched += 1
     free -= extra
     ws[FREE_BLOCKS] = free
-    # Admissions, FCFS, while sequences, budget and blocks allow.
     if e.chunked_prefill:
         n_sched, budget = admit_waiting_nb(e, lay, now, reqi, reqf, ws, n_sched, budget, False)
-    # Cost: the cohort in aggregate plus the explicit rows.
-    fc = float(n_c)
+    return FAST_SCHEDULED, n_sched
+
+
+@jit_inline
+def fast_aggregates_nb(lay, reqi, ws, n_sched):
+    """The aggregates of an iteration :func:`fast_schedule_nb` scheduled (``n_sched`` explicit rows
+    after its admissions): ``(tokens, pairs, kv_read, emit)``, the cohort's included."""
+    fc = float(ws[COHORT_SIZE])
     ctx = float(ws[COHORT_CONTEXT_SUM]) + fc
     n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
-    dt, flops, nbytes = iteration_totals_memo_inline_nb(p, acc, lay.off_prefix, lay.prefix_slots, fc + n_tokens,
-                                                        ctx + pairs, ctx + kv_read, fc + n_emit)
-    t_end = now + dt
+    return fc + n_tokens, ctx + pairs, ctx + kv_read, fc + n_emit
+
+
+@jit_inline
+def fast_commit_nb(e, lay, t_end, dt, flops, nbytes, n_sched, reqi, reqf, ws, glob, acc):
+    """End an iteration :func:`fast_schedule_nb` scheduled (``n_sched`` explicit rows), of ``dt``
+    seconds ending at ``t_end``: account it, advance the cohort (its members' ITLs, completions)
+    and the explicit rows."""
+    n_c = ws[COHORT_SIZE]
+    d = ws[COHORT_ADVANCES]
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_c + n_sched, e.num_blocks - ws[FREE_BLOCKS])
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
     w_end = window_of_nb(e, lay, t_end)
     finished = 0
     if n_c > 0:
+        fc = float(n_c)
         record_advance_itls_nb(e, lay, t_end, reqf, ws, acc)
         ws[COHORT_JOINERS] = 0
         ws[COHORT_ADVANCES] = d + 1
@@ -378,4 +402,21 @@ def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
             finished += complete_members_nb(e, lay, t_end, reqi, reqf, ws, glob, acc)
     finished += _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched)
     ws[FINISHED_LAST_STEP] = finished
+
+
+@jit_inline
+def fast_iteration_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
+    """One continuous-batching iteration with the cohort in aggregate (:func:`fast_schedule_nb`,
+    its cost, :func:`fast_commit_nb`), or the v0 prefill-only iteration it finds instead. Returns
+    (handled, end time)."""
+    what, n_sched = fast_schedule_nb(e, lay, now, reqi, reqf, ws)
+    if what == FAST_PREFILL_ONLY:
+        return _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc)
+    if what != FAST_SCHEDULED:
+        return False, now
+    tokens, pairs, kv_read, emit = fast_aggregates_nb(lay, reqi, ws, n_sched)
+    dt, flops, nbytes = iteration_totals_memo_inline_nb(p, acc, lay.off_prefix, lay.prefix_slots, tokens, pairs,
+                                                        kv_read, emit)
+    t_end = now + dt
+    fast_commit_nb(e, lay, t_end, dt, flops, nbytes, n_sched, reqi, reqf, ws, glob, acc)
     return True, t_end
