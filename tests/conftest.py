@@ -33,6 +33,29 @@ def pytest_sessionstart(session):
     if JIT_DISABLED or hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
     warm_up()
+    if config.option.markexpr == "heavy":
+        _compile_variants()
+
+
+def _compile_variants():
+    """The heavy tier's kernel variants (tests/variants.py), each compiled once into numba's cache
+    before the workers start, two processes at a time, the longest first on whichever is free. A
+    variant that fails to compile here is left to its tests, which then report it."""
+    import subprocess
+    import sys
+    import time
+
+    from variants import VARIANTS
+
+    script = os.path.join(os.path.dirname(__file__), "variants.py")
+    names = list(VARIANTS)
+    running = []
+    while names or running:
+        while names and len(running) < 2:
+            running.append(subprocess.Popen([sys.executable, script, names.pop(0)], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        running = [p for p in running if p.poll() is None]
 
 
 def pytest_collection_modifyitems(config, items):
