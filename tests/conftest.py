@@ -34,49 +34,53 @@ def pytest_sessionstart(session):
         return
     warm_up()
     if config.option.markexpr == "heavy":
-        _compile_variants()
+        _compile_variants(config)
 
 
-def _compile_variants():
+def _compile_variants(config):
     """The heavy tier's kernel variants (tests/variants.py), each compiled once into numba's cache
     before the workers start, two processes at a time, the longest first on whichever is free. A
-    variant that fails to compile here is left to its tests, which then report it."""
+    variant that fails to compile here says so in one line and is left to its tests, which then
+    report it."""
+    from variants import VARIANTS
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "tests", "variants.py")
+    # Run from the repository's root, not tests/: there tests/simcore (the tests of simcore) would
+    # shadow the simcore package.
+    code = f"import runpy, sys; sys.argv[0] = {script!r}; runpy.run_path({script!r}, run_name='__main__')"
+    names = list(VARIANTS)
+    running = {}
+    failed = []
+    try:
+        _run_two_at_a_time(names, running, failed, code, root)
+    finally:  # interrupted: no compile left behind
+        for proc, err in running.values():
+            proc.kill()
+            err.close()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in failed:
+        if reporter is not None:
+            reporter.write_line(f"tests/variants.py could not compile {line}")
+
+
+def _run_two_at_a_time(names, running, failed, code, root):
     import subprocess
     import sys
     import time
 
-    from variants import VARIANTS
-
-    script = os.path.join(os.path.dirname(__file__), "variants.py")
-    names = list(VARIANTS)
-    running = []
     while names or running:
         while names and len(running) < 2:
-            running.append(subprocess.Popen([sys.executable, script, names.pop(0)], stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL))
+            name = names.pop(0)
+            err = tempfile.TemporaryFile("w+")  # not a pipe: nothing blocks on a full one
+            running[name] = (subprocess.Popen([sys.executable, "-c", code, name], cwd=root, stdout=subprocess.DEVNULL,
+                                              stderr=err), err)
         time.sleep(0.5)
-        running = [p for p in running if p.poll() is None]
-
-
-def pytest_collection_modifyitems(config, items):
-    if JIT_DISABLED:
-        skip = pytest.mark.skip(reason="slow under NUMBA_DISABLE_JIT=1; runs in the compiled pass")
-        for item in items:
-            if "slow" in item.keywords:
-                item.add_marker(skip)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    """The test run passes ``--benchmark-disable`` (pyproject addopts), so each pytest-benchmark
-    test in tests/perf runs once as a test; ``python -m pytest tests/perf --benchmark-only``
-    times them. (They live there, not in benchmarks/, because asv imports every module there.)"""
-    if config.getoption("benchmark_only", default=False):
-        config.option.benchmark_disable = False
-
-
-def pytest_terminal_summary(terminalreporter):
-    if REPORT:
-        terminalreporter.section("simllm accuracy (silicon_sample.csv)")
-        for line in REPORT:
-            terminalreporter.write_line(line)
+        for name, (proc, err) in list(running.items()):
+            if proc.poll() is not None:
+                if proc.returncode:
+                    err.seek(0)
+                    last = (err.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                    failed.append(f"{name}: {last[:200]}")
+                err.close()
+                del running[name]

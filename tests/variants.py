@@ -9,7 +9,9 @@ ran quick tests. Here each variant is compiled once into numba's cache, the long
 whichever process is free, and the workers then load them. Each is reached by a tiny run that takes
 the same argument types as the tests' runs (a run that differs only recompiles that variant).
 
-Run as ``python tests/variants.py NAME...`` to compile the named variants in one process."""
+As a script (run from the repository's root with ``runpy``, as the controller does: from tests/ the
+tests' own ``tests/simcore`` folder would shadow the package), it compiles the variants named on
+its command line in one process."""
 import sys
 
 import simllm
