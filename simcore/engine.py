@@ -34,8 +34,8 @@ from simcore.codes import (
     N_GLOBALS,
     N_PLAN,
     PLAN_BYTES,
-    PLAN_FLOPS,
     PLAN_FAST,
+    PLAN_FLOPS,
     PLAN_SCHED,
     PLAN_USED,
     POLICY_CONTINUOUS,
@@ -548,7 +548,6 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     slowest = 0.0
     all_tokens = 0.0
     most_tokens = 0.0
-    busy = False
     for k in range(e.n_replicas):
         plan[k, PLAN_SCHED] = 0.0
         plan[k, PLAN_FAST] = 0.0
@@ -580,7 +579,6 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
             if n_sched == 0:
                 continue
             dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], acc[k], n_sched)
-        busy = True
         slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
         all_tokens += n_tokens
         most_tokens = max(most_tokens, n_tokens)
@@ -588,7 +586,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
         plan[k, PLAN_FLOPS] = flops
         plan[k, PLAN_BYTES] = nbytes
         plan[k, PLAN_USED] = e.num_blocks - ws[k, FREE_BLOCKS]
-    if not busy or all_tokens == 0.0:
+    if all_tokens == 0.0:
         return now
     # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp); a
     # CUDA-graph step pads every rank to the largest one's tokens (vLLM).
