@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from simllm.config.hardware import load_hardware
 from simllm.config.model import load_model
 from simllm.config.serving import ServingConfig
-from simllm.config.workload import LengthDist, Workload
+from simllm.config.workload import LengthDist, Workload, generate
 from simllm.search import sweep as sw
 from simllm.search.spec import make_spec
 from simllm.sim.simulate import simulate
+from benchmarks.plain_loop import plain_loop
 
 SWEEP_CONFIGS = 200
 SWEEP_REQUESTS = 10_000
@@ -185,3 +186,45 @@ class SmallRuns:
         return 1e3 * (wall_s - kernel_s) / self.RUNS
 
     track_ms_outside_kernel_per_run.unit = "ms"
+
+
+class SweepAgainstPlainLoop:
+    """Issue 47's yardsticks, measured in one run: a sweep of 1,000 mixed-load configurations x
+    10,000 requests on two threads against ``benchmarks/plain_loop.py`` over the same 10^7 requests
+    (each row's own draw) on one thread (target: the sweep takes at most the plain loop's time), and
+    a sweep of 1,000 x 1,000 requests on two threads (target 2 s). ``track_`` results: the ratio, and
+    seconds."""
+
+    number = 1
+    repeat = 1
+    timeout = 900
+
+    def setup(self):
+        sw.warm_up()
+        self.big = mixed_spec(configs=1000, requests=SWEEP_REQUESTS)
+        self.small = mixed_spec(configs=1000, requests=1000)
+        p = sw.plan(self.big)
+        sw.plan(self.small)
+        self.model, self.hardware = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+        # each row's own requests (seed 0, the spec's only seed)
+        self.requests = [generate(sw.row_configs(p.context, ov, 0)[3]) for ov in p.overrides]
+        plain_loop(self.model, self.hardware, ServingConfig(), self.requests[0])  # compiled here
+        self.executor = ThreadPoolExecutor(2)
+        sw.run_spec(mixed_spec(configs=4, requests=100), executor=self.executor)
+
+    def teardown(self):
+        self.executor.shutdown()
+
+    def track_sweep_1000x10k_over_plain_loop(self):
+        start = time.perf_counter()
+        for req in self.requests:
+            plain_loop(self.model, self.hardware, ServingConfig(), req)
+        plain_s = time.perf_counter() - start
+        return _run(self.big, self.executor) / plain_s
+
+    track_sweep_1000x10k_over_plain_loop.unit = "x"
+
+    def track_sweep_1000x1k_seconds(self):
+        return _run(self.small, self.executor)
+
+    track_sweep_1000x1k_seconds.unit = "s"

@@ -199,9 +199,10 @@ def _spec_hash(spec, metrics):
 
 # ----------------------------------------------------------------------------- running one chunk
 
-def _build(ctx, overrides, seed):
-    """The config objects of one configuration: model, hardware, serving, workload and its
-    DisaggConfig (None for an aggregated sweep)."""
+def row_configs(ctx, overrides, seed):
+    """The config objects of one row of a plan (``plan(spec).context``, one of its ``overrides``,
+    a seed): model, hardware, serving, workload and its DisaggConfig (None for an aggregated
+    sweep)."""
     objs = {"model": ctx.model, "hardware": ctx.hardware, "serving": ctx.serving, "workload": ctx.workload}
     changes = {"model": {}, "hardware": {}, "serving": {}, "workload": {"seed": seed}, "prefill": {}, "decode": {},
                "disagg": {}}
@@ -250,7 +251,7 @@ def sweep_row(ctx, item):
     """The runner's ``evaluate`` for one sweep row: ``item`` is ``(config_id, overrides, seed)``;
     returns the metric values of its summary (a ConfigError becomes the row's error)."""
     _, overrides, seed = item
-    m, h, s, w, disagg = _build(ctx, overrides, seed)
+    m, h, s, w, disagg = row_configs(ctx, overrides, seed)
     kwargs = dict(keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
     res = simulate_disagg(m, h, s, w, disagg, **kwargs) if disagg is not None else simulate(m, h, s, w, **kwargs)
     return summary_metrics(res.summary, ctx.metrics)
