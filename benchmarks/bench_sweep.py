@@ -140,6 +140,20 @@ class SweepOverhead:
     track_ms_per_config.unit = "ms"
 
 
+def small_cases(runs, requests):
+    """``runs`` (serving, workload) pairs of mixed loads (``MIXED_LOADS``' request rates, concurrency
+    caps and ``max_num_seqs``, bench-1m's lengths) of ``requests`` requests, seeds 0, 1, ..."""
+    rng = random.Random(0)
+    cases = []
+    for seed in range(runs):
+        workload = Workload(num_prompts=requests, request_rate=5 * 20 ** rng.random(),
+                            max_concurrency=rng.choice([0, 0, 16, 64, 256]),
+                            input_len=LengthDist("uniform", low=100, high=1000),
+                            output_len=LengthDist("uniform", low=20, high=400), seed=seed)
+        cases.append((ServingConfig(max_num_seqs=rng.choice([128, 256])), workload))
+    return cases
+
+
 class SmallRuns:
     """Many small runs through ``simllm.simulate`` on one thread, as a sweep's rows make them:
     ``RUNS`` mixed loads (``MIXED_LOADS``' request rates, concurrency caps and ``max_num_seqs``,
@@ -156,15 +170,8 @@ class SmallRuns:
 
     def setup(self, requests):
         sw.warm_up()
-        rng = random.Random(0)
         self.model, self.hardware = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
-        self.cases = []
-        for seed in range(self.RUNS):
-            workload = Workload(num_prompts=requests, request_rate=5 * 20 ** rng.random(),
-                                max_concurrency=rng.choice([0, 0, 16, 64, 256]),
-                                input_len=LengthDist("uniform", low=100, high=1000),
-                                output_len=LengthDist("uniform", low=20, high=400), seed=seed)
-            self.cases.append((ServingConfig(max_num_seqs=rng.choice([128, 256])), workload))
+        self.cases = small_cases(self.RUNS, requests)
         self._runs()  # every kernel of these runs compiled or loaded
 
     def _runs(self):
@@ -228,3 +235,48 @@ class SweepAgainstPlainLoop:
         return _run(self.small, self.executor)
 
     track_sweep_1000x1k_seconds.unit = "s"
+
+
+class SimulateMany:
+    """``simllm.simulate_many`` over :class:`SmallRuns`' runs (200 mixed loads of 1,000 or 10,000
+    requests) on two threads, and over 200 engine settings of one workload (4 ``max_num_seqs`` x
+    10 seeds x 5 concurrency caps: 50 draws, each served by 4 runs). ``track_`` results: runs per
+    second."""
+
+    params = [[1000, 10000]]
+    param_names = ["requests"]
+    number = 1
+    repeat = 3
+    timeout = 600
+
+    def setup(self, requests):
+        import simllm
+
+        sw.warm_up()
+        self.model, self.hardware = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+        self.runs = [{"serving": serving, "workload": workload} for serving, workload in small_cases(200, requests)]
+        lengths = dict(input_len=LengthDist("uniform", low=100, high=1000),
+                       output_len=LengthDist("uniform", low=20, high=400))
+        self.shared = [{"serving": ServingConfig(max_num_seqs=b),
+                        "workload": Workload(num_prompts=requests, seed=s, max_concurrency=c, **lengths)}
+                       for b in (32, 64, 128, 256) for s in range(10) for c in (8, 16, 32, 64, 128)]
+        self.simulate_many = simllm.simulate_many
+        self.simulate_many(self.runs[:4], model=self.model, hardware=self.hardware, workers=2)
+
+    def _time(self, runs):
+        start = time.perf_counter()
+        many = self.simulate_many(runs, model=self.model, hardware=self.hardware, workers=2,
+                                  percentiles=(50, 90, 99))
+        elapsed = time.perf_counter() - start
+        assert many.ok.all()
+        return len(runs) / elapsed
+
+    def track_runs_per_second(self, requests):
+        return self._time(self.runs)
+
+    track_runs_per_second.unit = "runs/s"
+
+    def track_shared_draws_runs_per_second(self, requests):
+        return self._time(self.shared)
+
+    track_shared_draws_runs_per_second.unit = "runs/s"

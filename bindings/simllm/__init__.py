@@ -10,6 +10,9 @@ The public API::
     est.to_dict()["summary"]["decode_lower_bound_ms"]
     res = simllm.simulate(model, gpu, workload=simllm.load_workload("bench-1m"))
     res.summary["mean_ttft_ms"], res.requests["ttft_s"]
+    many = simllm.simulate_many([{"serving": simllm.ServingConfig(max_num_seqs=b)} for b in (64, 256)],
+                                model=model, hardware=gpu)    # a ManyResult: one row per run
+    many["p99_ttft_ms"]                                 # a column (ndarray)
     sw = simllm.sweep({"model": "llama-3.1-8b", "hardware": "h100-sxm", "workload": "random-1k"},
                       grid={"workload.max_concurrency": [1, 32, 256]}, seeds=3)  # a SweepResult
     sw.table, sw.aggregate()                            # rows; mean and P5/P50/P95 per configuration
@@ -43,6 +46,7 @@ _HOMES = {
     "simllm.search.sweep": ("SweepResult", "sweep"),
     "simllm.sim.disagg": ("simulate_disagg",),
     "simllm.sim.estimate": ("Estimate", "estimate"),
+    "simllm.sim.many": ("ManyResult", "simulate_many"),
     "simllm.sim.memory": ("MemoryPlan", "plan_memory"),
     "simllm.sim.pack": ("pack_cost_params",),
     "simllm.sim.results": ("SimResult",),
@@ -62,6 +66,7 @@ __all__ = [
     "ModelConfig",
     "ServingConfig",
     "LengthDist",
+    "ManyResult",
     "SimResult",
     "SimulatedOOM",
     "SweepResult",
@@ -75,6 +80,7 @@ __all__ = [
     "pareto",
     "simulate",
     "simulate_disagg",
+    "simulate_many",
     "sweep",
     "workload_from_dict",
     "hardware_from_dict",

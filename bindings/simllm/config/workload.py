@@ -320,6 +320,31 @@ def generate(workload):
                       for f in ("arrival_s", "input_len", "output_len", "prefix_hit")), lines)
 
 
+#: Fields of a :class:`Workload` that :func:`generate` does not read (how the requests are sent
+#: and reported, not what is sent): workloads that differ only in these draw the same requests.
+NOT_DRAWN = frozenset({"max_concurrency", "timeout_s", "prefix_len", "client_jitter_ms", "warmup_requests", "name",
+                       "source"})
+
+
+def draw_key(workload):
+    """A hashable key of what :func:`generate` reads of ``workload``: workloads with equal keys
+    draw the same requests (a trace is keyed by its path, size and modification time). None when
+    the workload cannot be keyed (an unhashable dataset, a trace that cannot be read: generate
+    then says why)."""
+    key = tuple(getattr(workload, f.name) for f in fields(workload) if f.name not in NOT_DRAWN)
+    if workload.trace:
+        try:
+            st = Path(workload.trace).stat()
+        except OSError:
+            return None
+        key += (st.st_size, st.st_mtime_ns)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def generate_chunks(workload):
     """The requests of ``workload`` in send order, :data:`CHUNK_REQUESTS` at a time (one chunk, maybe
     empty, at least): an iterator of :class:`Requests`. A chunk's lengths, send-time gaps and prefix

@@ -86,6 +86,7 @@ from simllm.sim.runner import (  # the executors, warm-up and chunking figures a
     MAX_CHUNK,  # noqa: F401
     MIN_TASKS_PER_WORKER,  # noqa: F401
     TARGET_TASK_S,  # noqa: F401
+    SharedDraws,
     check_executor,
     chunk_size_for,
     estimated_cost_s,
@@ -125,6 +126,8 @@ class _Context:
     metrics: tuple
     key: str
     disagg: DisaggConfig = None  # a disaggregated sweep's base (None: aggregated rows)
+    # Rows that differ in the engine or the concurrency alone serve one draw of their requests.
+    draws: SharedDraws = dataclasses.field(default_factory=SharedDraws, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +255,7 @@ def sweep_row(ctx, item):
     returns the metric values of its summary (a ConfigError becomes the row's error)."""
     _, overrides, seed = item
     m, h, s, w, disagg = row_configs(ctx, overrides, seed)
-    kwargs = dict(keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput)
+    kwargs = dict(keep_requests=False, percentiles=ctx.percentiles, goodput=ctx.goodput, requests=ctx.draws.requests(w))
     res = simulate_disagg(m, h, s, w, disagg, **kwargs) if disagg is not None else simulate(m, h, s, w, **kwargs)
     return summary_metrics(res.summary, ctx.metrics)
 

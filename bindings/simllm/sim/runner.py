@@ -26,14 +26,16 @@ import functools
 import logging
 import math
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import NamedTuple
 
 from simllm.config.hardware import HardwareConfig, load_hardware
 from simllm.config.model import ModelConfig, load_model
 from simllm.config.serving import ServingConfig
-from simllm.config.workload import Workload
+from simllm.config.workload import Workload, draw_key, generate
 from simllm.errors import ConfigError, SimulatedOOM, optional_import
 from simllm.sim.disagg import simulate_disagg
 from simllm.sim.simulate import simulate
@@ -52,6 +54,9 @@ MIN_TASKS_PER_WORKER = 4
 PROBE_MODEL = "llama-3.1-8b"
 PROBE_HARDWARE = "h100-sxm"
 PROBE_PERCENTILES = (50, 90, 99)
+#: :class:`SharedDraws`: draws kept per process, and the most requests a kept draw has.
+SHARED_DRAWS = 16
+SHARED_DRAW_MAX_REQUESTS = 1 << 16
 #: Row statuses: simulated, did not fit in memory, invalid configuration.
 OK, OOM, INVALID = "ok", "oom", "invalid"
 
@@ -360,12 +365,59 @@ def run_many(evaluate, context, items, executor=None, *, workers=None, scheduler
 
 # ----------------------------------------------------------------------------- simulations
 
+class SharedDraws:
+    """The requests of the workloads a process's simulations serve, each drawn once: runs that
+    differ only in the engine, or in how the requests are sent
+    (:data:`~simllm.config.workload.NOT_DRAWN`: the concurrency, the client jitter, ...), serve
+    the very same arrays, which simulate reads and never writes. Keeps the last ``size`` draws of
+    at most ``max_requests`` requests each (a larger run draws its own: a summary-only run of
+    millions of requests is streamed). Thread-safe; pickled empty, so each process or Dask worker
+    draws its own, once."""
+
+    def __init__(self, size=SHARED_DRAWS, max_requests=SHARED_DRAW_MAX_REQUESTS):
+        self.size, self.max_requests = size, max_requests
+        self.__setstate__(None)
+
+    def __getstate__(self):
+        return self.size, self.max_requests
+
+    def __setstate__(self, state):
+        if state is not None:
+            self.size, self.max_requests = state
+        self._draws = OrderedDict()
+        self._lock = threading.Lock()
+
+    def requests(self, workload):
+        """The drawn :class:`~simllm.config.workload.Requests` of ``workload`` (None for one too
+        large to keep, or that cannot be keyed: the caller draws it)."""
+        if workload.num_prompts > self.max_requests:
+            return None
+        key = draw_key(workload)
+        if key is None:
+            return None
+        with self._lock:
+            drawn = self._draws.get(key)
+            if drawn is not None:
+                self._draws.move_to_end(key)
+                return drawn
+        drawn = generate(workload)  # outside the lock: two threads may draw one workload at once, alike
+        if len(drawn) > self.max_requests:  # a whole trace (simulate reads it whole too)
+            return drawn
+        with self._lock:
+            self._draws[key] = drawn
+            while len(self._draws) > self.size:
+                self._draws.popitem(last=False)
+        return drawn
+
+
 @dataclasses.dataclass(frozen=True)
 class Base:
     """What every simulation of :func:`run_simulations` shares unless its :class:`Task`
     replaces it. ``requests`` (a drawn :class:`~simllm.config.workload.Requests`) makes every
-    task that keeps the base workload serve the same requests; ``summary_only`` returns each
-    result's summary dict instead of the :class:`~simllm.sim.results.SimResult`."""
+    task that keeps the base workload serve the same requests; ``draws`` (:class:`SharedDraws`,
+    which :func:`run_simulations` gives a base without one) shares the others' draws;
+    ``summary_only`` returns each result's summary dict instead of the
+    :class:`~simllm.sim.results.SimResult`."""
 
     model: ModelConfig = None
     hardware: HardwareConfig = None
@@ -377,6 +429,7 @@ class Base:
     keep_requests: bool = False
     fast_forward: bool = True
     summary_only: bool = True
+    draws: SharedDraws = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,6 +450,8 @@ def simulate_task(base, task):
     """Simulate ``task`` over ``base``: its summary dict (or SimResult when not ``summary_only``)."""
     workload = task.workload or base.workload or Workload()
     requests = base.requests if task.workload is None else None
+    if requests is None and base.draws is not None:
+        requests = base.draws.requests(workload)
     args = (task.model or base.model, task.hardware or base.hardware, task.serving or base.serving, workload)
     kwargs = dict(requests=requests, keep_requests=base.keep_requests, percentiles=base.percentiles,
                   goodput=base.goodput, fast_forward=base.fast_forward)
@@ -409,6 +464,8 @@ def run_simulations(base, tasks, executor=None, *, workers=None, scheduler=None,
     """:func:`simulate_task` of every task on :func:`run_many` (same parameters): a list of
     :class:`Outcome` whose values are summaries (or SimResults), in the order of ``tasks``."""
     tasks = list(tasks)
+    if base.draws is None:
+        base = dataclasses.replace(base, draws=SharedDraws())
     w = base.workload or Workload()
     cost = estimated_cost_s(w.num_prompts)
     return run_many(simulate_task, base, tasks, executor, workers=workers, scheduler=scheduler,
