@@ -303,12 +303,19 @@ def _advance_nb(e, lay, t_end, reqi, reqf, ws, glob, acc, n_sched, emit_all, thr
     ws[RUNNING_COUNT] = 0
 
 
+def _lockstep(e):
+    return e.lockstep and e.n_replicas > 1 and e.policy == POLICY_CONTINUOUS
+
+
 def lockstep_plan(e):
     """The ``plan`` argument of :func:`simulate`: the lockstep step's scratch rows (float64, shape
     (n_replicas, N_PLAN)) when ``e``'s replicas are lockstep ranks (``e.lockstep``, continuous
-    batching, more than one), else None: numba then compiles the others without the lockstep step
-    and the expert-parallel costs it alone uses."""
-    if e.lockstep and e.n_replicas > 1 and e.policy == POLICY_CONTINUOUS:
+    batching, more than one) or it has pipeline stages, else None: numba then compiles the others
+    without the lockstep step and the expert-parallel costs it alone uses. Lockstep ranks and
+    pipeline stages share one compiled variant (this and :func:`pipeline_flag`; each path is
+    taken by ``e``'s values at run time): one cold compile for both kinds of run instead of two
+    (about 2 minutes of a 2-core machine)."""
+    if _lockstep(e) or e.pipeline_stages > 1:
         return np.zeros((e.n_replicas, N_PLAN))
     return None
 
@@ -324,9 +331,10 @@ def cohort_args(e):
 
 def pipeline_flag(e):
     """The ``pipe`` argument of :func:`simulate` and :func:`step_nb` for ``e``: True with pipeline
-    stages, else None. numba then compiles the others without pipeline parallelism's code (about
-    20 s of a plain run's cold start)."""
-    return True if e.pipeline_stages > 1 else None
+    stages or lockstep ranks (the variant they share: :func:`lockstep_plan`), else None. numba
+    then compiles the others without pipeline parallelism's code (about 20 s of a plain run's cold
+    start)."""
+    return True if e.pipeline_stages > 1 or _lockstep(e) else None
 
 
 @jit_inline
@@ -726,7 +734,7 @@ def run_events_nb(p, sp, e, lay, reqi, reqf, ws, glob, acc, plan, pipe, more, co
             join_nb(e, lay, a, reqi, ws0 if R == 1 else ws[k], acc0 if R == 1 else acc[k], glob, nxt, k,
                     clk + CLOCK_DEADLINE)
             continue
-        if plan is not None and lockstep:  # pruned unless lockstep (lockstep_plan)
+        if plan is not None and lockstep:  # pruned without lockstep_plan's rows
             t = lockstep_step_nb(p, sp, e, lay, t_best, reqi, reqf, ws, glob, acc, plan)
             for k in range(R):  # idle ranks step too (with an empty batch)
                 if acc[k, clk + CLOCK_NOW] < t:

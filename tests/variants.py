@@ -9,10 +9,19 @@ ran quick tests. Here each variant is compiled once into numba's cache, the long
 whichever process is free, and the workers then load them. Each is reached by a tiny run that takes
 the same argument types as the tests' runs (a run that differs only recompiles that variant).
 
-As a script (run from the repository's root with ``runpy``, as the controller does: from tests/ the
-tests' own ``tests/simcore`` folder would shadow the package), it compiles the variants named on
-its command line in one process."""
+As a script, run from the repository's root (from tests/ the tests' own ``tests/simcore`` folder
+would shadow the package)::
+
+    python -c "import runpy; runpy.run_path('tests/variants.py', run_name='__main__')" --all
+
+compiles them all, two processes at a time (:func:`compile_all`: what the controller runs, and
+what CI runs in the background, at low priority, while its earlier steps leave a core idle);
+names instead of ``--all`` compile those in this process."""
+import os
+import subprocess
 import sys
+import tempfile
+import time
 
 import simllm
 from simllm.config.disagg import DisaggConfig
@@ -47,14 +56,61 @@ def lockstep():
                     simllm.ServingConfig(data_parallel_size=2, expert_parallel_size=2), _small(), keep_requests=False)
 
 
+def pipeline_and_lockstep():
+    """Pipeline stages and lockstep ranks share one variant (simcore.engine.lockstep_plan): one
+    process compiles it, the second run finds it compiled."""
+    pipeline()
+    lockstep()
+
+
 def speculative():
     simllm.simulate(*_llama(), simllm.ServingConfig(speculative_config=EAGLE3), _small(), keep_requests=False)
 
 
-#: The variants, longest compile first (minutes on the 2-core VM, 2026-12-07: 4.7, 3.7, 3.1, 2.0, 1.8).
-VARIANTS = {f.__name__: f for f in (disagg_speculative, disagg, pipeline, lockstep, speculative)}
+#: The variants, longest compile first (minutes on the 2-core VM, 2026-12-07: 4.7, 3.7, 3.1 for
+#: pipeline stages alone and 2.0 for lockstep ranks alone before they shared a variant, 1.8).
+VARIANTS = {f.__name__: f for f in (disagg_speculative, disagg, pipeline_and_lockstep, speculative)}
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def compile_all(names=None, processes=2):
+    """Compile ``names`` (default all, longest first) into numba's cache, each in a process of its
+    own, ``processes`` at a time, the next on whichever is free. Returns one line per variant that
+    failed (its name and its last line of stderr); killed when interrupted."""
+    script = os.path.join(ROOT, "tests", "variants.py")
+    code = f"import runpy, sys; sys.argv[0] = {script!r}; runpy.run_path({script!r}, run_name='__main__')"
+    names = list(VARIANTS if names is None else names)
+    running, failed = {}, []
+    try:
+        while names or running:
+            while names and len(running) < processes:
+                name = names.pop(0)
+                err = tempfile.TemporaryFile("w+")  # not a pipe: nothing blocks on a full one
+                running[name] = (subprocess.Popen([sys.executable, "-c", code, name], cwd=ROOT,
+                                                  stdout=subprocess.DEVNULL, stderr=err), err)
+            time.sleep(0.5)
+            for name, (proc, err) in list(running.items()):
+                if proc.poll() is not None:
+                    if proc.returncode:
+                        err.seek(0)
+                        last = (err.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                        failed.append(f"{name}: {last[:200]}")
+                    err.close()
+                    del running[name]
+    finally:  # interrupted: no compile left behind
+        for proc, err in running.values():
+            proc.kill()
+            err.close()
+    return failed
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--all"]:
+        lines = compile_all()
+        for line in lines:
+            print(f"tests/variants.py could not compile {line}", file=sys.stderr)
+        sys.exit(1 if lines else 0)
     for name in sys.argv[1:]:
         VARIANTS[name]()
