@@ -41,49 +41,34 @@ def _compile_variants(config):
     """The heavy tier's kernel variants (tests/variants.py), each compiled once into numba's cache
     before the workers start, two processes at a time, the longest first on whichever is free. A
     variant that fails to compile here says so in one line and is left to its tests, which then
-    report it."""
-    from variants import VARIANTS
+    report it. Skipped where ``SIMLLM_VARIANTS_COMPILED`` is set (CI compiled them already, in
+    the background of its earlier steps)."""
+    if os.environ.get("SIMLLM_VARIANTS_COMPILED"):
+        return
+    from variants import compile_all
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = os.path.join(root, "tests", "variants.py")
-    # Run from the repository's root, not tests/: there tests/simcore (the tests of simcore) would
-    # shadow the simcore package.
-    code = f"import runpy, sys; sys.argv[0] = {script!r}; runpy.run_path({script!r}, run_name='__main__')"
-    names = list(VARIANTS)
-    running = {}
-    failed = []
-    try:
-        _run_two_at_a_time(names, running, failed, code, root)
-    finally:  # interrupted: no compile left behind
-        for proc, err in running.values():
-            proc.kill()
-            err.close()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for line in failed:
+    for line in compile_all():
         if reporter is not None:
             reporter.write_line(f"tests/variants.py could not compile {line}")
 
 
-def _run_two_at_a_time(names, running, failed, code, root):
-    import subprocess
-    import sys
-    import time
+# CI runs the fast tier as the README says (the test extra alone), then, with every extra
+# installed, only the tests that skipped there for want of one: SIMLLM_IMPORT_SKIPS names the file
+# the first run writes their ids to, and SIMLLM_ONLY_IDS the file the second run selects from.
+_IMPORT_SKIPS = os.environ.get("SIMLLM_IMPORT_SKIPS")
+_ONLY_IDS = os.environ.get("SIMLLM_ONLY_IDS")
 
-    while names or running:
-        while names and len(running) < 2:
-            name = names.pop(0)
-            err = tempfile.TemporaryFile("w+")  # not a pipe: nothing blocks on a full one
-            running[name] = (subprocess.Popen([sys.executable, "-c", code, name], cwd=root, stdout=subprocess.DEVNULL,
-                                              stderr=err), err)
-        time.sleep(0.5)
-        for name, (proc, err) in list(running.items()):
-            if proc.poll() is not None:
-                if proc.returncode:
-                    err.seek(0)
-                    last = (err.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-                    failed.append(f"{name}: {last[:200]}")
-                err.close()
-                del running[name]
+
+def pytest_runtest_logreport(report):
+    """With SIMLLM_IMPORT_SKIPS, append the id of each test skipped by ``pytest.importorskip`` (in
+    the controller under xdist, which receives every worker's reports)."""
+    if not _IMPORT_SKIPS or not report.skipped or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if "could not import" in reason:
+        with open(_IMPORT_SKIPS, "a", encoding="utf-8") as f:
+            f.write(report.nodeid + "\n")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -92,6 +77,12 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(skip)
+    if _ONLY_IDS:
+        with open(_ONLY_IDS, encoding="utf-8") as f:
+            wanted = {line.strip() for line in f if line.strip()}
+        keep = [item for item in items if item.nodeid in wanted]
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in wanted])
+        items[:] = keep
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -163,6 +163,7 @@ def test_bad_input_subprocess(case, tmp_path):
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, *needles)
 
 
+@pytest.mark.slow  # seconds interpreted: the compiled pass covers it
 def test_allow_outside_paths_reads_the_file(tmp_path):
     lengths = tmp_path / "elsewhere" / "lengths.txt"
     lengths.parent.mkdir()

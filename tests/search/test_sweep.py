@@ -100,6 +100,7 @@ def test_max_concurrency_grid_reproduces_simulate():
     assert "simulation_wall_s" not in t.dtype.names
 
 
+@pytest.mark.slow  # seconds interpreted: the compiled pass covers it
 def test_band_narrows_as_num_prompts_grows():
     res = sw.sweep(_base(rate=8.0), grid={"workload.num_prompts": [50, 2000]}, seeds=5)
     agg = res.aggregate()
@@ -507,6 +508,7 @@ def test_parquet_round_trip(tmp_path):
     assert back.paths == res.paths and back.metrics == res.metrics and back.spec_hash == res.spec_hash
 
 
+@pytest.mark.slow  # seconds interpreted: the compiled pass covers it
 def test_sweep_cli_runs_the_shipped_example_and_resumes(tmp_path, capsys):
     import shutil
 
