@@ -236,6 +236,13 @@ class SweepAgainstPlainLoop:
 
     track_sweep_1000x1k_seconds.unit = "s"
 
+    def track_sweep_1000x1k_processes_seconds(self):
+        """The same on two processes (``--executor processes``, the pool's start included): a
+        small run's time outside the kernel is Python holding its process's GIL."""
+        return _run(self.small, "processes")
+
+    track_sweep_1000x1k_processes_seconds.unit = "s"
+
 
 class SimulateMany:
     """``simllm.simulate_many`` over :class:`SmallRuns`' runs (200 mixed loads of 1,000 or 10,000

@@ -131,3 +131,18 @@ def test_chunk_size_for_bounds():
     assert runner.chunk_size_for(runner.TARGET_TASK_S / 10, 1000, 2) == 10
     assert runner.chunk_size_for(1e-9, 10**6, 1) == runner.MAX_CHUNK
     assert runner.chunk_size_for(1e-9, 16, 2) == 2  # at least 4 tasks per worker
+
+
+def test_default_executor_takes_processes_for_many_small_runs_where_the_platform_forks(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "fork")
+    small, big = runner.estimated_cost_s(1000), runner.estimated_cost_s(10_000)
+    assert small <= runner.AUTO_PROCESS_COST_S < big
+    assert runner.default_executor(1000, small, workers=2) == "processes"
+    assert runner.default_executor(runner.AUTO_PROCESS_ITEMS - 1, small, workers=2) == "threads"  # too few
+    assert runner.default_executor(1000, big, workers=2) == "threads"  # the kernel's own time: threads do as well
+    assert runner.default_executor(1000, small, workers=1) == "threads"
+    assert runner.default_executor(1000, small, workers=2, scheduler="tcp://h:8786") == "dask"
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    assert runner.default_executor(1000, small, workers=2) == "threads"  # a script would need a __main__ guard

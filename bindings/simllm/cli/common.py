@@ -503,7 +503,8 @@ def add_executor_args(p, chunks=False):
     :mod:`simllm.sim.runner`): --executor, --scheduler, --workers (and --chunk-size)."""
     g = p.add_argument_group("execution")
     g.add_argument("--executor", choices=EXECUTORS, default=None,
-                   help="where simulations run (default: threads, or dask with --scheduler)")
+                   help="where simulations run (default: threads; processes for a sweep of 256+ small runs "
+                        "where the platform forks; dask with --scheduler)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask scheduler address (default: a local cluster)")
     g.add_argument("--workers", type=positive_int, help="threads, processes or local dask workers (default: all cores)")
     if chunks:

@@ -88,6 +88,7 @@ from simllm.sim.runner import (  # the executors, warm-up and chunking figures a
     TARGET_TASK_S,  # noqa: F401
     SharedDraws,
     check_executor,
+    default_executor,
     chunk_size_for,
     estimated_cost_s,
     make_executor,  # noqa: F401
@@ -290,6 +291,12 @@ def choose_chunk_size(plan_, n_items, n_workers):
     estimated cost of its configurations (their request counts)."""
     if not n_items:
         return 1
+    return chunk_size_for(mean_cost_s(plan_), n_items, n_workers)
+
+
+def mean_cost_s(plan_):
+    """The mean estimated seconds of a row of ``plan_`` (:func:`simllm.sim.runner.estimated_cost_s`
+    of its configurations' request counts, over at most about 64 of them)."""
     costs = []
     for ov in plan_.overrides[:: max(1, len(plan_.overrides) // 64)]:
         n = plan_.context.workload.num_prompts
@@ -299,7 +306,7 @@ def choose_chunk_size(plan_, n_items, n_workers):
             elif section == "workload" and field == "num_prompts":
                 n = value
         costs.append(estimated_cost_s(n))
-    return chunk_size_for(float(np.mean(costs)), n_items, n_workers)
+    return float(np.mean(costs))
 
 
 # ----------------------------------------------------------------------------- the result
@@ -532,7 +539,8 @@ def run_spec(spec, executor=None, *, workers=None, scheduler=None, chunk_size=No
                 rows[(config_id, seed)] = (metrics, error)
 
         try:
-            run_many(sweep_row, plan_.context, items, executor or "threads", workers=workers, scheduler=scheduler,
+            kind = executor or default_executor(len(items), mean_cost_s(plan_), workers, scheduler)
+            run_many(sweep_row, plan_.context, items, kind, workers=workers, scheduler=scheduler,
                      chunk_size=chunk_size_of, progress=progress, on_chunk=record, describe_error=row_error)
         finally:
             if journal is not None:
