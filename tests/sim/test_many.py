@@ -147,3 +147,15 @@ def test_to_pandas_has_a_row_per_run_and_no_number_where_a_run_has_none():
     df = many.to_pandas()
     assert isinstance(df, pd.DataFrame) and list(df["status"]) == [OK, "invalid"]
     assert df["mean_ttft_ms"].iloc[0] == many["mean_ttft_ms"][0] and df["mean_ttft_ms"].isna().iloc[1]
+
+
+@pytest.mark.slow
+def test_a_dask_local_cluster_gives_the_local_columns():
+    """The Dask path: chunks of runs go to the workers of a LocalCluster, each holding the shared
+    objects (the runs' base, its draws) once; every number equals the local run's."""
+    pytest.importorskip("dask.distributed")
+    runs = _grid()[:10]
+    local = simllm.simulate_many(runs, model=MODEL, workers=1)
+    remote = simllm.simulate_many(runs, model=MODEL, executor="dask", workers=2)
+    assert remote.metrics == local.metrics and list(remote.status) == list(local.status)
+    assert np.array_equal(remote.values, local.values) and np.array_equal(remote.present, local.present)
