@@ -60,13 +60,18 @@ _IMPORT_SKIPS = os.environ.get("SIMLLM_IMPORT_SKIPS")
 _ONLY_IDS = os.environ.get("SIMLLM_ONLY_IDS")
 
 
+#: What the reason of a skip for want of an optional package says: pytest.importorskip's own
+#: words, or the "... is not installed" of a test's own skipif or importorskip reason.
+_MISSING_PACKAGE = ("could not import", "not installed")
+
+
 def pytest_runtest_logreport(report):
-    """With SIMLLM_IMPORT_SKIPS, append the id of each test skipped by ``pytest.importorskip`` (in
-    the controller under xdist, which receives every worker's reports)."""
+    """With SIMLLM_IMPORT_SKIPS, append the id of each test skipped for want of an optional package
+    (in the controller under xdist, which receives every worker's reports)."""
     if not _IMPORT_SKIPS or not report.skipped or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    if "could not import" in reason:
+    if any(words in reason for words in _MISSING_PACKAGE):
         with open(_IMPORT_SKIPS, "a", encoding="utf-8") as f:
             f.write(report.nodeid + "\n")
 
