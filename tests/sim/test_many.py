@@ -159,3 +159,12 @@ def test_a_dask_local_cluster_gives_the_local_columns():
     remote = simllm.simulate_many(runs, model=MODEL, executor="dask", workers=2)
     assert remote.metrics == local.metrics and list(remote.status) == list(local.status)
     assert np.array_equal(remote.values, local.values) and np.array_equal(remote.present, local.present)
+
+
+def test_kept_results_share_no_array():
+    w = simllm.Workload(num_prompts=6, max_concurrency=2)
+    many = simllm.simulate_many([{}, {"hardware": H200}], model=MODEL, hardware=H100, workload=w,
+                                keep_requests=True, workers=1)
+    a, b = (r.requests for r in many.results)
+    for k in a:
+        assert not np.shares_memory(a[k], b[k]), k

@@ -151,7 +151,8 @@ def simulate_many(runs, *, model=None, hardware=None, serving=None, workload=Non
         As :func:`~simllm.sim.simulate.simulate`'s.
     keep_requests : bool
         Keep each run's :class:`~simllm.sim.results.SimResult` with its per-request arrays
-        (``ManyResult.results``); default summaries only.
+        (``ManyResult.results``; each run then draws its own requests, so no two results share
+        an array); default summaries only.
     executor, workers, scheduler, chunk_size, progress
         As :func:`~simllm.sim.runner.run_many`'s: ``threads`` (default), ``processes``, ``dask``
         or an executor; ``progress(done, total)`` after each chunk.
@@ -170,7 +171,8 @@ def simulate_many(runs, *, model=None, hardware=None, serving=None, workload=Non
     tasks = [_task(run, i) for i, run in enumerate(runs)]
     base = Base(model=model, hardware=hardware, serving=serving, workload=workload, requests=requests,
                 percentiles=tuple(percentiles), goodput=goodput, keep_requests=keep_requests,
-                fast_forward=fast_forward, summary_only=not keep_requests, draws=SharedDraws())
+                fast_forward=fast_forward, summary_only=not keep_requests,
+                draws=None if keep_requests else SharedDraws())  # kept arrays: each run its own draw
     missing = [f for f in ("model", "hardware") if getattr(base, f) is None]
     for i, t in enumerate(tasks):
         for f in missing:

@@ -440,7 +440,7 @@ class Base:
     """What every simulation of :func:`run_simulations` shares unless its :class:`Task`
     replaces it. ``requests`` (a drawn :class:`~simllm.config.workload.Requests`) makes every
     task that keeps the base workload serve the same requests; ``draws`` (:class:`SharedDraws`,
-    which :func:`run_simulations` gives a base without one) shares the others' draws;
+    which :func:`run_simulations` gives a base without kept requests) shares the others' draws;
     ``summary_only`` returns each result's summary dict instead of the
     :class:`~simllm.sim.results.SimResult`."""
 
@@ -489,7 +489,7 @@ def run_simulations(base, tasks, executor=None, *, workers=None, scheduler=None,
     """:func:`simulate_task` of every task on :func:`run_many` (same parameters): a list of
     :class:`Outcome` whose values are summaries (or SimResults), in the order of ``tasks``."""
     tasks = list(tasks)
-    if base.draws is None:
+    if base.draws is None and not base.keep_requests:  # kept per-request arrays must not share their draw
         base = dataclasses.replace(base, draws=SharedDraws())
     w = base.workload or Workload()
     cost = estimated_cost_s(w.num_prompts)
