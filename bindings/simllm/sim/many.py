@@ -155,7 +155,10 @@ def simulate_many(runs, *, model=None, hardware=None, serving=None, workload=Non
         an array); default summaries only.
     executor, workers, scheduler, chunk_size, progress
         As :func:`~simllm.sim.runner.run_many`'s: ``threads`` (default), ``processes``, ``dask``
-        or an executor; ``progress(done, total)`` after each chunk.
+        or an executor; ``progress(done, total)`` after each chunk. Hundreds of runs of a few
+        thousand requests go faster on ``processes``: their time outside the kernel is Python,
+        which holds one GIL per process (a script then needs the ``__main__`` guard where
+        processes are spawned, as on macOS and Windows).
 
     Returns
     -------
