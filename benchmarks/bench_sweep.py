@@ -17,6 +17,7 @@ from simllm.config.serving import ServingConfig
 from simllm.config.workload import LengthDist, Workload, generate
 from simllm.search import sweep as sw
 from simllm.search.spec import make_spec
+from simllm.sim.many import simulate_many
 from simllm.sim.simulate import simulate
 from benchmarks.plain_loop import plain_loop
 
@@ -257,8 +258,6 @@ class SimulateMany:
     timeout = 600
 
     def setup(self, requests):
-        import simllm
-
         sw.warm_up()
         self.model, self.hardware = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
         self.runs = [{"serving": serving, "workload": workload} for serving, workload in small_cases(200, requests)]
@@ -267,12 +266,11 @@ class SimulateMany:
         self.shared = [{"serving": ServingConfig(max_num_seqs=b),
                         "workload": Workload(num_prompts=requests, seed=s, max_concurrency=c, **lengths)}
                        for b in (32, 64, 128, 256) for s in range(10) for c in (8, 16, 32, 64, 128)]
-        self.simulate_many = simllm.simulate_many
-        self.simulate_many(self.runs[:4], model=self.model, hardware=self.hardware, workers=2)
+        simulate_many(self.runs[:4], model=self.model, hardware=self.hardware, workers=2)
 
     def _time(self, runs):
         start = time.perf_counter()
-        many = self.simulate_many(runs, model=self.model, hardware=self.hardware, workers=2,
+        many = simulate_many(runs, model=self.model, hardware=self.hardware, workers=2,
                                   percentiles=(50, 90, 99))
         elapsed = time.perf_counter() - start
         assert many.ok.all()
