@@ -2,7 +2,13 @@
 inputs, and the lines shown at the end of a run (conftest.py keeps only pytest's hooks)."""
 import dataclasses
 import os
+import pickle
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 import simllm
 from simllm.config import serving as serving_mod
@@ -18,6 +24,46 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT") == "1"
 #: Lines tests want shown at the end of the run whatever the capture mode (accuracy figures).
 REPORT = []
+_SILICON = []
+
+
+def silicon_points(tmp_path_factory):
+    """Every point of ../shared/data/silicon_sample.csv as ``simllm validate`` predicts it with its
+    own defaults (the command line parsed, its points bounded and predicted): ``(args, points)``,
+    once per test run. The accuracy tests read their rows from it and the accuracy record's test
+    the record it gives; each had simulated its rows itself (the whole file twice a run, two and a
+    half CPU-minutes each). Under pytest-xdist the first worker to ask computes it (on every core)
+    while another waits for its pickle in the workers' shared base folder, as pytest-xdist's docs
+    share session data (POSIX lock; elsewhere each worker computes its own)."""
+    if _SILICON:
+        return _SILICON[0]
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+    if shared is None or fcntl is None:
+        value = _predict_silicon()
+    else:
+        path = shared / "silicon_points.pickle"
+        with open(shared / "silicon_points.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if path.is_file():
+                value = pickle.loads(path.read_bytes())
+            else:
+                value = _predict_silicon()
+                part = path.with_suffix(".part")
+                part.write_bytes(pickle.dumps(value))
+                os.replace(part, path)
+    _SILICON.append(value)
+    return value
+
+
+def _predict_silicon():
+    from simllm.calibration import validate as accuracy
+    from simllm.cli import common
+    from simllm.cli.app import build_parser
+
+    args = build_parser().parse_args(["validate", str(SHARED_DATA / "silicon_sample.csv")])
+    points, shape = common.measured_points(args, args.hardware)
+    bounded = accuracy.with_bounds(points, args.num_prompts, shape, args.workers or 0)
+    return args, accuracy.predict_points(bounded, None, args.num_prompts, shape, args.workers or 0)
 
 
 def without_compile_notice(err):

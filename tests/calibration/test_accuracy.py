@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from helpers import REPORT, SHARED_DATA
+from helpers import REPORT, SHARED_DATA, silicon_points
 from simllm.calibration import validate as accuracy
 from simllm.calibration.fit import fit_client_overhead
 from simllm.formats.aiconfigurator import SILICON_CLIENT_OVERHEAD_MS
@@ -27,8 +27,16 @@ DENSE = re.compile(r"Llama-3\.1-(8|70)B|Qwen3-32B")
 SYSTEMS = ("h100_sxm", "h200_sxm")
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 
-# heavy: every row of the silicon CSV (CI's second step)
+# heavy: every row of the silicon CSV (CI's second step), simulated once a run (helpers.silicon_points,
+# shared with the accuracy record's test)
 pytestmark = [pytest.mark.heavy, pytest.mark.slow, pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")]
+
+
+def predicted(tmp_path_factory, keep):
+    """The predicted points of the measurements ``keep`` selects, in the file's order: those
+    ``simllm validate`` predicts for the whole file (what predicting them alone gives: each point
+    is simulated on its own)."""
+    return [p for p in silicon_points(tmp_path_factory)[1] if keep(p.measurement) and p.predicted]
 
 
 def with_client(points, client_ms):
@@ -54,10 +62,8 @@ def held_out(points, key):
 
 
 @pytest.fixture(scope="module")
-def results():
-    rows = [m for m in load_measurements([SHARED]) if m.mode == "agg" and DENSE.search(m.model)
-            and m.hardware in SYSTEMS]
-    points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
+def results(tmp_path_factory):
+    points = predicted(tmp_path_factory, lambda m: m.mode == "agg" and DENSE.search(m.model) and m.hardware in SYSTEMS)
     by_fw = {fw: [p for p in points if accuracy.framework_of(p.measurement) == fw] for fw in FRAMEWORKS}
     return {
         "shipped": points,
@@ -137,7 +143,7 @@ def family_summary(label, group):
     return s, by
 
 
-def test_moe_rows_out_of_sample():
+def test_moe_rows_out_of_sample(tmp_path_factory):
     """The MoE rows simllm can express (up to eight nodes since links between nodes are modelled): DeepSeek-V3/R1,
     MiniMax-M2.5, Qwen3-235B-A22B, Kimi-K2.5 on Hopper and Blackwell, without and with expert parallelism /
     attention data parallelism. Nothing is fitted to them (the client overheads are the dense
@@ -145,9 +151,8 @@ def test_moe_rows_out_of_sample():
     missed except Blackwell vLLM's TPOT without EP (docs/accuracy.md says why); these bounds hold
     today's figures so that a change that makes them worse fails."""
     import simllm
-    rows = [m for m in load_measurements([SHARED]) if m.mode == "agg"
-            and re.search(r"DeepSeek-(V3|R1)$|MiniMax-M2\.5|Qwen3-235B|Kimi-K2", m.model)]
-    points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
+    points = predicted(tmp_path_factory, lambda m: m.mode == "agg"
+                       and re.search(r"DeepSeek-(V3|R1)$|MiniMax-M2\.5|Qwen3-235B|Kimi-K2", m.model))
     assert all(simllm.load_model(p.model).is_moe for p in points)
 
     def parallel(p):
@@ -165,12 +170,11 @@ def test_moe_rows_out_of_sample():
     assert s["ttft"]["median_abs_pct_error"] <= 32.0 and s["tpot"]["median_abs_pct_error"] <= 35.0
 
 
-def test_windowed_and_linear_attention_rows_out_of_sample():
+def test_windowed_and_linear_attention_rows_out_of_sample(tmp_path_factory):
     """gpt-oss-120b (sliding-window layers, MXFP4 experts, BF16 attention) and Qwen3.5-397B-A17B
     (Gated DeltaNet layers) on one node, nothing fitted to them. The bounds hold today's figures
     so that a change that makes them worse fails (docs/accuracy.md)."""
-    rows = [m for m in load_measurements([SHARED]) if m.mode == "agg" and re.search(r"gpt-oss-120b|Qwen3\.5-397B", m.model)]
-    points = [p for p in accuracy.predict_points(accuracy.with_bounds(accuracy.resolve(rows))) if p.predicted]
+    points = predicted(tmp_path_factory, lambda m: m.mode == "agg" and re.search(r"gpt-oss-120b|Qwen3\.5-397B", m.model))
     out = {name: family_summary(f"{name} rows", [p for p in points if p.model == name])
            for name in ("gpt-oss-120b", "qwen3.5-397b-a17b")}
     s, by = out["gpt-oss-120b"]
@@ -180,7 +184,7 @@ def test_windowed_and_linear_attention_rows_out_of_sample():
     assert s["tpot"]["points"] >= 250 and s["tpot"]["median_abs_pct_error"] <= 25.0
 
 
-def test_disaggregated_rows_out_of_sample():
+def test_disaggregated_rows_out_of_sample(tmp_path_factory):
     """The disaggregated rows that record their pools (prefill and decode worker counts, each
     worker's TP / attention DP / EP, the prefill batch): DeepSeek-V3/R1, Kimi-K2.5, Qwen3-32B,
     Qwen3-235B-A22B over TensorRT-LLM, SGLang and vLLM (Dynamo), simulated as two pools in one
@@ -190,11 +194,11 @@ def test_disaggregated_rows_out_of_sample():
     clients (docs/accuracy.md says so). The bounds hold today's figures so that a change that
     makes them worse fails."""
     rows = [m for m in load_measurements([SHARED]) if m.mode == "disagg"]
-    resolved = accuracy.resolve(rows)
-    usable = [p for p in resolved if not p.reason]
+    resolved = accuracy.resolve(rows)  # no simulation: which rows can be simulated, and why not
+    usable = {p.measurement.where for p in resolved if not p.reason}
     assert len(usable) >= 270  # the rows with worker counts; the other 1,328 do not record their pools
     assert all("worker counts" in p.reason for p in resolved if p.reason)
-    points = [p for p in accuracy.predict_points(accuracy.with_bounds(usable)) if p.predicted]
+    points = predicted(tmp_path_factory, lambda m: m.mode == "disagg" and m.where in usable)
     s, by = family_summary("disaggregated rows", points)
     assert s["tpot"]["points"] >= 240
     assert s["tpot"]["median_abs_pct_error"] <= 17.0 and s["ttft"]["median_abs_pct_error"] <= 47.0

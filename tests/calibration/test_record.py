@@ -8,7 +8,7 @@ import math
 import pytest
 
 import simllm.cli
-from helpers import GOLDEN, ROOT, SHARED_DATA
+from helpers import GOLDEN, ROOT, SHARED_DATA, silicon_points
 from simllm.calibration import record as R
 from simllm.calibration.validate import Point
 from simllm.errors import ConfigError
@@ -98,27 +98,50 @@ def test_shipped_record_is_package_data():
     assert R.default_record_path() == ROOT / "configs" / "accuracy.json"
 
 
-@pytest.mark.heavy  # every row of the silicon CSV: every kernel variant, thousands of runs
-@pytest.mark.slow
-@pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")
-def test_regenerating_the_shipped_record_gives_it_back(tmp_path, capsys):
-    """The documented command on the shared data reproduces configs/accuracy.json's points: a
-    re-calibration that changes predictions must regenerate the record (the command is in its
-    provenance's ``regenerate``)."""
-    path = tmp_path / "acc.json"
-    rc = simllm.cli.main(["validate", str(SHARED), "--write-accuracy", str(path)])
-    capsys.readouterr()
-    assert rc == 0
-    fresh = json.loads(path.read_text(encoding="utf-8"))
-    shipped = json.loads(R.default_record_path().read_text(encoding="utf-8"))
-    assert fresh["provenance"]["sources"] == shipped["provenance"]["sources"]
-    assert len(fresh["points"]) == len(shipped["points"])
+def _stale(fresh, shipped):
+    """The differences of ``fresh`` record points from ``shipped`` ones, pairwise (floats to 1e-4)."""
     stale = []
-    for a, b in zip(fresh["points"], shipped["points"]):
+    for a, b in zip(fresh, shipped):
         for key, value in a.items():
             same = (value == b[key] or (isinstance(value, float) and isinstance(b[key], float)
                                         and math.isclose(value, b[key], rel_tol=1e-4)))
             if not same:
                 stale.append(f"{a['source']} {key}: {b[key]} -> {value}")
+    return stale
+
+
+@pytest.mark.heavy  # every row of the silicon CSV: every kernel variant, thousands of runs
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")
+def test_regenerating_the_shipped_record_gives_it_back(tmp_path_factory):
+    """The documented command's computation on the shared data (helpers.silicon_points: the command
+    line ``simllm validate ../shared/data/silicon_sample.csv`` parsed, its points bounded and
+    predicted as the command does) reproduces configs/accuracy.json's points: a re-calibration that
+    changes predictions must regenerate the record (the command is in its provenance's
+    ``regenerate``). That the command writes the record of what it computed is the next test's."""
+    args, points = silicon_points(tmp_path_factory)  # shared with the accuracy tests
+    fresh = R.build_record(points, args.measured)
+    shipped = json.loads(R.default_record_path().read_text(encoding="utf-8"))
+    assert fresh["provenance"]["sources"] == shipped["provenance"]["sources"]
+    assert len(fresh["points"]) == len(shipped["points"])
+    stale = _stale(fresh["points"], shipped["points"])
     assert not stale, ("configs/accuracy.json is stale; regenerate it with `" + shipped["provenance"]["regenerate"]
                        + "`:\n" + "\n".join(stale[:10]))
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(not SHARED.is_file(), reason=f"{SHARED} is absent")
+def test_the_validate_command_writes_the_shipped_points_of_its_rows(tmp_path, capsys):
+    """``simllm validate FILE --write-accuracy OUT`` on the shared file's first 40 rows (a file of
+    the same name): the record it writes holds the shipped record's points of those rows."""
+    lines = SHARED.read_text(encoding="utf-8").splitlines(keepends=True)
+    part = tmp_path / SHARED.name
+    part.write_text("".join(lines[:41]), encoding="utf-8")
+    out = tmp_path / "acc.json"
+    rc = simllm.cli.main(["validate", str(part), "--write-accuracy", str(out)])
+    capsys.readouterr()
+    assert rc == 0
+    fresh = json.loads(out.read_text(encoding="utf-8"))["points"]
+    shipped = {p["source"]: p for p in json.loads(R.default_record_path().read_text(encoding="utf-8"))["points"]}
+    assert len(fresh) >= 20 and all(p["source"] in shipped for p in fresh)
+    assert not _stale(fresh, [shipped[p["source"]] for p in fresh])
