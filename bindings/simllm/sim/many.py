@@ -6,7 +6,7 @@ equal the single run's bit for bit. What the runs share is done once: the config
 packed cost parameters, kernel tables and memory plan (``simulate``'s pool memo), the expert
 routing curves, the compiled kernels, and the workload draws (:class:`~.runner.SharedDraws`:
 runs that differ only in the engine or in how the requests are sent serve one draw). The runs go
-through the one runner (:func:`~.runner.run_many`): chunks on threads (the kernels hold no GIL),
+through the one runner (:func:`~.runner.run_simulations`): chunks on threads (the kernels hold no GIL),
 processes or Dask, where each worker holds what the runs share once.
 
 Why not one compiled call looping over the runs with ``prange``: a jitted function that calls the
@@ -25,7 +25,7 @@ import numpy as np
 
 from simllm.errors import ConfigError
 from simllm.sim.results import TIMING_KEYS
-from simllm.sim.runner import OK, Base, SharedDraws, Task, estimated_cost_s, run_many, simulate_task
+from simllm.sim.runner import OK, Base, Task, run_simulations
 
 #: What a run may name (a mapping's keys, a tuple's fields in this order).
 RUN_FIELDS = ("model", "hardware", "serving", "workload", "disagg")
@@ -121,15 +121,6 @@ def _numbers(summary):
     return tuple(keys), tuple(values)
 
 
-def _evaluate(base, task):
-    """The runner's ``evaluate``: a run's numbers (``(keys, values)``), with its result when
-    per-request arrays are kept."""
-    result = simulate_task(base, task)
-    summary = result if base.summary_only else result.summary
-    keys, values = _numbers(summary)
-    return keys, values, None if base.summary_only else result
-
-
 def simulate_many(runs, *, model=None, hardware=None, serving=None, workload=None, requests=None,
                   percentiles=(50, 90, 95, 99), goodput=None, fast_forward=True, keep_requests=False, executor=None,
                   workers=None, scheduler=None, chunk_size=None, progress=None):
@@ -174,35 +165,33 @@ def simulate_many(runs, *, model=None, hardware=None, serving=None, workload=Non
     tasks = [_task(run, i) for i, run in enumerate(runs)]
     base = Base(model=model, hardware=hardware, serving=serving, workload=workload, requests=requests,
                 percentiles=tuple(percentiles), goodput=goodput, keep_requests=keep_requests,
-                fast_forward=fast_forward, summary_only=not keep_requests,
-                draws=None if keep_requests else SharedDraws())  # kept arrays: each run its own draw
+                fast_forward=fast_forward, summary_only=not keep_requests)
     missing = [f for f in ("model", "hardware") if getattr(base, f) is None]
     for i, t in enumerate(tasks):
         for f in missing:
             if getattr(t, f) is None:
                 raise ConfigError(f"a {f} (the run's or simulate_many's {f}=)", source=f"runs[{i}]", key=f,
                                   value=None)
-    w = workload or (tasks[0].workload if tasks and tasks[0].workload else None)
-    cost = estimated_cost_s(w.num_prompts if w is not None else None)
-    outcomes = run_many(_evaluate, base, tasks, executor, workers=workers, scheduler=scheduler,
-                        chunk_size=chunk_size, cost_s=cost, progress=progress)
+    outcomes = run_simulations(base, tasks, executor, workers=workers, scheduler=scheduler, chunk_size=chunk_size,
+                               progress=progress)  # which shares the draws of summary-only runs
     return _gather(outcomes, keep_requests)
 
 
 def _gather(outcomes, keep_requests):
     columns = {}  # metric -> column, in the order first met
-    for o in outcomes:
-        if o.ok:
-            for k in o.value[0]:
+    numbers = [_numbers(o.value.summary if keep_requests else o.value) if o.ok else None for o in outcomes]
+    for kv in numbers:
+        if kv is not None:
+            for k in kv[0]:
                 columns.setdefault(k, len(columns))
     n = len(outcomes)
     values = np.zeros((n, len(columns)))
     present = np.zeros((n, len(columns)), dtype=bool)
     layouts = {}  # a keys tuple -> its column indices (runs of one kind share one tuple's layout)
-    for i, o in enumerate(outcomes):
-        if not o.ok:
+    for i, kv in enumerate(numbers):
+        if kv is None:
             continue
-        keys, vals, _ = o.value
+        keys, vals = kv
         idx = layouts.get(keys)
         if idx is None:
             idx = layouts[keys] = np.fromiter((columns[k] for k in keys), dtype=np.int64, count=len(keys))
@@ -210,5 +199,5 @@ def _gather(outcomes, keep_requests):
         present[i, idx] = True
     status = np.array([o.status for o in outcomes], dtype="<U7")
     errors = tuple(o.error for o in outcomes)
-    results = tuple(o.value[2] if o.ok else None for o in outcomes) if keep_requests else None
+    results = tuple(o.value if o.ok else None for o in outcomes) if keep_requests else None
     return ManyResult(tuple(columns), values, present, status, errors, results)
