@@ -50,6 +50,32 @@ def test_one_token_matches_the_exact_distribution(n_experts, k, ep):
     assert f[codes.ROUTE_ASSIGN] == pytest.approx(want, rel=0.04)
 
 
+def test_curves_share_their_routings_and_equal_drawing_them_afresh(monkeypatch):
+    """Curves of one layout at other ``hit_weight`` (other GPUs, other precisions) pick their
+    slowest GPU from the routings drawn once (routing.sampled_loads), and each equals drawing its
+    routings again from the seed, batch size after batch size; the kept routings stay within
+    their byte budget."""
+    from simllm.sim import routing
+
+    monkeypatch.setattr(routing, "_samples", type(routing._samples)())
+    drawn = []
+    real = routing.sample_loads
+    monkeypatch.setattr(routing, "sample_loads", lambda *a, **k: drawn.append(a[1:]) or real(*a, **k))
+    layout = (96, 6, 4)
+    weights = (0.5, 3.0, 40.0)
+    curves = [routing.slowest_rank_factors.__wrapped__(*layout, ranks=2, hit_weight=w) for w in weights]
+    assert len(drawn) == P  # the first curve's P batch sizes; the others drew nothing
+    for hit_weight, curve in zip(weights, curves):
+        rng = np.random.default_rng(routing.SEED)
+        want = [slowest_rank_at(rng, *layout, (1 << i) * 2, hit_weight) for i in range(P)]
+        assert curve[codes.ROUTE_ASSIGN:codes.ROUTE_ASSIGN + P].tolist() == [w[0] for w in want]
+        assert curve[codes.ROUTE_HIT:codes.ROUTE_HIT + P].tolist() == [w[1] for w in want]
+    monkeypatch.setattr(routing, "SAMPLES_BYTES", 1)
+    routing.sampled_loads(96, 6, 2)
+    routing.sampled_loads(96, 6, 3)
+    assert len(routing._samples) == 1  # over budget: only the last is kept
+
+
 def test_many_tokens_even_out_and_one_gpu_is_its_own_mean():
     f = slowest_rank_factors(256, 8, 8, ranks=8, hit_weight=300.0)
     assert f.shape == (codes.ROUTE_SIZE,) and not f.flags.writeable and np.isfinite(f).all()

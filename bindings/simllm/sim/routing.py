@@ -19,6 +19,8 @@ function of the batch, as the engine's fast paths need, and vary less from step 
 real router's.
 """
 import functools
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -43,10 +45,10 @@ def _counts_exact(rng, n_experts, k, n_tokens, draws):
     return np.bincount(flat.ravel(), minlength=draws * n_experts).reshape(draws, n_experts)
 
 
-def slowest_rank_at(rng, n_experts, experts_per_token, ep, tokens, hit_weight=1.0, draws=DRAWS):
-    """The slowest GPU's (assignments, hit experts) over the mean when ``tokens`` tokens meet in
-    the layer, from ``draws`` routings drawn with ``rng`` (``numpy.random.Generator``); the
-    parameters as :func:`slowest_rank_factors`'s. Each factor at least 1."""
+def sample_loads(rng, n_experts, experts_per_token, ep, tokens, draws=DRAWS):
+    """Each expert-parallel GPU's (assignments, hit experts) in ``draws`` routings of ``tokens``
+    tokens drawn with ``rng`` (``numpy.random.Generator``): two int64 arrays of shape
+    ``(draws, ep)``; the parameters as :func:`slowest_rank_factors`'s."""
     e, k = n_experts, experts_per_token
     if tokens * k <= EXACT_MAX_ASSIGNMENTS:
         c = _counts_exact(rng, e, k, tokens, draws)
@@ -54,19 +56,68 @@ def slowest_rank_at(rng, n_experts, experts_per_token, ep, tokens, hit_weight=1.
         #    fixed-total corrections are below the sampling noise there)
         c = rng.binomial(tokens * k, 1.0 / e, size=(draws, e))
     c = c.reshape(draws, ep, e // ep)
-    assign = c.sum(axis=2)
-    hit = (c > 0).sum(axis=2)
-    # the roofline's slowest GPU; among equals (every GPU streaming all its experts) the one with
-    # the most assignments
+    return c.sum(axis=2), (c > 0).sum(axis=2)
+
+
+def slowest_of(assign, hit, experts_per_token, ep, tokens, hit_weight=1.0):
+    """The slowest GPU's (assignments, hit experts) over the mean in the routings
+    :func:`sample_loads` drew: per routing the GPU whose expert GEMMs take longest on the roofline,
+    ``max(assignments, hit_weight x hits)`` (among equals, every GPU streaming all its experts,
+    the one with the most assignments). Each factor at least 1."""
     time = np.maximum(assign, hit_weight * hit)
     slowest = np.argmax(np.where(time == time.max(axis=1, keepdims=True), assign, -1), axis=1)
-    rows = np.arange(draws)
-    return (max(assign[rows, slowest].mean() / (tokens * k / ep), 1.0),
+    rows = np.arange(assign.shape[0])
+    return (max(assign[rows, slowest].mean() / (tokens * experts_per_token / ep), 1.0),
             max(hit[rows, slowest].mean() / hit.mean(), 1.0))
 
 
-# validate's silicon CSV asks for 68 distinct curves (models x EP sizes x ranks x GPUs), 0.16 s each
-# to sample: a cache of 64 re-sampled some of them all run long (17 s of its 423 CPU-seconds)
+def slowest_rank_at(rng, n_experts, experts_per_token, ep, tokens, hit_weight=1.0, draws=DRAWS):
+    """The slowest GPU's (assignments, hit experts) over the mean when ``tokens`` tokens meet in
+    the layer, from ``draws`` routings drawn with ``rng`` (``numpy.random.Generator``); the
+    parameters as :func:`slowest_rank_factors`'s. Each factor at least 1."""
+    assign, hit = sample_loads(rng, n_experts, experts_per_token, ep, tokens, draws)
+    return slowest_of(assign, hit, experts_per_token, ep, tokens, hit_weight)
+
+
+#: Bytes of sampled routings a process keeps (:func:`sampled_loads`): the GPUs' loads do not depend
+#: on ``hit_weight``, so curves of one layout on other GPUs or at other precisions pick their
+#: slowest GPU from the same routings instead of drawing them again.
+SAMPLES_BYTES = 128 << 20
+_samples = OrderedDict()
+_samples_lock = threading.Lock()
+
+
+def sampled_loads(n_experts, experts_per_token, ep, ranks=1, draws=DRAWS, seed=SEED):
+    """:func:`sample_loads` at ``2**i x ranks`` tokens for i = 0 .. ``codes.ROUTE_POINTS`` - 1, in
+    that order from one ``numpy.random.default_rng(seed)``: a tuple of ``(assign, hit)`` pairs,
+    read-only. The last :data:`SAMPLES_BYTES` of them are kept (thread-safe)."""
+    key = (n_experts, experts_per_token, ep, ranks, draws, seed)
+    with _samples_lock:
+        loads = _samples.get(key)
+        if loads is not None:
+            _samples.move_to_end(key)
+            return loads
+    rng = np.random.default_rng(seed)
+    loads = []
+    for i in range(codes.ROUTE_POINTS):
+        assign, hit = sample_loads(rng, n_experts, experts_per_token, ep, (1 << i) * ranks, draws)
+        pair = (assign, hit.astype(np.int32))  # at most n_experts / ep hits per GPU
+        for a in pair:
+            a.flags.writeable = False
+        loads.append(pair)
+    loads = tuple(loads)
+    with _samples_lock:  # outside it two threads may draw one layout at once, alike
+        _samples[key] = loads
+        total = sum(a.nbytes + h.nbytes for v in _samples.values() for a, h in v)
+        while total > SAMPLES_BYTES and len(_samples) > 1:
+            _, old = _samples.popitem(last=False)
+            total -= sum(a.nbytes + h.nbytes for a, h in old)
+    return loads
+
+
+# validate's silicon CSV asks for 68 distinct curves (models x EP sizes x ranks x GPUs and precisions),
+# of 31 layouts sampled once each (sampled_loads, ~0.16 s each): a cache of 64 curves re-sampled some
+# of them all run long (17 s of its 423 CPU-seconds)
 @functools.lru_cache(maxsize=1024)
 def slowest_rank_factors(n_experts, experts_per_token, ep, ranks=1, hit_weight=1.0, draws=DRAWS, seed=SEED):
     """The slowest GPU's token-expert assignments and hit experts over the mean, by batch size.
@@ -105,9 +156,8 @@ def slowest_rank_factors(n_experts, experts_per_token, ep, ranks=1, hit_weight=1
     if ep == 1:  # one group holds every expert: it is the mean
         out.flags.writeable = False
         return out
-    rng = np.random.default_rng(seed)
-    for i in range(codes.ROUTE_POINTS):
-        out[codes.ROUTE_ASSIGN + i], out[codes.ROUTE_HIT + i] = slowest_rank_at(
-            rng, e, k, ep, (1 << i) * int(ranks), hit_weight, draws)
+    for i, (assign, hit) in enumerate(sampled_loads(e, k, ep, int(ranks), draws, seed)):
+        out[codes.ROUTE_ASSIGN + i], out[codes.ROUTE_HIT + i] = slowest_of(
+            assign, hit, k, ep, (1 << i) * int(ranks), hit_weight)
     out.flags.writeable = False
     return out
