@@ -108,6 +108,7 @@ from simcore.codes import (
     PREFIX_BYTES,
     PREFIX_FLOPS,
     PREFIX_GEMM_S,
+    PREFIX_MOE_S,
     PREFIX_S,
     PREFIX_TOKENS,
     UNIT_A2A,
@@ -874,6 +875,7 @@ def prefix_fill_nb(p, acc, slot, n_tokens):
     acc[slot + PREFIX_A2A_S] = a2a_s
     acc[slot + PREFIX_A2A_FLOPS] = a2a_flops
     acc[slot + PREFIX_GEMM_S] = gemm_curve_nb(p.eff, EFF_GEMM_SUM, n_tokens) if shaped_nb(p) else 0.0
+    acc[slot + PREFIX_MOE_S] = moe_experts_seconds_nb(p, n_tokens)
 
 
 @jit
@@ -945,6 +947,18 @@ def op_total_seconds_nb(p, op, n_tokens, n_emit):
         return 0.0
     flops, nbytes, unit = op_cost_nb(p, op, n_tokens, 0.0, 0.0, n_emit)
     return count * op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, 0.0, 0.0, n_emit)[0]
+
+
+@jit_inline
+def moe_experts_memo_nb(p, acc, off, slots, n_tokens):
+    """:func:`moe_experts_seconds_nb` bit for bit, read from the tokens memo at ``acc[off]``
+    (:func:`prefix_memo_nb`) where it holds ``n_tokens`` (a rank's step after its
+    :func:`iteration_totals_memo_nb`), else computed: a wide-EP lockstep step asks it of every rank,
+    and on DeepSeek-V3 with kernel tables it took twice the rest of the rank's step cost."""
+    slot = off + (np.int64(n_tokens) & (slots - 1)) * N_PREFIX
+    if acc[slot + PREFIX_TOKENS] == n_tokens:
+        return acc[slot + PREFIX_MOE_S]
+    return moe_experts_seconds_nb(p, n_tokens)
 
 
 @jit

@@ -70,7 +70,7 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_memo_nb, moe_experts_seconds_nb
+from simcore.cost import iteration_totals_memo_nb, moe_experts_memo_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import (
     FAST_SCHEDULED,
     fast_aggregates_nb,
@@ -556,6 +556,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     slowest = 0.0
     all_tokens = 0.0
     most_tokens = 0.0
+    k_most = 0
     for k in range(e.n_replicas):
         plan[k, PLAN_SCHED] = 0.0
         plan[k, PLAN_FAST] = 0.0
@@ -587,9 +588,11 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
             if n_sched == 0:
                 continue
             dt, flops, nbytes, n_tokens = _spec_step_nb(p, sp, e, lay, reqi, ws[k], acc[k], n_sched)
-        slowest = max(slowest, dt - moe_experts_seconds_nb(p, n_tokens))
+        slowest = max(slowest, dt - moe_experts_memo_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens))
         all_tokens += n_tokens
-        most_tokens = max(most_tokens, n_tokens)
+        if n_tokens > most_tokens:
+            most_tokens = n_tokens
+            k_most = k
         plan[k, PLAN_SCHED] = n_sched
         plan[k, PLAN_FLOPS] = flops
         plan[k, PLAN_BYTES] = nbytes
@@ -599,7 +602,7 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     # The experts' cost at a rank's mean tokens is their cost over all ranks' tokens (moe_dp); a
     # CUDA-graph step pads every rank to the largest one's tokens (vLLM).
     if most_tokens <= e.dp_pad_tokens:
-        dt = slowest + moe_experts_seconds_nb(p, most_tokens)
+        dt = slowest + moe_experts_memo_nb(p, acc[k_most], lay.off_prefix, lay.prefix_slots, most_tokens)
     else:
         dt = slowest + moe_experts_seconds_nb(p, all_tokens / e.n_replicas)
     t_end = now + dt

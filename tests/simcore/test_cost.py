@@ -21,6 +21,7 @@ from simcore.cost import (
     full_attention_totals_nb,
     mixed_attention_nb,
     mixed_attention_totals_nb,
+    moe_experts_memo_nb,
     prefix_memo_nb,
     rest_memo_nb,
 )
@@ -286,6 +287,19 @@ def test_the_memo_gives_the_same_totals_as_the_operator_loop(tables):
                                                                                                       rel=1e-12)
     assert np.isfinite(memo[:64 * codes.N_PREFIX]).sum() >= 4 * codes.N_PREFIX
     assert iteration_totals_memo_nb(p, memo, 0, 64, 0.0, 0.0, 0.0, 0.0) == (0.0, 0.0, 0.0)
+
+
+def test_the_memo_gives_the_experts_seconds_bit_for_bit():
+    """A lockstep step's experts' seconds at a rank's tokens come from its memo once its iteration
+    filled that entry, bit for bit; tokens the memo does not hold (a fraction, an evicted key) are
+    computed."""
+    p = shaped("mixtral-8x7b", "h100-sxm", "vllm", 2)[4]
+    memo = np.full(8 * (codes.N_PREFIX + codes.N_EMIT), np.nan)  # 1, 9 and 17 share an entry
+    for n_tokens in (1.0, 9.0, 64.0, 17.0, 1.0):
+        iteration_totals_memo_nb(p, memo, 0, 8, n_tokens, n_tokens * 100, n_tokens * 100, n_tokens)
+        assert memo[(int(n_tokens) % 8) * codes.N_PREFIX + codes.PREFIX_MOE_S] == moe_experts_seconds_nb(p, n_tokens)
+        for asked in (n_tokens, 9.0, 2.5, 1000.0):
+            assert moe_experts_memo_nb(p, memo, 0, 8, asked) == moe_experts_seconds_nb(p, asked) > 0.0
 
 
 def test_decode_run_is_the_sum_of_its_iterations():
