@@ -129,17 +129,27 @@ def _log2(x):
         return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-9))
 
 
-def distances(features, record):
-    """The distance (see the module's docstring) of every record point to ``features``."""
+def distance_terms(record):
+    """What :func:`distances` reads of ``record``, computed once: the log2 of its points' lengths,
+    concurrency and TP, and their GPU, family and framework keys (a caller measuring many
+    distances to one record passes it to :func:`distances`)."""
+    return (_log2(record["isl"]), _log2(record["osl"]), _log2(record["concurrency"]), _log2(record["tp"]),
+            _keys(record["gpu"]), record["family"], _keys(record["framework"]))
+
+
+def distances(features, record, terms=None):
+    """The distance (see the module's docstring) of every record point to ``features``
+    (``terms``: the record's :func:`distance_terms`, when already at hand)."""
     f = features
-    d2 = ((_log2(record["isl"]) - math.log2(max(f.isl, 1e-9))) ** 2
-          + (_log2(record["osl"]) - math.log2(max(f.osl, 1e-9))) ** 2
-          + (_log2(record["concurrency"]) - math.log2(max(f.concurrency, 1e-9))) ** 2
-          + (_log2(record["tp"]) - math.log2(max(f.tp, 1))) ** 2)
+    isl, osl, conc, tp, gpu, family, framework = distance_terms(record) if terms is None else terms
+    d2 = ((isl - math.log2(max(f.isl, 1e-9))) ** 2
+          + (osl - math.log2(max(f.osl, 1e-9))) ** 2
+          + (conc - math.log2(max(f.concurrency, 1e-9))) ** 2
+          + (tp - math.log2(max(f.tp, 1))) ** 2)
     d = np.sqrt(d2)
-    d = d + PENALTY["gpu"] * (_keys(record["gpu"]) != _key(f.gpu))
-    d = d + PENALTY["family"] * (record["family"] != f.family)
-    d = d + PENALTY["framework"] * (_keys(record["framework"]) != _key(f.framework))
+    d = d + PENALTY["gpu"] * (gpu != _key(f.gpu))
+    d = d + PENALTY["family"] * (family != f.family)
+    d = d + PENALTY["framework"] * (framework != _key(f.framework))
     return d
 
 
@@ -292,9 +302,10 @@ def leave_one_out_coverage(record, metric, coverage=COVERAGE, k=K, hold_out_grou
     """How often a point's measured value falls in the band made from the other points:
     ``(share covered, median band width as a factor hi/lo)`` over the points with ``metric``.
     ``hold_out_group`` also leaves out the point's whole (GPU, framework, model) group, as for a
-    case never calibrated. O(n^2) in the record's points (a second for the shipped one)."""
+    case never calibrated. O(n^2) in the record's points (a few seconds for the shipped one)."""
     r = log_errors(record, metric)
     usable = np.flatnonzero(~np.isnan(r))
+    terms = distance_terms(record)
     hits, widths = [], []
     for i in usable:
         f = Features(record["model"][i], record["gpu"][i], record["framework"][i], int(record["tp"][i]),
@@ -306,7 +317,7 @@ def leave_one_out_coverage(record, metric, coverage=COVERAGE, k=K, hold_out_grou
             others = others[~same]
         if others.size == 0:
             continue
-        near = others[np.argsort(distances(f, record)[others], kind="stable")[:k]]
+        near = others[np.argsort(distances(f, record, terms)[others], kind="stable")[:k]]
         q_lo, q_hi = np.quantile(r[near], [(1.0 - coverage) / 2.0, (1.0 + coverage) / 2.0])
         hits.append(q_lo <= r[i] <= q_hi)
         widths.append(math.exp(q_hi - q_lo))
