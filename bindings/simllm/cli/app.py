@@ -74,6 +74,11 @@ def _tune_collector():
     gc.set_threshold(GC_THRESHOLD_ALLOCATIONS, gen1, gen2)
 
 
+#: Set in the environment of a command started over (:func:`start_over`) when this process already
+#: warned that numba has no writable cache folder: the new process does not warn again.
+CACHE_WARNED_ENV = "SIMLLM_CACHE_WARNED"
+
+
 def start_over(switch, quiet=False):
     """Run the command again in a new process with the kernels ``switch`` asks for
     (:class:`simllm.sim.kernelmode.KernelModeSwitch`; nothing was written yet): this process
@@ -84,6 +89,8 @@ def start_over(switch, quiet=False):
     sys.stdout.flush()
     sys.stderr.flush()
     env = kernelmode.switched_environ(switch.mode)
+    if not simcore.CACHING:  # main() said so already: once a command
+        env[CACHE_WARNED_ENV] = "1"
     command = [sys.executable, "-m", "simllm", *sys.argv[1:]]
     if os.name == "posix":
         os.execve(sys.executable, command, env)
@@ -116,7 +123,7 @@ def main(argv=None):
     allowed = os.environ.get(ALLOW_OUTSIDE_ENV)
     if args.allow_outside_paths:  # for this command only (main() may run in a caller's process)
         os.environ[ALLOW_OUTSIDE_ENV] = "1"
-    if not simcore.CACHING:
+    if not simcore.CACHING and not os.environ.get(CACHE_WARNED_ENV):
         print(f"simllm: warning: numba has no writable cache folder ({simcore.CACHE_DIR}): every run compiles the "
               "kernels anew (a minute or more); set NUMBA_CACHE_DIR to a writable folder", file=sys.stderr)
     previous = signal.getsignal(signal.SIGINT)
