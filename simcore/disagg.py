@@ -233,8 +233,10 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
     glob[GLOBAL_NEXT_SEND] = ep.n_clients if ep.n_clients < n else n
     glob[GLOBAL_NEXT_ARRIVAL] = 0
     glob[GLOBAL_HANDOFFS] = 0
-    routed_p = 0
-    routed_d = 0
+    # int64, not the literal 0: numba's first typing pass would compile _join_pool_nb (and, through
+    # earliest_nb's -1, _step_pool_nb) once more for a Literal[int] argument, minutes of compile
+    routed_p = np.int64(0)
+    routed_d = np.int64(0)
     while glob[GLOBAL_ENDED] < n:
         nxt = glob[GLOBAL_NEXT_ARRIVAL]
         a = reqf[nxt, RF_ARRIVAL] if nxt < n else np.inf
@@ -314,7 +316,7 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
             link_next[lk] = _link_next_nb(x, xfer, members, count, last, lk)
             continue
         if tp <= td:
-            _step_pool_nb(pp, sp_p, ep, lay, tp, a, reqi, reqf, ws_p, glob, acc_p, plan, kp, gp)
+            _step_pool_nb(pp, sp_p, ep, lay, tp, a, reqi, reqf, ws_p, glob, acc_p, plan, np.int64(kp), gp)
             for i in range(glob[GLOBAL_HANDOFFS]):
                 r = glob[N_GLOBALS + i]
                 t_tok = reqf[r, RF_FIRST_TOKEN]
@@ -329,7 +331,7 @@ def simulate_disagg_nb(pp, sp_p, ep, pd, sp_d, ed, x, lay, reqi, reqf, xfer, glo
             # prefill step (its handoffs join after its end) that has begun or an arrival wakes,
             # or (a closed loop) another decode replica's step, whose ends send the next requests.
             bound = step_bound_nb(ed, lay, ws_d, acc_d, kd, min(t_event, tp, a))
-            _step_pool_nb(pd, sp_d, ed, lay, td, bound, reqi, reqf, ws_d, glob, acc_d, plan, kd, gd)
+            _step_pool_nb(pd, sp_d, ed, lay, td, bound, reqi, reqf, ws_d, glob, acc_d, plan, np.int64(kd), gd)
     end = last_finish_nb(reqf)
     close_replicas_nb(lay, ws_p, acc_p, end)
     close_replicas_nb(lay, ws_d, acc_d, end)

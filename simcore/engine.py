@@ -606,6 +606,9 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     else:
         dt = slowest + moe_experts_seconds_nb(p, all_tokens / e.n_replicas)
     t_end = now + dt
+    # False (continuous batching only), as a value: a literal False would have numba compile
+    # _end_iteration_nb once more than the steps' own calls do (Literal[bool] against bool)
+    emit_all = e.policy != POLICY_CONTINUOUS
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])
         if sp is None:
@@ -614,12 +617,12 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
                                glob, acc[k])
             elif n_sched > 0:
                 _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
-                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, None, 0)
+                                  np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], emit_all, None, 0)
                 if cohort:
                     rebuild_nb(e, lay, reqi, ws[k])
         elif n_sched > 0:
             _end_iteration_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched,
-                              np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], False, sp.thresholds,
+                              np.int64(plan[k, PLAN_USED]), reqi, reqf, ws[k], glob, acc[k], emit_all, sp.thresholds,
                               sp.seed)
     return t_end
 

@@ -67,8 +67,10 @@ def speculative():
     simllm.simulate(*_llama(), simllm.ServingConfig(speculative_config=EAGLE3), _small(), keep_requests=False)
 
 
-#: The variants, longest compile first (minutes on the 2-core VM, 2026-12-07: 4.7, 3.7, 3.1 for
-#: pipeline stages alone and 2.0 for lockstep ranks alone before they shared a variant, 1.8).
+#: The variants, longest compile first (one process after another on the 2-core VM, 2026-12-07:
+#: 3.0, 3.5 with the cost kernels the default also compiles, 2.6, 1.7 minutes; all four on two
+#: processes 5.5 minutes, 11 CPU-minutes. Before the disaggregated loop stopped handing numba literal
+#: arguments, which compiled its pool step twice, the first two took 4.7 and 3.7 minutes).
 VARIANTS = {f.__name__: f for f in (disagg_speculative, disagg, pipeline_and_lockstep, speculative)}
 
 
