@@ -33,7 +33,8 @@ def same(row, expected):
     """Field-by-field equality, NaN equal to NaN and floats to 1e-9 relative."""
     got = fields(row)
     # no importer knows what its client adds; these formats measure one engine, no MoE layout
-    expected = {"client_overhead_ms": 0.0, "ep": 1, "moe_tp": 1, "prefill": None, "decode": None, **expected}
+    expected = {"client_overhead_ms": 0.0, "ep": 1, "moe_tp": 1, "prefill": None, "decode": None,
+                "fixed_lengths": False, "warmup_requests": 0, **expected}
     assert set(got) == set(expected)
     for k, v in expected.items():
         if isinstance(v, float) and math.isnan(v):

@@ -86,7 +86,10 @@ def parse_map(items, flag):
 # compared in aiconfigurator-core 0.12.0's model_configs: DeepSeek-R1 and V3.1 are DeepSeek-V3
 # retrained; Kimi-K2.5's language model is Kimi-K2's, its text_config differing only in
 # max_position_embeddings 262144 and a vision tower the rows' text prompts do not use).
-SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3", "kimi-k2.5": "kimi-k2"}
+# Llama 3's 8B and 70B are Llama 3.1's with an 8,192-token context (meta-llama's config.json files:
+# the same hidden, intermediate and vocabulary sizes, layers and heads; 3.1 adds rope scaling to 131,072).
+SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3", "kimi-k2.5": "kimi-k2",
+                     "meta-llama-3-8b": "llama-3.1-8b", "meta-llama-3-70b": "llama-3.1-70b"}
 
 
 def resolve_name(kind, name, mapping):
@@ -141,7 +144,7 @@ class BenchmarkShape:
     def ratio(self, m):
         if self.min_length_ratio is not None:
             return self.min_length_ratio
-        if not m.source.lower().endswith(".csv") or m.backend == "sglang":
+        if not m.source.lower().endswith(".csv") or m.backend == "sglang" or m.fixed_lengths:
             return 1.0
         return INFERENCEMAX_RATIO
 
@@ -201,10 +204,20 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
     hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
     lengths = {"input_len": shape.lengths(m.input_len, m), "output_len": shape.lengths(m.output_len, m),
                "seed": shape.seed}
-    if m.concurrency:
+    static = m.mode == "static"
+    if static and m.input_len + m.output_len > model.max_sequence_length:
+        # The benchmark built its engine for these lengths and ran them past the checkpoint's
+        # trained context (Llama 2's 4,096 with 128 + 4,096 tokens): the cost of a position does
+        # not depend on it, so the row is simulated as it ran.
+        model = replace(model, max_sequence_length=m.input_len + m.output_len)
+    if static:  # one batch, every request sent at once: no client in between
+        workload = Workload(num_prompts=m.concurrency, max_concurrency=m.concurrency, client_jitter_ms=0.0,
+                            **lengths)
+    elif m.concurrency:
         n = m.num_prompts or shape.prompts_per_client * m.concurrency
         jitter = {} if shape.client_jitter_ms is None else {"client_jitter_ms": shape.client_jitter_ms}
-        workload = Workload(num_prompts=n, max_concurrency=m.concurrency, **lengths, **jitter)
+        workload = Workload(num_prompts=n + m.warmup_requests, max_concurrency=m.concurrency,
+                            warmup_requests=m.warmup_requests, **lengths, **jitter)
     else:
         workload = Workload(num_prompts=m.num_prompts or 500, request_rate=m.request_rate, **lengths)
     if num_prompts:
@@ -214,7 +227,7 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         tensor_parallel_size=1 if disagg else m.tp,
         dtype=_dtype(m, model),
         max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
-        max_num_seqs=max(256, m.concurrency),
+        max_num_seqs=m.concurrency if static else max(256, m.concurrency),  # a static batch: all of it
         framework=framework_of(m),
         kv_cache_dtype=_kv_cache_dtype(m),
         # attention data parallelism: replicas; with expert parallelism (a MoE model's rows only: a
@@ -226,7 +239,10 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
         # which is vLLM's v0 schedule, not v1's chunked prefill.
         enable_chunked_prefill=m.backend != "sglang",
+        batching="static" if static else "continuous",
     )
+    if static:  # the benchmark drives the engine itself: no HTTP frontend before it
+        framework = replace(framework or load_framework(framework_of(m)), frontend_latency_ms=0.0)
     if disagg:
         s = simulate_disagg(model, hardware, serving, workload, disagg_config(m, model), keep_requests=False,
                             percentiles=(50,), framework=framework).summary
@@ -286,8 +302,8 @@ def skip_reason(m, model, hardware):
             return "disaggregated row without its concurrency"
         if m.prefill.pp != 1 or m.decode.pp != 1:
             return "pipeline parallelism in a disaggregated pool"
-    elif m.mode != "agg":
-        return f"mode {m.mode!r} (agg or disagg)"
+    elif m.mode not in ("agg", "static"):
+        return f"mode {m.mode!r} (agg, disagg or static)"
     if m.precision not in _PRECISION:
         return f"precision {m.precision!r}"
     return ""

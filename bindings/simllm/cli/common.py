@@ -335,8 +335,8 @@ def regex(text):
 
 def add_measured(p):
     p.add_argument("measured", nargs="+", metavar="MEASURED",
-                   help="measured results: silicon_sample.csv-style CSV, or vllm bench serve, GuideLLM, EvalScope, "
-                        "genai-perf or AIPerf JSON")
+                   help="measured results: silicon_sample.csv-style CSV, a TensorRT-LLM static-batch or genai-perf "
+                        "CSV table, or vllm bench serve, GuideLLM, EvalScope, genai-perf or AIPerf JSON")
     p.add_argument("--model-map", nargs="+", metavar="NAME=PRESET", help="map measured model names to presets")
     p.add_argument("--hardware-map", nargs="+", metavar="NAME=PRESET", help="map measured systems to presets")
     p.add_argument("--tensor-parallel-size", "-tp", type=positive_int, default=1,

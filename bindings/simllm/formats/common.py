@@ -46,7 +46,7 @@ class WorkerPool:
 #: throughputs in tokens/s.
 _COUNT_RANGES = {"input_len": (1, MAX_LENGTH), "output_len": (1, MAX_LENGTH), "tp": (1, MAX_GPUS),
                  "pp": (1, MAX_GPUS), "dp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "moe_tp": (1, MAX_GPUS),
-                 "concurrency": (0, MAX_COUNT), "num_prompts": (0, MAX_COUNT)}
+                 "concurrency": (0, MAX_COUNT), "num_prompts": (0, MAX_COUNT), "warmup_requests": (0, MAX_COUNT)}
 _ENGINE_GPUS = ("tp", "pp", "dp", "ep", "moe_tp")
 MAX_MEASURED = 1e12
 
@@ -91,6 +91,11 @@ class Measurement:
     # and ``ep`` above do not apply.
     prefill: WorkerPool = None
     decode: WorkerPool = None
+    # Every request exactly its stated lengths (the client drew none: a static batch, a synthetic
+    # load with standard deviation 0); False leaves it to simllm.calibration.validate.BenchmarkShape.
+    fixed_lengths: bool = False
+    # Requests the client sent first and left out of its figures (a steady-state measurement).
+    warmup_requests: int = 0
 
     def __post_init__(self):
         for name, (lo, hi) in _COUNT_RANGES.items():

@@ -8,18 +8,25 @@ One ``{"unit", "avg", "p50", ...}`` block per metric (``time_to_first_token``,
 the load from ``input_config`` (genai-perf's flat arguments or its config sections, AIPerf's
 ``endpoint`` and ``loadgen`` sections), else from the recorded command line.
 
-The GPU, the parallel layout and the precision come from the caller. A finite request rate is an
+A table of genai-perf runs (:func:`read_genai_perf_csv`: the exports' averages flattened, one run
+a row, with the deployment in ``task_inputs-*`` columns, as NVIDIA's NIM sizing dataset keeps
+them) records its GPU, GPUs and precision itself.
+
+The GPU, the parallel layout and the precision of a JSON export come from the caller. A finite request rate is an
 open loop at that rate (``concurrency`` 0, whatever in-flight cap it also names); otherwise a
 closed loop of the recorded concurrency (``request_rate`` inf).
 """
+import csv
 import math
 import shlex
 
 from simllm.errors import ConfigError
 from simllm.formats.common import (
     NAN,
+    Measurement,
     agg_measurement,
     checked_number,
+    field_number,
     first_found,
     load_json,
     recorded_name,
@@ -157,3 +164,85 @@ def read_profile_export(path, hardware="", tp=1, precision=""):
         raise ConfigError("a genai-perf or AIPerf profile export (a JSON object with time_to_first_token)",
                           source=str(path))
     return profile_rows(data, str(path), hardware, tp, precision)
+
+
+# ----------------------------------------------------------------------------- flattened CSV tables
+
+#: The columns of a table of genai-perf runs, one run a row: each metric's ``-unit`` and ``-avg``
+#: flattened from the profile export, the run's ``input_config-*`` arguments, and the deployment in
+#: ``task_inputs-*`` (model, GPU, GPUs, precision), as NVIDIA's NIM sizing dataset records them.
+CSV_COLUMNS = ("task_inputs-model", "task_inputs-GPU", "task_inputs-n_gpus", "task_inputs-precision",
+               "input_config-concurrency", "input_config-synthetic_input_tokens_mean",
+               "input_config-synthetic_input_tokens_stddev", "input_config-output_tokens_mean",
+               "time_to_first_token-avg", "time_to_first_token-unit", "inter_token_latency-avg",
+               "inter_token_latency-unit")
+
+#: The NIM dataset's model names and the checkpoints NIM serves under them.
+CSV_MODELS = {"meta-llama3-8b-instruct": "meta-llama/Meta-Llama-3-8B-Instruct",
+              "meta-llama3-70b-instruct": "meta-llama/Meta-Llama-3-70B-Instruct"}
+#: Its GPU names and simllm's systems.
+CSV_GPUS = {"H100_80GB_HBM3": "h100_sxm"}
+
+#: Warm-up requests per client a steady-state run leaves out: GenAI-Perf measures windows until
+#: their throughput and latency agree (``stability_percentage``), so the first requests of every
+#: client, which meet an empty engine, are not in its figures; two a client is what the runs'
+#: warm-up is posed as (the closed loop of 10 x concurrency prompts reaches a steady batch within it).
+CSV_WARMUP_PER_CLIENT = 2
+
+
+def is_genai_perf_csv_header(fieldnames):
+    """Whether a CSV header is a table of genai-perf runs'."""
+    return bool(fieldnames) and "input_config-concurrency" in fieldnames and "time_to_first_token-avg" in fieldnames
+
+
+def read_genai_perf_csv(path):
+    """Rows of a table of genai-perf closed-loop runs (see :data:`CSV_COLUMNS`): each a closed loop
+    of ``input_config-concurrency`` clients on ``task_inputs-n_gpus`` GPUs (tensor parallel), its
+    prompts exactly ``synthetic_input_tokens_mean`` long when the standard deviation is 0 and its
+    outputs ``output_tokens_mean`` (``max_tokens``) long, :data:`CSV_WARMUP_PER_CLIENT` warm-up
+    requests a client left out. TPOT and ITL are genai-perf's ``inter_token_latency`` (per request
+    (latency - TTFT) / (output tokens - 1)); E2E its ``request_latency``."""
+    source = str(path)
+    out = []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(f"expected a genai-perf table's columns; missing {', '.join(missing)}", source=source,
+                              line=1)
+        for row in reader:
+            line = reader.line_num
+
+            def time_ms(metric, required=True):
+                unit = (row.get(f"{metric}-unit") or "").strip().lower()
+                value = row.get(f"{metric}-avg")
+                if not required and value in (None, ""):
+                    return NAN
+                if unit not in _TO_MS:
+                    raise ConfigError("a time unit (ns, us, ms or s)", source=source, line=line,
+                                      key=f"{metric}-unit", value=unit)
+                return field_number(row, f"{metric}-avg", source, line) * _TO_MS[unit]
+
+            concurrency = field_number(row, "input_config-concurrency", source, line, integer=True)
+            if concurrency < 1:
+                raise ConfigError("an integer >= 1", source=source, line=line, key="input_config-concurrency",
+                                  value=concurrency)
+            model = row["task_inputs-model"].strip()
+            gpu = row["task_inputs-GPU"].strip()
+            stddev = field_number(row, "input_config-synthetic_input_tokens_stddev", source, line)
+            itl = time_ms("inter_token_latency")
+            out.append(Measurement(
+                source=source, line=line, model=CSV_MODELS.get(model, model), hardware=CSV_GPUS.get(gpu, gpu),
+                backend="trtllm", precision=row["task_inputs-precision"].strip().lower(), mode="agg",
+                tp=field_number(row, "task_inputs-n_gpus", source, line, integer=True), pp=1, dp=1,
+                input_len=field_number(row, "input_config-synthetic_input_tokens_mean", source, line, integer=True),
+                output_len=field_number(row, "input_config-output_tokens_mean", source, line, integer=True),
+                concurrency=concurrency, request_rate=math.inf, num_prompts=0,
+                ttft_ms=time_ms("time_to_first_token"), tpot_ms=itl, itl_ms=itl,
+                e2el_ms=time_ms("request_latency", required=False),
+                output_throughput=field_number(row, "output_token_throughput-avg", source, line, default=NAN),
+                fixed_lengths=stddev == 0, warmup_requests=CSV_WARMUP_PER_CLIENT * concurrency,
+            ))
+    if not out:
+        raise ConfigError("at least one measured row, got none", source=source)
+    return out

@@ -2,7 +2,9 @@
 :class:`~simllm.formats.common.Measurement` rows: which tool wrote a file, and dispatch to that
 tool's reader.
 
-- ``.csv``: NVIDIA aiconfigurator's ``silicon_sample.csv`` (:mod:`.aiconfigurator`).
+- ``.csv``, the table told from its header: NVIDIA aiconfigurator's ``silicon_sample.csv``
+  (:mod:`.aiconfigurator`), TensorRT-LLM's static-batch benchmark tables (:mod:`.trtllm_bench`),
+  tables of genai-perf runs such as NVIDIA's NIM sizing data (:func:`.genai_perf.read_genai_perf_csv`).
 - ``.json``, the format told from its keys, not its name: ``vllm bench serve`` results
   (:mod:`.vllm_bench`), GuideLLM ``benchmarks.json`` (:mod:`.guidellm`), EvalScope perf
   ``benchmark_summary.json`` (:mod:`.evalscope`), genai-perf and AIPerf profile exports
@@ -13,14 +15,16 @@ the caller. A GuideLLM, EvalScope, genai-perf or AIPerf result that records a fi
 is an open loop at that rate (``concurrency`` 0, whatever in-flight cap it also names); otherwise
 it is a closed loop of the recorded concurrency (``request_rate`` inf).
 """
+import csv
 from pathlib import Path
 
 from simllm.errors import ConfigError
-from simllm.formats.aiconfigurator import read_silicon_csv
+from simllm.formats.aiconfigurator import SILICON_COLUMNS, read_silicon_csv
 from simllm.formats.common import Measurement, load_json
 from simllm.formats.evalscope import evalscope_rows, is_evalscope_summary
-from simllm.formats.genai_perf import profile_kind, profile_rows
+from simllm.formats.genai_perf import is_genai_perf_csv_header, profile_kind, profile_rows, read_genai_perf_csv
 from simllm.formats.guidellm import guidellm_rows, is_guidellm_report
+from simllm.formats.trtllm_bench import is_static_batch_header, read_static_batch_csv
 from simllm.formats.vllm_bench import is_vllm_result, vllm_rows
 
 __all__ = ["JSON_FORMATS", "Measurement", "detect_json_format", "json_format", "load_measurements",
@@ -63,9 +67,30 @@ def read_json_result(path, hardware="", tp=1, precision=""):
     return _JSON_ROWS[fmt](data, str(path), hardware, tp, precision)
 
 
+_CSV_ACCEPTED = ("a silicon_sample.csv (silicon_ttft_ms), a TensorRT-LLM static-batch table (Token-to-token "
+                 "Latency (ms)) or a table of genai-perf runs (input_config-concurrency)")
+
+
+def read_csv_measurements(path):
+    """The rows of a measured CSV table, its kind told from its header (see the module docstring)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            header = next(csv.reader(f), [])
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"a UTF-8 CSV file ({exc.reason} at byte {exc.start})", source=str(path)) from None
+    if is_static_batch_header(header):
+        return read_static_batch_csv(path)
+    if is_genai_perf_csv_header(header):
+        return read_genai_perf_csv(path)
+    if not any(c in header for c in SILICON_COLUMNS):
+        raise ConfigError(f"unrecognized CSV header: expected {_CSV_ACCEPTED}", source=str(path), line=1)
+    return read_silicon_csv(path)
+
+
 def load_measurements(paths, hardware="", tp=1, precision=""):
-    """Read measured results from CSV (silicon_sample format) and JSON files (vllm bench serve,
-    GuideLLM, EvalScope perf, genai-perf or AIPerf; the format is told from the content).
+    """Read measured results from CSV tables (silicon_sample, TensorRT-LLM static batch, genai-perf
+    runs) and JSON files (vllm bench serve, GuideLLM, EvalScope perf, genai-perf or AIPerf); the
+    format is told from the content.
 
     ``hardware``, ``tp`` and ``precision`` fill in what a JSON result does not record.
     """
@@ -75,10 +100,11 @@ def load_measurements(paths, hardware="", tp=1, precision=""):
         if not p.is_file():
             raise ConfigError("no such file", source=str(p))
         if p.suffix.lower() == ".csv":
-            out += read_silicon_csv(p)
+            out += read_csv_measurements(p)
         elif p.suffix.lower() == ".json":
             out += read_json_result(p, hardware=hardware, tp=tp, precision=precision)
         else:
-            raise ConfigError("a .csv (silicon_sample format) or .json (vllm bench serve, GuideLLM, EvalScope, "
-                              "genai-perf or AIPerf result) file", source=str(p))
+            raise ConfigError("a .csv (silicon_sample, TensorRT-LLM static batch or genai-perf table) or .json "
+                              "(vllm bench serve, GuideLLM, EvalScope, genai-perf or AIPerf result) file",
+                              source=str(p))
     return out
