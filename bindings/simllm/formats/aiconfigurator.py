@@ -17,12 +17,11 @@ and H200 rows (with the shipped kernel tables and framework profiles) and declar
 row's ``client_overhead_ms`` (:data:`SILICON_CLIENT_OVERHEAD_MS`): it is added to the prediction
 before comparing, and never enters a GPU or framework profile (``simllm run`` does not add it).
 """
-import csv
 import math
 import re
 
 from simllm.errors import ConfigError
-from simllm.formats.common import Measurement, WorkerPool, field_number
+from simllm.formats.common import Measurement, WorkerPool, csv_rows, field_number
 
 #: Per backend, ms each silicon_sample.csv row's benchmark client adds to TTFT and E2E latency
 #: beyond the engine (see the module docstring): simllm.calibration.fit.fit_client_overhead on the
@@ -64,39 +63,32 @@ def _disagg_concurrency(row, decode):
 def read_silicon_csv(path):
     """Rows of an aiconfigurator-style ``silicon_sample.csv``."""
     out = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in SILICON_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"expected the silicon_sample.csv columns; missing {', '.join(missing)}",
-                              source=str(path), line=1)
-        for row in reader:
-            line = reader.line_num
-            # Disaggregated rows describe their workers in prefill_*/decode_* columns instead.
-            disagg = row.get("mode") != "agg"
-            opt = 0 if disagg else None
-            pools = {role: _pool(row, role, path, line) for role in ("prefill", "decode")} if disagg else {}
-            concurrency = field_number(row, "batch_size", path, line, integer=True, default=opt)
-            if disagg and not concurrency:
-                concurrency = _disagg_concurrency(row, pools["decode"])
-            out.append(Measurement(
-                source=str(path), line=line, model=row["model_path"], hardware=row["system"], backend=row["backend"],
-                precision=row["precision"], mode=row["mode"],
-                tp=field_number(row, "tp_size", path, line, integer=True, default=opt),
-                pp=field_number(row, "pp_size", path, line, integer=True, default=1),
-                # 0 in these columns means the feature is off, as a blank does
-                dp=max(1, field_number(row, "attention_dp_size", path, line, integer=True, default=1)),
-                input_len=field_number(row, "isl", path, line, integer=True),
-                output_len=field_number(row, "osl", path, line, integer=True),
-                concurrency=concurrency,
-                request_rate=math.inf, num_prompts=0,
-                ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
-                tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
-                client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
-                ep=max(1, field_number(row, "moe_ep_size", path, line, integer=True, default=1)),
-                moe_tp=max(1, field_number(row, "moe_tp_size", path, line, integer=True, default=1)),
-                **pools,
-            ))
+    for line, row in csv_rows(path, SILICON_COLUMNS, "the silicon_sample.csv"):
+        # Disaggregated rows describe their workers in prefill_*/decode_* columns instead.
+        disagg = row.get("mode") != "agg"
+        opt = 0 if disagg else None
+        pools = {role: _pool(row, role, path, line) for role in ("prefill", "decode")} if disagg else {}
+        concurrency = field_number(row, "batch_size", path, line, integer=True, default=opt)
+        if disagg and not concurrency:
+            concurrency = _disagg_concurrency(row, pools["decode"])
+        out.append(Measurement(
+            source=str(path), line=line, model=row["model_path"], hardware=row["system"], backend=row["backend"],
+            precision=row["precision"], mode=row["mode"],
+            tp=field_number(row, "tp_size", path, line, integer=True, default=opt),
+            pp=field_number(row, "pp_size", path, line, integer=True, default=1),
+            # 0 in these columns means the feature is off, as a blank does
+            dp=max(1, field_number(row, "attention_dp_size", path, line, integer=True, default=1)),
+            input_len=field_number(row, "isl", path, line, integer=True),
+            output_len=field_number(row, "osl", path, line, integer=True),
+            concurrency=concurrency,
+            request_rate=math.inf, num_prompts=0,
+            ttft_ms=field_number(row, "silicon_ttft_ms", path, line),
+            tpot_ms=field_number(row, "silicon_tpot_ms", path, line),
+            client_overhead_ms=SILICON_CLIENT_OVERHEAD_MS.get(row["backend"], 0.0),
+            ep=max(1, field_number(row, "moe_ep_size", path, line, integer=True, default=1)),
+            moe_tp=max(1, field_number(row, "moe_tp_size", path, line, integer=True, default=1)),
+            **pools,
+        ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))
     return out

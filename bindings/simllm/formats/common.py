@@ -6,6 +6,7 @@ file and key. Writing: the marker a simulated result carries, the per-request da
 needs, and the token timeline of a request (its output tokens spread evenly between its first
 token and its end, as simllm keeps no per-token times).
 """
+import csv
 import json
 import math
 from dataclasses import dataclass
@@ -127,6 +128,23 @@ def agg_measurement(source, model, backend, hardware, tp, precision, **kw):
 
 
 # ----------------------------------------------------------------------------- reading values
+
+def csv_rows(path, columns, what):
+    """``(line, row)`` for each data row of the CSV table ``path`` (``row`` a dict keyed by its
+    header), once the header holds every one of ``columns``; else a one-line ConfigError naming the
+    file and what is missing (``what``: the table's kind, as "the silicon_sample.csv"). A file that
+    is not UTF-8 is a ConfigError too."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"expected {what} columns; missing {', '.join(missing)}", source=str(path), line=1)
+            for row in reader:
+                yield reader.line_num, row
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"a UTF-8 CSV file ({exc.reason} at byte {exc.start})", source=str(path)) from None
+
 
 def load_json(path):
     """The parsed content of the JSON file ``path``, or a one-line ConfigError naming it."""

@@ -16,7 +16,6 @@ The GPU, the parallel layout and the precision of a JSON export come from the ca
 open loop at that rate (``concurrency`` 0, whatever in-flight cap it also names); otherwise a
 closed loop of the recorded concurrency (``request_rate`` inf).
 """
-import csv
 import math
 import shlex
 
@@ -26,6 +25,7 @@ from simllm.formats.common import (
     Measurement,
     agg_measurement,
     checked_number,
+    csv_rows,
     field_number,
     first_found,
     load_json,
@@ -204,45 +204,38 @@ def read_genai_perf_csv(path):
     (latency - TTFT) / (output tokens - 1)); E2E its ``request_latency``."""
     source = str(path)
     out = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"expected a genai-perf table's columns; missing {', '.join(missing)}", source=source,
-                              line=1)
-        for row in reader:
-            line = reader.line_num
+    for line, row in csv_rows(path, CSV_COLUMNS, "a genai-perf table's"):
 
-            def time_ms(metric, required=True):
-                unit = (row.get(f"{metric}-unit") or "").strip().lower()
-                value = row.get(f"{metric}-avg")
-                if not required and value in (None, ""):
-                    return NAN
-                if unit not in _TO_MS:
-                    raise ConfigError("a time unit (ns, us, ms or s)", source=source, line=line,
-                                      key=f"{metric}-unit", value=unit)
-                return field_number(row, f"{metric}-avg", source, line) * _TO_MS[unit]
+        def time_ms(metric, required=True):
+            unit = (row.get(f"{metric}-unit") or "").strip().lower()
+            value = row.get(f"{metric}-avg")
+            if not required and value in (None, ""):
+                return NAN
+            if unit not in _TO_MS:
+                raise ConfigError("a time unit (ns, us, ms or s)", source=source, line=line,
+                                  key=f"{metric}-unit", value=unit)
+            return field_number(row, f"{metric}-avg", source, line) * _TO_MS[unit]
 
-            concurrency = field_number(row, "input_config-concurrency", source, line, integer=True)
-            if concurrency < 1:
-                raise ConfigError("an integer >= 1", source=source, line=line, key="input_config-concurrency",
-                                  value=concurrency)
-            model = row["task_inputs-model"].strip()
-            gpu = row["task_inputs-GPU"].strip()
-            stddev = field_number(row, "input_config-synthetic_input_tokens_stddev", source, line)
-            itl = time_ms("inter_token_latency")
-            out.append(Measurement(
-                source=source, line=line, model=CSV_MODELS.get(model, model), hardware=CSV_GPUS.get(gpu, gpu),
-                backend="trtllm", precision=row["task_inputs-precision"].strip().lower(), mode="agg",
-                tp=field_number(row, "task_inputs-n_gpus", source, line, integer=True), pp=1, dp=1,
-                input_len=field_number(row, "input_config-synthetic_input_tokens_mean", source, line, integer=True),
-                output_len=field_number(row, "input_config-output_tokens_mean", source, line, integer=True),
-                concurrency=concurrency, request_rate=math.inf, num_prompts=0,
-                ttft_ms=time_ms("time_to_first_token"), tpot_ms=itl, itl_ms=itl,
-                e2el_ms=time_ms("request_latency", required=False),
-                output_throughput=field_number(row, "output_token_throughput-avg", source, line, default=NAN),
-                fixed_lengths=stddev == 0, warmup_requests=CSV_WARMUP_PER_CLIENT * concurrency,
-            ))
+        concurrency = field_number(row, "input_config-concurrency", source, line, integer=True)
+        if concurrency < 1:
+            raise ConfigError("an integer >= 1", source=source, line=line, key="input_config-concurrency",
+                              value=concurrency)
+        model = row["task_inputs-model"].strip()
+        gpu = row["task_inputs-GPU"].strip()
+        stddev = field_number(row, "input_config-synthetic_input_tokens_stddev", source, line)
+        itl = time_ms("inter_token_latency")
+        out.append(Measurement(
+            source=source, line=line, model=CSV_MODELS.get(model, model), hardware=CSV_GPUS.get(gpu, gpu),
+            backend="trtllm", precision=row["task_inputs-precision"].strip().lower(), mode="agg",
+            tp=field_number(row, "task_inputs-n_gpus", source, line, integer=True), pp=1, dp=1,
+            input_len=field_number(row, "input_config-synthetic_input_tokens_mean", source, line, integer=True),
+            output_len=field_number(row, "input_config-output_tokens_mean", source, line, integer=True),
+            concurrency=concurrency, request_rate=math.inf, num_prompts=0,
+            ttft_ms=time_ms("time_to_first_token"), tpot_ms=itl, itl_ms=itl,
+            e2el_ms=time_ms("request_latency", required=False),
+            output_throughput=field_number(row, "output_token_throughput-avg", source, line, default=NAN),
+            fixed_lengths=stddev == 0, warmup_requests=CSV_WARMUP_PER_CLIENT * concurrency,
+        ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=source)
     return out

@@ -15,11 +15,10 @@ The benchmark's names are mapped to what the presets answer to: its model names 
 HuggingFace ids (:data:`MODELS`), its GPU names to simllm's systems (:data:`GPUS`); a name it does
 not list is kept as written (``--model-map``/``--hardware-map`` then apply).
 """
-import csv
 import math
 
 from simllm.errors import ConfigError
-from simllm.formats.common import Measurement, field_number
+from simllm.formats.common import Measurement, csv_rows, field_number
 
 #: The columns a static-batch table must have.
 COLUMNS = ("Model", "GPU", "Precision", "Batch Size", "Input/Output Lengths", "Tensor Model Parallel Size", "Pipeline Model Parallel Size", "1st Token Latency (ms)",
@@ -46,40 +45,34 @@ def is_static_batch_header(fieldnames):
 def read_static_batch_csv(path):
     """Rows of a TensorRT-LLM static-batch benchmark table (see the module docstring)."""
     out = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"expected a static-batch table's columns; missing {', '.join(missing)}",
-                              source=str(path), line=1)
-        for row in reader:
-            line = reader.line_num
-            ttft_ms = field_number(row, "1st Token Latency (ms)", path, line, default=math.nan)
-            step_ms = field_number(row, "Token-to-token Latency (ms)", path, line, default=math.nan)
-            if math.isnan(ttft_ms) and math.isnan(step_ms):
-                continue  # a run that measured nothing (it did not fit, or failed): nothing to compare
-            lengths = row["Input/Output Lengths"].split(",")
-            if len(lengths) != 2:
-                raise ConfigError("two lengths, input and output, as 'ISL,OSL'", source=str(path), line=line,
-                                  key="Input/Output Lengths", value=row["Input/Output Lengths"])
-            input_len, output_len = (field_number({"n": n.strip()}, "n", path, line, integer=True) for n in lengths)
-            precision = row["Precision"].strip()
-            if precision not in PRECISIONS:
-                raise ConfigError(f"one of {', '.join(PRECISIONS)}", source=str(path), line=line, key="Precision",
-                                  value=precision)
-            batch = field_number(row, "Batch Size", path, line, integer=True)
-            out.append(Measurement(
-                source=str(path), line=line, model=MODELS.get(row["Model"].strip(), row["Model"].strip()),
-                hardware=GPUS.get(row["GPU"].strip(), row["GPU"].strip()), backend="trtllm",
-                precision=PRECISIONS[precision], mode="static",
-                tp=field_number(row, "Tensor Model Parallel Size", path, line, integer=True),
-                pp=field_number(row, "Pipeline Model Parallel Size", path, line, integer=True), dp=1,
-                input_len=input_len, output_len=output_len, concurrency=batch, request_rate=math.inf, num_prompts=batch,
-                ttft_ms=ttft_ms, tpot_ms=step_ms, itl_ms=step_ms,
-                e2el_ms=field_number(row, "Latency (ms)", path, line, default=math.nan),
-                output_throughput=field_number(row, "Throughput (tokens / sec)", path, line, default=math.nan),
-                fixed_lengths=True,
-            ))
+    for line, row in csv_rows(path, COLUMNS, "a static-batch table's"):
+        ttft_ms = field_number(row, "1st Token Latency (ms)", path, line, default=math.nan)
+        step_ms = field_number(row, "Token-to-token Latency (ms)", path, line, default=math.nan)
+        if math.isnan(ttft_ms) and math.isnan(step_ms):
+            continue  # a run that measured nothing (it did not fit, or failed): nothing to compare
+        lengths = row["Input/Output Lengths"].split(",")
+        try:
+            input_len, output_len = (int(n) for n in lengths)
+        except ValueError:  # not two integers
+            raise ConfigError("two token counts, input and output, as 'ISL,OSL'", source=str(path), line=line,
+                              key="Input/Output Lengths", value=row["Input/Output Lengths"]) from None
+        precision = row["Precision"].strip()
+        if precision not in PRECISIONS:
+            raise ConfigError(f"one of {', '.join(PRECISIONS)}", source=str(path), line=line, key="Precision",
+                              value=precision)
+        batch = field_number(row, "Batch Size", path, line, integer=True)
+        out.append(Measurement(
+            source=str(path), line=line, model=MODELS.get(row["Model"].strip(), row["Model"].strip()),
+            hardware=GPUS.get(row["GPU"].strip(), row["GPU"].strip()), backend="trtllm",
+            precision=PRECISIONS[precision], mode="static",
+            tp=field_number(row, "Tensor Model Parallel Size", path, line, integer=True),
+            pp=field_number(row, "Pipeline Model Parallel Size", path, line, integer=True), dp=1,
+            input_len=input_len, output_len=output_len, concurrency=batch, request_rate=math.inf, num_prompts=batch,
+            ttft_ms=ttft_ms, tpot_ms=step_ms, itl_ms=step_ms,
+            e2el_ms=field_number(row, "Latency (ms)", path, line, default=math.nan),
+            output_throughput=field_number(row, "Throughput (tokens / sec)", path, line, default=math.nan),
+            fixed_lengths=True,
+        ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=str(path))
     return out
