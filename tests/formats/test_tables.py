@@ -3,14 +3,20 @@ table of genai-perf runs (NVIDIA's NIM sizing data), told from their headers. Fi
 here in each table's layout (a few of its columns in its own order, values chosen so that every
 field is checkable); the shipped datasets are read whole where ../shared/data has them."""
 import math
+from dataclasses import replace
 
 import pytest
 
+import simllm
 from helpers import SHARED_DATA
+from simcore import iteration_seconds
 from simllm.calibration import validate as accuracy
+from simllm.config.framework import load_framework
 from simllm.config.workload import fixed
 from simllm.errors import ConfigError
 from simllm.formats.measurements import load_measurements
+from simllm.sim import simulate as simulate_mod
+from simllm.sim.simulate import prepare_pool
 
 STATIC_HEADER = ("Number of Runs,Batch Size,Number of GPUs,Precision,Input/Output Lengths,Tensor Model Parallel Size,"
                  "Pipeline Model Parallel Size,Model,GPU,1st Token Latency (ms),GPU Peak Memory Usage (GB),"
@@ -112,12 +118,6 @@ def test_a_static_batch_is_posed_with_nothing_between_the_numbers_and_the_engine
     """validate poses a static-batch row as one batch of its requests sent at once, exactly its
     lengths, no HTTP frontend: the predicted first token is the cost model's one iteration over
     every prompt, and TPOT the mean of its decode steps over the batch's growing contexts."""
-    from dataclasses import replace
-
-    import simllm
-    from simllm.config.framework import load_framework
-    from simllm.sim.simulate import prepare_pool
-    from simcore import iteration_seconds
 
     batch, isl, osl = 8, 128, 16
     row = f'1,{batch},1,FP8,"{isl},{osl}",1,1,LLaMA v2 7B,H100 80GB HBM3,1.0,1.0,1.0,1.0,1.0'
@@ -139,11 +139,6 @@ def test_a_genai_perf_run_is_a_closed_loop_whose_warm_up_is_left_out(tmp_path, m
     after two warm-up ones each, exactly its lengths (standard deviation 0); at one client every
     request meets an idle engine: TTFT is the framework's frontend and one prefill iteration, TPOT
     the mean of the decode steps at batch 1."""
-    import simllm
-    from simllm.config.framework import load_framework
-    from simllm.sim import simulate as simulate_mod
-    from simllm.sim.simulate import prepare_pool
-    from simcore import iteration_seconds
 
     isl, osl = 200, 12
     row = f"meta-llama3-8b-instruct,H100_80GB_HBM3,1,fp16,ms,1,ms,1,ms,1,tokens/sec,1,1,{isl},0,{osl}"
