@@ -23,7 +23,7 @@ _HOMES = {
         "moe_experts_seconds_nb", "moe_local_nb", "iteration_costs_nb", "iteration_seconds", "iteration_time_nb",
         "iteration_totals_memo_nb", "iteration_totals_nb", "attention_totals_nb", "new_cost_arrays",
         "op_cost_nb", "op_count_nb", "op_seconds_nb", "op_time_nb", "op_total_seconds_nb", "rest_totals_nb",
-        "routing_factors_nb",
+        "routing_factors_nb", "step_overhead_nb",
     ),
     "simcore.memory": (
         "activation_workspace_bytes_nb", "kv_bytes_per_token_nb", "resident_weight_bytes_nb",

@@ -66,7 +66,8 @@ BOUND_NONE = 0  # the operator does not run in this iteration
 BOUND_COMPUTE = 1
 BOUND_MEMORY = 2
 BOUND_COMM = 3
-BOUND_NAMES = ("-", "compute", "memory", "interconnect")
+BOUND_LATENCY = 4  # decode attention at its one-block-per-sequence floor (cost.unsplit_attention_nb)
+BOUND_NAMES = ("-", "compute", "memory", "interconnect", "latency")
 
 # Which peak an operator's FLOPs run at.
 UNIT_GEMM = 0  # tensor cores at the weight dtype's rate

@@ -48,6 +48,7 @@ from simcore._jit import jit, jit_inline
 from simcore.codes import (
     BOUND_COMM,
     BOUND_COMPUTE,
+    BOUND_LATENCY,
     BOUND_MEMORY,
     BOUND_NONE,
     EFF_A2A,
@@ -593,6 +594,21 @@ def shaped_attention_at_nb(p, flops, nbytes, x_flops, x_ctx_q, x_rows, x_ctx_row
 
 
 @jit_inline
+def unsplit_attention_nb(a, seconds, n_tokens, kv_read_tokens, n_emit):
+    """One layer's attention ``seconds`` no faster than a decode kernel that scans each sequence's
+    keys in one thread block (per KV head) allows: ``a.attn_token_s`` per key of the batch's mean
+    context, where every row computes one token (``n_tokens`` = ``n_emit``: a decode-only batch;
+    a batch with prefill chunks runs its decode rows in the same kernels and is left as priced).
+    ``a`` is a CostParams or AttentionParams. With ``attn_token_s`` 0 (kernels that split long
+    sequences over blocks) it returns ``seconds`` itself."""
+    if a.attn_token_s > 0.0 and n_emit > 0.0 and n_tokens == n_emit:
+        floor = a.attn_token_s * (kv_read_tokens / n_emit)
+        if floor > seconds:
+            return floor
+    return seconds
+
+
+@jit_inline
 def op_seconds_nb(p, op, flops, nbytes, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Time and bound of one instance of ``op`` in a batch: :func:`shaped_time_nb` when the
     parameters carry efficiency tables, else the scalar roofline :func:`op_time_nb`."""
@@ -703,7 +719,7 @@ def _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 def attention_params_nb(p):
     """The :class:`simcore.params.AttentionParams` of CostParams ``p``."""
     return AttentionParams(p.n_layers, p.kv_heads, p.kv_width, p.pair_flops, p.a_bytes, p.kv_bytes, p.attn_flops,
-                           p.mem_bw, p.eff_compute, p.eff_bw, p.launch_s, p.eff)
+                           p.mem_bw, p.eff_compute, p.eff_bw, p.launch_s, p.attn_token_s, p.eff)
 
 
 @jit_inline
@@ -725,6 +741,7 @@ def full_attention_totals_nb(a, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         seconds, _ = _shaped_attention_part_nb(a, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     else:
         seconds = _attention_roofline_nb(a, flops, nbytes)
+    seconds = unsplit_attention_nb(a, seconds, n_tokens, kv_read_tokens, n_emit)
     return count * seconds, count * flops, count * nbytes
 
 
@@ -753,6 +770,7 @@ def decode_attention_totals_nb(a, n_rows, ctx, x_rows):
                                             0.0)
     else:
         seconds = _attention_roofline_nb(a, flops, nbytes)
+    seconds = unsplit_attention_nb(a, seconds, n_rows, ctx, n_rows)
     return count * seconds, count * flops, count * nbytes
 
 
@@ -767,6 +785,7 @@ def mixed_attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         seconds, _ = shaped_attention_nb(p, flops, nbytes, n_tokens, attn_pairs, kv_read_tokens, n_emit)
     else:
         seconds = _attention_roofline_nb(p, flops, nbytes)
+    seconds = unsplit_attention_nb(p, seconds, n_tokens, kv_read_tokens, n_emit)
     return count * seconds, count * flops, count * nbytes
 
 
@@ -774,7 +793,7 @@ def mixed_attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
 def rest_totals_nb(p, n_tokens, n_emit):
     """Seconds, FLOPs and memory bytes of every operator of an iteration but attention, without the
     per-step overhead: what depends on the batch's ``n_tokens`` and ``n_emit`` alone. With
-    :func:`attention_totals_nb` and ``p.iter_overhead_s`` it makes :func:`iteration_totals_nb`."""
+    :func:`attention_totals_nb` and :func:`step_overhead_nb` it makes :func:`iteration_totals_nb`."""
     if n_tokens <= 0.0:
         return 0.0, 0.0, 0.0
     return _rest_totals_nb(p, n_tokens, n_emit)
@@ -788,12 +807,21 @@ def attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     return _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
 
 
+@jit_inline
+def step_overhead_nb(p, n_emit):
+    """The framework's CPU time in a non-empty step that the GPU does not hide: ``p.iter_overhead_s``
+    per step and ``p.seq_overhead_s`` per row with logits (each sequence's token: its sampling
+    bookkeeping, stop checks and response). With ``seq_overhead_s`` 0 it is ``iter_overhead_s``
+    exactly."""
+    return p.iter_overhead_s + p.seq_overhead_s * n_emit
+
+
 @jit
 def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     """Seconds, FLOPs and memory bytes of one engine iteration, summed over its operators: every
     operator but attention (:func:`rest_totals_nb`), then attention (looked up apart: inside the
     operator loop its table lookups slowed the whole loop ~3x), then the framework's per-step CPU
-    time ``p.iter_overhead_s``.
+    time (:func:`step_overhead_nb`).
 
     Interconnect bytes of collectives are not memory bytes and are left out of the third value.
     Allocates nothing; an empty batch costs 0. Same times as :func:`op_seconds_nb`.
@@ -802,7 +830,7 @@ def iteration_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit):
         return 0.0, 0.0, 0.0
     rs, rf, rb = _rest_totals_nb(p, n_tokens, n_emit)
     a_s, af, ab = _attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-    return rs + a_s + p.iter_overhead_s, rf + af, rb + ab
+    return rs + a_s + step_overhead_nb(p, n_emit), rf + af, rb + ab
 
 
 @jit_inline
@@ -828,7 +856,7 @@ def rest_fill_nb(p, acc, slot, n_tokens, n_emit):
     a_s, af, ab = attention_totals_nb(p, n_tokens, 0.0, 0.0, n_emit)
     acc[slot + REST_TOKENS] = n_tokens
     acc[slot + REST_EMIT] = n_emit
-    acc[slot + REST_S] = rs - (a_s + p.iter_overhead_s)
+    acc[slot + REST_S] = rs - (a_s + step_overhead_nb(p, n_emit))
     acc[slot + REST_FLOPS] = rf - af
     acc[slot + REST_BYTES] = rb - ab
 
@@ -906,7 +934,7 @@ def totals_from_rest_nb(p, rest, n_tokens, attn_pairs, kv_read_tokens, n_emit):
     rest, then attention (:func:`attention_totals_nb`: a real call of a dozen fields), then the
     per-step overhead, summed as that function sums them."""
     a_s, af, ab = attention_totals_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit)
-    return rest[0] + a_s + p.iter_overhead_s, rest[1] + af, rest[2] + ab
+    return rest[0] + a_s + step_overhead_nb(p, n_emit), rest[1] + af, rest[2] + ab
 
 
 @jit
@@ -1012,12 +1040,16 @@ def iteration_costs_nb(p, n_tokens, attn_pairs, kv_read_tokens, n_emit, flops, n
             continue
         f, b, unit = op_cost_nb(p, op, n_tokens, attn_pairs, kv_read_tokens, n_emit)
         s, bd = op_seconds_nb(p, op, f, b, unit, n_tokens, attn_pairs, kv_read_tokens, n_emit)
+        if op == OP_ATTENTION:
+            floor = unsplit_attention_nb(p, s, n_tokens, kv_read_tokens, n_emit)
+            if floor != s:
+                s, bd = floor, BOUND_LATENCY
         flops[op] = count * f
         nbytes[op] = count * b
         seconds[op] = count * s
         bound[op] = bd
         total += count * s
-    return total + p.iter_overhead_s if n_tokens > 0.0 else total  # as iteration_totals_nb
+    return total + step_overhead_nb(p, n_emit) if n_tokens > 0.0 else total  # as iteration_totals_nb
 
 
 @jit

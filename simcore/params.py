@@ -92,6 +92,11 @@ class CostParams(NamedTuple):
     #                GPUs, their NVLink and network shares at once (simllm.sim.pack)
     # --- serving framework ---
     iter_overhead_s: float = 0.0  # CPU time per non-empty engine iteration the GPU does not hide
+    seq_overhead_s: float = 0.0  # and per row with logits in it (a sequence's token: its bookkeeping and response)
+    # Decode attention that scans each sequence's keys in one thread block per KV head (no split of
+    # the sequence: TensorRT-LLM before multi-block mode): each layer takes at least this per key of
+    # the batch's mean context (cost.unsplit_attention_nb); 0 = the kernel splits long sequences
+    attn_token_s: float = 0.0
     # --- shape-aware costs (codes.EFF_*): empty = balanced expert routing and the scalar factors
     # above for every shape; (codes.ROUTE_SIZE,) = random routing's curve only; (codes.EFF_SIZE,) =
     # the routing curve (ones when balanced) and the kernel tables ---
@@ -115,6 +120,7 @@ class AttentionParams(NamedTuple):
     eff_compute: float
     eff_bw: float
     launch_s: float
+    attn_token_s: float
     eff: np.ndarray
 
 

@@ -50,7 +50,7 @@ from simcore.codes import (
     OP_MOE_UP,
     OP_SAMPLING,
 )
-from simcore.cost import op_total_seconds_nb
+from simcore.cost import op_total_seconds_nb, step_overhead_nb
 
 
 @jit_inline
@@ -106,7 +106,7 @@ def pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt):
     stages = e.pipeline_stages
     first, last = pipeline_ends_nb(p, n_tokens, n_emit)
     dense, moe = ffn_split_nb(p, n_tokens, n_emit)
-    alike = dt - p.iter_overhead_s - first - last - dense - moe  # what every layer does alike
+    alike = dt - step_overhead_nb(p, n_emit) - first - last - dense - moe  # what every layer does alike
     if alike < 0.0:
         alike = 0.0
     n_dense = p.n_layers - p.n_moe_layers
@@ -121,7 +121,7 @@ def pipeline_pass_nb(p, e, lay, acc, now, n_tokens, n_emit, dt):
             work += dense * d / n_dense + moe * (layers - d) / p.n_moe_layers
         below += layers
         if s == 0:
-            work += first + p.iter_overhead_s
+            work += first + step_overhead_nb(p, n_emit)
         if s == stages - 1:
             work += last
         start = t if t > acc[free + s] else acc[free + s]

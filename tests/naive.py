@@ -264,6 +264,16 @@ def _mla_ops(model, T, pairs, kv_tokens, tp, wb, ab, kvb, sparse=None):
     }
 
 
+def unsplit_floor(fw, batch):
+    """The framework's decode-attention floor for one layer of ``batch``: per key of the mean
+    context when every row computes one token (``simcore.cost.unsplit_attention_nb``), else 0."""
+    T = sum(q for q, _, _ in batch)
+    emit = sum(1 for _, _, e in batch if e)
+    if fw.unsplit_decode_ns_per_key <= 0 or emit == 0 or T != emit:
+        return 0.0
+    return fw.unsplit_decode_ns_per_key * 1e-9 * (window_totals(batch, 0)[1] / emit)
+
+
 def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None, kv_dtype=None, kv_ratio=1.0,
                    framework="vllm", ep=1, dp=1, attention_dtype=None, imbalance=1.0, route=None,
                    moe_over_ranks=False):
@@ -294,8 +304,11 @@ def iteration_time(model, hw, batch, *, tp=1, weight_dtype=None, act_dtype=None,
         else:
             t = max(flops / (peaks[unit] * hw.compute_utilization),
                     nbytes / (hw.memory_bandwidth_gbps * 1e9 * hw.bandwidth_utilization))
+        if name == "attention":
+            t = max(t + launch, unsplit_floor(fw, batch)) - launch
         per_op[name] = (count * flops, count * nbytes, count * (t + launch))
-    overhead = fw.iteration_overhead_us * 1e-6 if any(new > 0 for new, _, _ in batch) else 0.0
+    emit = sum(1 for _, _, e in batch if e)
+    overhead = (fw.iteration_overhead_us + fw.sequence_overhead_us * emit) * 1e-6 if any(new > 0 for new, _, _ in batch) else 0.0
     return sum(v[2] for v in per_op.values()) + overhead, per_op
 
 
@@ -570,9 +583,9 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             if model.index_topk:  # the top-k keys off the tables; the indexer at the scalar roofline
                 ni, di = model.index_n_heads, model.index_head_dim
                 idx_key = di + 4 * -(-di // 128)
-                per_op[name] = (count * flops, count * nbytes, count * (attention_seconds(*window) + max(
+                per_op[name] = (count * flops, count * nbytes, count * max(attention_seconds(*window) + max(
                     2 * ni * (di + 1) * pairs / (peak_act * hw.compute_utilization),
-                    kv_tokens * idx_key / (bw * hw.bandwidth_utilization))))
+                    kv_tokens * idx_key / (bw * hw.bandwidth_utilization)), unsplit_floor(fw, batch)))
                 continue
             t = attention_seconds(pairs, kv_tokens)
             lw, LL = model.windowed_layers, model.linear_layers
@@ -581,6 +594,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
             lf, lb = linear_layer_cost(model, T, emit, tp, _bytes(act)) if LL else (0.0, 0.0)
             tl = max(lf / (peak_act * hw.compute_utilization), lb / (bw * hw.bandwidth_utilization))
             t = ((model.layers - lw - LL) * t + lw * tw + LL * tl) / model.layers
+            t = max(t, unsplit_floor(fw, batch))
         elif unit == LINK:
             t = link_seconds(nbytes)
         elif unit == A2A:  # the curve at the bytes that take as long on the node's links
@@ -588,7 +602,7 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
         else:
             t = max(flops / (vector * hw.compute_utilization), nbytes / (bw * hw.bandwidth_utilization)) + launch
         per_op[name] = (count * flops, count * nbytes, count * t)
-    overhead = fw.iteration_overhead_us * 1e-6 if T > 0 else 0.0
+    overhead = (fw.iteration_overhead_us + fw.sequence_overhead_us * emit) * 1e-6 if T > 0 else 0.0
     return sum(v[2] for v in per_op.values()) + overhead, per_op
 
 

@@ -75,6 +75,7 @@ from simcore.cost import (
     op_time_nb,
     shaped_attention_at_nb,
     shaped_nb,
+    unsplit_attention_nb,
 )
 from simcore.layout import memo_slot_nb, phase_slot_nb
 from simcore.metrics import batch_add_nb, itl_bin_nb, win_add_nb, window_of_nb, window_sure_until_nb
@@ -145,6 +146,7 @@ def decode_run_nb(p, e, lay, now, next_arrival, next_deadline, reqi, reqf, ws, g
             fax = fa0 + (fa1 - fa0) * x
             bax = ba0 + (ba1 - ba0) * x
         att, _ = op_seconds_nb(p, OP_ATTENTION, fax, bax, UNIT_ATTN, fb, x, x, fb)
+        att = unsplit_attention_nb(p, att, fb, x, fb)  # as iteration_totals_nb prices it
         acc[m + MEMO_REST_S] = t_all - n_att * att
         acc[m + MEMO_REST_FLOPS] = f_all - n_att * fax
         acc[m + MEMO_REST_BYTES] = b_all - n_att * bax
@@ -269,6 +271,7 @@ def _iterations_nb(p, e, lay, ws, acc, tables, mixed, now, next_arrival, next_de
             fa = fa0 + f_slope * x
             ba = ba0 + b_slope * x
             att, _ = op_time_nb(p, fa, ba, UNIT_ATTN)  # no tables
+        att = unsplit_attention_nb(p, att, fb, x, fb)
         dt = t_rest + n_att * att
         t_end = now + dt
         if t_end >= t_sure:  # else still in the run's window

@@ -89,7 +89,7 @@ def test_framework_figures_are_the_profile():
     for name in presets.preset_names("frameworks"):
         figures = {f.key: f for f in catalog.describe_preset("frameworks", name).figures}
         profile = load_framework(name)
-        for key in ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us"):
+        for key in ("frontend_latency_ms", "iteration_overhead_us", "sequence_overhead_us", "launch_overhead_us"):
             assert float(figures[key].value) == pytest.approx(getattr(profile, key)), (name, key)
             assert figures[key].source, (name, key)
 

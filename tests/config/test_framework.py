@@ -13,14 +13,16 @@ import simllm.cli
 from helpers import build
 from simcore import iteration_time_nb
 from simllm.config import framework as fwmod
+from simllm.config import presets
 from simllm.config.framework import BOUNDS, FRAMEWORKS, FrameworkProfile, load_framework
 from simllm.config.workload import fixed
 
 
 def test_shipped_profiles_load_within_their_bounds_and_cite_sources():
-    for name in FRAMEWORKS:
+    assert set(FRAMEWORKS) <= set(presets.preset_names("frameworks"))
+    for name in presets.preset_names("frameworks"):  # each backend's current release, and older ones
         fw = load_framework(name)
-        assert fw.name == name and fw.version
+        assert (fw.name == name if name in FRAMEWORKS else fw.name in FRAMEWORKS) and fw.version
         for key, (low, high) in BOUNDS.items():
             assert low <= getattr(fw, key) <= high, (name, key)
         text = open(fw.source, encoding="utf-8").read()
@@ -34,6 +36,7 @@ def test_shipped_profiles_load_within_their_bounds_and_cite_sources():
 def test_every_numeric_field_declares_bounds_and_a_default():
     numeric = [f for f in dataclasses.fields(FrameworkProfile) if f.type is float or f.type == "float"]
     assert {f.name for f in numeric} == set(BOUNDS) == {"frontend_latency_ms", "iteration_overhead_us",
+                                                        "sequence_overhead_us", "unsplit_decode_ns_per_key",
                                                         "launch_overhead_us", "dp_padding_tokens"}
     for f in numeric:
         assert f.metadata["min"] <= f.default <= f.metadata["max"] and f.metadata["doc"]
@@ -134,3 +137,22 @@ def test_load_framework_is_cached_and_sees_edits(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert load_framework(str(path)).frontend_latency_ms == 3.0
     assert fwmod.framework_from_dict({"frontend_latency_ms": 2}).frontend_latency_ms == 2.0
+
+
+def test_sequence_overhead_is_paid_per_sequence_with_a_token():
+    """Eight clients in step (no jitter), 128-token prompts, 32 tokens out: one prefill step of
+    eight rows, then decode steps of eight. The per-sequence overhead adds 8 x its value to every
+    step, so to the mean ITL and to the TTFT (one step), and nothing else moves."""
+    model, hw = simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm")
+    fw = load_framework("nim-trtllm")
+    assert fw.sequence_overhead_us > 0.0
+    none = fw.with_overrides(sequence_overhead_us=0.0)
+    w = simllm.Workload(num_prompts=8, max_concurrency=8, client_jitter_ms=0.0, input_len=fixed(128),
+                        output_len=fixed(32))
+    s = simllm.ServingConfig(framework="trtllm")
+    a = simllm.simulate(model, hw, s, w, framework=fw).summary
+    b = simllm.simulate(model, hw, s, w, framework=none).summary
+    step_ms = 8 * fw.sequence_overhead_us / 1e3
+    assert a["mean_itl_ms"] - b["mean_itl_ms"] == pytest.approx(step_ms, rel=1e-6)
+    assert a["mean_ttft_ms"] - b["mean_ttft_ms"] == pytest.approx(step_ms, rel=1e-6)
+    assert a["completed"] == b["completed"] == 8

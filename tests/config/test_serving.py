@@ -35,7 +35,7 @@ def test_every_field_has_the_flag_run_accepts():
     ("batch_window_ms", float("nan"), "a number of milliseconds in [0, 1e9]"),
     ("batching", "eager", "one of continuous, static, dynamic"),
     ("router", "random", "one of round_robin, least_outstanding"),
-    ("framework", "tgi", "one of vllm, sglang, trtllm, or a path to a framework profile YAML"),
+    ("framework", "tgi", "one of nim-trtllm, sglang, trtllm, vllm (shipped profiles), or a path to a framework profile YAML"),
 ])
 def test_each_check_names_its_flag(name, value, expected):
     with pytest.raises(simllm.ConfigError) as err:

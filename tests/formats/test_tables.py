@@ -157,3 +157,32 @@ def test_a_genai_perf_run_is_a_closed_loop_whose_warm_up_is_left_out(tmp_path, m
     prefill_s = iteration_seconds(p, isl, isl * (isl + 1) / 2, isl, 1)
     assert got["ttft"] == pytest.approx(framework.frontend_latency_ms + prefill_s * 1e3, rel=1e-9)
     assert got["tpot"] == pytest.approx(sum(steps_s) / len(steps_s) * 1e3, rel=1e-9)
+
+
+def test_a_nim_row_runs_on_the_2024_stack_with_its_client_in_step(tmp_path, monkeypatch):
+    """A row whose execution type is NIM_TRT-LLM names its server: the nim-trtllm profile, prompts
+    unchunked (TensorRT-LLM's executor default), a step of at most 8,192 tokens; its perf_analyzer
+    clients send without delay. At one client: TTFT is the frontend and one prefill step, TPOT the
+    mean decode step, each priced with that profile's per-step and per-sequence CPU time and its
+    one-block decode-attention floor."""
+    header = GENAI_HEADER + ",task_inputs-execution_type"
+    isl, osl = 3000, 12
+    row = f"meta-llama3-8b-instruct,H100_80GB_HBM3,1,fp16,ms,1,ms,1,ms,1,tokens/sec,1,1,{isl},0,{osl},NIM_TRT-LLM"
+    (m,) = load_measurements([table(tmp_path, "nim1.csv", header, [row])])
+    assert (m.framework_profile, m.client_jitter_ms, m.chunked_prefill) == ("nim-trtllm", 0.0, False)
+    seen = []
+    real = simulate_mod.simulate
+    monkeypatch.setattr(accuracy, "simulate", lambda *a, **k: seen.append((a[2], a[3], k["framework"])) or real(*a, **k))
+    got = accuracy.predict(m, "llama-3.1-8b", "h100-sxm")
+    ((serving, w, framework),) = seen
+    assert framework == load_framework("nim-trtllm") and w.client_jitter_ms == 0.0
+    assert not serving.enable_chunked_prefill and serving.max_num_batched_tokens == 8192
+    p = prepare_pool(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"), serving, framework).params
+    assert p.attn_token_s > 0 and p.seq_overhead_s > 0
+    steps_s = [iteration_seconds(p, 1, isl + k, isl + k, 1) for k in range(1, osl)]
+    prefill_s = iteration_seconds(p, isl, isl * (isl + 1) / 2, isl, 1)
+    assert got["ttft"] == pytest.approx(framework.frontend_latency_ms + prefill_s * 1e3, rel=1e-9)
+    assert got["tpot"] == pytest.approx(sum(steps_s) / len(steps_s) * 1e3, rel=1e-9)
+    # at 3,000 keys the floor sets attention: the step is dearer than without it
+    plain = p._replace(attn_token_s=0.0)
+    assert steps_s[0] > iteration_seconds(plain, 1, isl + 1, isl + 1, 1)

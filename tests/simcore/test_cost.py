@@ -958,3 +958,47 @@ def test_experts_seconds_are_the_expert_operators_of_the_iteration(tables, name,
         want = seconds[codes.OP_MOE_UP] + seconds[codes.OP_MOE_ACT] + seconds[codes.OP_MOE_DOWN]
         assert moe_experts_seconds_nb(p, t) == pytest.approx(want, rel=1e-12)
         assert (want > 0) == (name != "llama-3.1-8b")
+
+
+# --------------------------------------------------------------------------- framework CPU time and the decode floor
+@pytest.mark.parametrize("tables", [False, True], ids=["roofline", "tables"])
+@pytest.mark.parametrize("batch", [[(1, 8000, True)], [(1, 300, True)] * 3, [(1, 4000, True)] * 64,
+                                   [(128, 0, True), (1, 8000, True)], [(64, 0, False)]],
+                         ids=["one-long", "three-short", "64-long", "with-prefill", "chunk"])
+def test_nim_profile_matches_the_reference(tables, batch):
+    """The NIM profile's per-sequence overhead and one-block decode-attention floor, operator by
+    operator against the naive reference (roofline and shaped)."""
+    built = build("llama-3.1-8b", "h100-sxm", tables=tables, framework="nim-trtllm")
+    assert built[4].attn_token_s > 0.0 and built[4].seq_overhead_s > 0.0
+    assert_matches_reference(built, batch, tables, 1, framework="nim-trtllm")
+
+
+def test_unsplit_decode_attention_floor_is_per_key_of_the_mean_context():
+    """With ``attn_token_s`` t, a decode-only batch's attention takes at least t x its mean context
+    per layer: one sequence of 8,000 keys is at the floor (the bytes alone would take a fraction
+    of it); 64 such sequences are bandwidth-bound and unchanged; a batch with a prefill chunk is
+    unchanged. The per-op listing marks the floor's attention as latency-bound."""
+    p0 = build("llama-3.1-8b", "h100-sxm")[4]
+    t = 8e-9
+    p1 = p0._replace(attn_token_s=t)
+    L = p0.n_layers
+    one = (1.0, 8001.0, 8001.0, 1.0)
+    a0, a1 = attention_totals_nb(p0, *one)[0], attention_totals_nb(p1, *one)[0]
+    assert a1 == pytest.approx(L * t * 8001.0, rel=1e-12) and a0 < 0.5 * a1
+    assert iteration_time_nb(p1, *one) - iteration_time_nb(p0, *one) == pytest.approx(a1 - a0, rel=1e-9)
+    many = (64.0, 64 * 8001.0, 64 * 8001.0, 64.0)
+    assert attention_totals_nb(p1, *many)[0] == attention_totals_nb(p0, *many)[0]
+    mixed = (129.0, 128 * 129 / 2 + 8001.0, 128.0 + 8001.0, 2.0)
+    assert iteration_time_nb(p1, *mixed) == iteration_time_nb(p0, *mixed)
+    flops, nbytes, seconds, bound = new_cost_arrays()
+    iteration_costs_nb(p1, *one, flops, nbytes, seconds, bound)
+    assert bound[codes.OP_ATTENTION] == codes.BOUND_LATENCY
+    assert seconds[codes.OP_ATTENTION] == pytest.approx(a1, rel=1e-12)
+
+
+def test_per_sequence_overhead_is_per_row_with_logits():
+    p0 = build("llama-3.1-8b", "h100-sxm")[4]
+    p1 = p0._replace(seq_overhead_s=3e-5)
+    for agg in ((1.0, 1.0, 1.0, 1.0), (32.0, 32 * 501.0, 32 * 501.0, 32.0), (512.0, 512 * 513 / 2, 512.0, 1.0),
+                (512.0, 512 * 513 / 2, 512.0, 0.0)):
+        assert iteration_time_nb(p1, *agg) - iteration_time_nb(p0, *agg) == pytest.approx(3e-5 * agg[3], abs=1e-15)

@@ -206,18 +206,24 @@ def test_kernel_matches_reference_with_windowed_or_linear_layers(tables, blocks,
     assert stats[codes.STAT_FAST_ITERATIONS] > 0  # the decode runs took the windowed branch
 
 
-@pytest.mark.parametrize("name, tables", [("llama-3.1-8b", False), ("llama-3.1-8b", True), ("gpt-oss-120b", True)],
-                         ids=["scalar", "tables", "windowed"])
-def test_decode_runs_price_and_record_itls_as_the_explicit_path(name, tables):
+@pytest.mark.parametrize("name, tables, floor", [
+    ("llama-3.1-8b", False, False), ("llama-3.1-8b", True, False), ("gpt-oss-120b", True, False),
+    ("llama-3.1-8b", False, True), ("llama-3.1-8b", True, True), ("gpt-oss-120b", True, True),
+], ids=["scalar", "tables", "windowed", "scalar-floor", "tables-floor", "windowed-floor"])
+def test_decode_runs_price_and_record_itls_as_the_explicit_path(name, tables, floor):
     """Each pricing of a decode run's iterations (``fast.decode_run._iterations_nb``: the scalar
     roofline, the tables' decode attention at one log2 of the context, windowed attention in full),
     with warm-up requests among the members: per-request times and the ITL count and sums against
     the reference, and the ITL sum of squares and histogram against the explicit path. The first
     advance's ITLs (members since the last advance, joiners since their own token) are recorded
-    after the run's loop, the later ones summed in it."""
+    after the run's loop, the later ones summed in it. ``floor``: with a per-sequence overhead and a
+    one-block decode-attention floor (``cost.unsplit_attention_nb``) that binds at the small
+    batches and not at the large ones."""
     rng = np.random.default_rng(11)
     arrival, ready, prompt, output = workload(rng, 100, 25.0, 600, 200)
     p = build(name, "h100-sxm", tables=tables)[4]
+    if floor:
+        p = p._replace(attn_token_s=2e-8, seq_overhead_s=3e-5)
     fixed = np.minimum(9, -(-(prompt + output) // 16)) if p.window > 0 else None
     e = engine(num_blocks=400, max_model_len=1024, warmup=5)
     ref, stats = assert_same(e, arrival, ready, prompt, output, p=p, fixed=fixed)

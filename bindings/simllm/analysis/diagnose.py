@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from simcore import codes, iteration_costs_nb, new_cost_arrays, op_count_nb
+from simcore import codes, iteration_costs_nb, new_cost_arrays, op_count_nb, step_overhead_nb
 from simllm.config import serving as serving_mod
 from simllm.config.disagg import DisaggConfig
 from simllm.config.hardware import load_hardware
@@ -76,6 +76,10 @@ from simllm.sim.pack import pack_cost_params
 from simllm.sim.runner import Base, Task, run_simulations
 from simllm.sim.simulate import simulate
 from simllm.text import table
+
+# The kernels' per-step CPU time rule as plain Python (a compiled call from here would compile it
+# for CostParams alone); under NUMBA_DISABLE_JIT the kernel is plain Python already.
+_STEP_OVERHEAD = getattr(step_overhead_nb, "py_func", step_overhead_nb)
 
 MEMORY_BOUND = "memory-bound (KV cache)"
 CONCURRENCY_BOUND = "concurrency-bound"
@@ -222,7 +226,7 @@ class _Recost:
         self.op_bound_s[np.arange(codes.N_OPS), bound] += times * seconds
         launches = sum(op_count_nb(self.p, i) for i in range(codes.N_OPS) if bound[i] != codes.BOUND_NONE)
         self.launch_s += times * launches * self.p.launch_s
-        self.iteration_overhead_s += times * self.p.iter_overhead_s
+        self.iteration_overhead_s += times * _STEP_OVERHEAD(self.p, n_emit)
         self.memory_bound_s += times * float(seconds[bound == codes.BOUND_MEMORY].sum())
         self.total_s += times * t
         return times * t

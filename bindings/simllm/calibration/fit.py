@@ -49,7 +49,12 @@ FIT_METRICS = ("ttft", "tpot")
 # or PCIe takes at least a microsecond or so (no upper bound); the framework quantities live
 # within their profile fields' documented bounds.
 GPU_FACTORS = ("compute_utilization", "bandwidth_utilization", "interconnect_latency_us")
-FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us")
+FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "sequence_overhead_us", "launch_overhead_us",
+                     "unsplit_decode_ns_per_key")
+# What a fit moves by default: the per-sequence overhead and the decode-attention floor only when
+# asked for (--fit): most measurements cannot tell them from the per-step overhead and the kernel
+# tables (they need concurrencies and contexts far apart).
+DEFAULT_FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us")
 # What the measurements' benchmark client adds to each request's TTFT and E2E latency
 # (Measurement.client_overhead_ms): a property of the data, fitted only when asked for and
 # written to no preset (the report and JSON say it; a measurement import may then declare it).
@@ -62,14 +67,14 @@ FACTORS = {
     **{name: ("bounded", *BOUNDS[name]) for name in FRAMEWORK_FACTORS},
     "client_overhead_ms": ("bounded", 0.0, CLIENT_OVERHEAD_MAX_MS),
 }
-DEFAULT_FACTORS = GPU_FACTORS + FRAMEWORK_FACTORS
+DEFAULT_FACTORS = GPU_FACTORS + DEFAULT_FRAMEWORK_FACTORS
 
 
 def default_factors(hardware, framework="vllm"):
     """What a fit moves by default: with kernel tables for ``framework`` on ``hardware`` (the
     tables already carry each operator's shape-dependent efficiency, from measured kernels) only
     the framework quantities; on the scalar roofline every factor."""
-    return FRAMEWORK_FACTORS if hardware.tables_for(framework) is not None else DEFAULT_FACTORS
+    return DEFAULT_FRAMEWORK_FACTORS if hardware.tables_for(framework) is not None else DEFAULT_FACTORS
 BOUND_TOLERANCE = 0.01  # a factor within 1% of its range from a bound has hit it
 
 
@@ -128,6 +133,7 @@ class Fit:
     evaluations: int
     framework: object = None  # the FrameworkProfile fitted from (None: vllm's)
     bound_hits: tuple = ()  # (name, "lower" | "upper", bound), see bound_hits()
+    metrics: tuple = FIT_METRICS  # the metrics fitted
 
     @property
     def hardware(self):
@@ -151,14 +157,14 @@ def _trial_framework(profile, factors):
     return profile.with_overrides(**{k: v for k, v in factors.items() if k in FRAMEWORK_FACTORS})
 
 
-def _residuals(points):
-    """Log errors of every fitted point (rows: point, columns: FIT_METRICS; nan where a metric
+def _residuals(points, metrics=FIT_METRICS):
+    """Log errors of every fitted point (rows: point, columns: ``metrics``; nan where a metric
     is not measured or a point failed)."""
-    r = np.full((len(points), len(FIT_METRICS)), np.nan)
+    r = np.full((len(points), len(metrics)), np.nan)
     for i, p in enumerate(points):
         if p.inconsistent:  # faster than the peaks somewhere: not the stated configuration
             continue
-        for j, metric in enumerate(FIT_METRICS):
+        for j, metric in enumerate(metrics):
             e = p.error(metric)
             if not math.isnan(e) and e > -1.0:
                 r[i, j] = math.log1p(e)
@@ -232,9 +238,9 @@ def _loo(r, jac, w):
     return out
 
 
-def _summary(points, r):
+def _summary(points, r, metrics=FIT_METRICS):
     out = {}
-    for j, metric in enumerate(FIT_METRICS):
+    for j, metric in enumerate(metrics):
         e = np.expm1(r[:, j])
         e = np.abs(e[~np.isnan(e)])
         if e.size:
@@ -243,7 +249,7 @@ def _summary(points, r):
 
 
 def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.BenchmarkShape(),
-              num_prompts=0, workers=0, progress=None, framework=None):
+              num_prompts=0, workers=0, progress=None, framework=None, metrics=FIT_METRICS):
     """Fit ``factors`` of hardware ``base`` and framework profile ``framework`` to the measured
     ``points``.
 
@@ -267,6 +273,10 @@ def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.Benc
         points).
     progress : callable, optional
         Called with a one-line status after each pass.
+    metrics : sequence of str
+        The measured metrics whose log errors the fit minimises (of :data:`METRICS`; default TTFT
+        and TPOT): TPOT alone fits per-step quantities without what a TTFT carries beyond the
+        engine.
 
     Returns
     -------
@@ -275,6 +285,11 @@ def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.Benc
     profile = load_framework(framework or "vllm")
     if factors is None:
         factors = default_factors(base, profile.name)
+    bad = [m for m in metrics if m not in accuracy.METRICS]
+    if bad or not metrics:
+        raise ConfigError(f"one or more of {', '.join(accuracy.METRICS)}", source="command line", key="--fit-metrics",
+                          value=bad[0] if bad else "")
+    metrics = tuple(dict.fromkeys(metrics))
     unknown = [f for f in factors if f not in FACTORS]
     if unknown:
         raise ConfigError(f"one of {', '.join(FACTORS)}", source="command line", key="--fit", value=unknown[0])
@@ -311,7 +326,7 @@ def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.Benc
             pts = [replace(p, measurement=replace(p.measurement, client_overhead_ms=trial["client_overhead_ms"]))
                    for p in pts]
         out = accuracy.predict_points(pts, hws.get, num_prompts, shape, workers, framework_for=lambda _name: fw)
-        r = _residuals(out)
+        r = _residuals(out, metrics)
         # A point that fails (say, out of memory) under trial factors counts as a large error.
         r[[p.predicted is None for p in out]] = 3.0
         return out, r
@@ -366,9 +381,9 @@ def calibrate(points, base, factors=None, max_iterations=12, shape=accuracy.Benc
     if progress:
         for hit in hits:
             progress(describe_bound_hit(hit))
-    return Fit(base=base, factors=fitted, initial=initial, points=pts, fit_error=_summary(pts, r),
-               loo_error=_summary(pts, loo), iterations=it, evaluations=evaluations, framework=start,
-               bound_hits=hits)
+    return Fit(base=base, factors=fitted, initial=initial, points=pts, fit_error=_summary(pts, r, metrics),
+               loo_error=_summary(pts, loo, metrics), iterations=it, evaluations=evaluations, framework=start,
+               bound_hits=hits, metrics=metrics)
 
 
 def describe_points(points):
@@ -402,7 +417,8 @@ def write_calibration(fit, output=None, framework_output=None, date=None):
     Returns the paths written: ``(hardware_path or None, framework_path or None)``.
     """
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    what = f"fitted by simllm calibrate on {describe_points(fit.points)}, {date}"
+    fitted_on = "" if tuple(fit.metrics) == FIT_METRICS else f" ({'/'.join(m.upper() for m in fit.metrics)} only)"
+    what = f"fitted by simllm calibrate on {describe_points(fit.points)}{fitted_on}, {date}"
     base_path = hwyaml.base_path_of(fit.base)
     text = base_path.read_text(encoding="utf-8")
     gpu = {k: v for k, v in fit.factors.items() if k in GPU_FACTORS}

@@ -118,6 +118,10 @@ def resolve_name(kind, name, mapping):
 # (benchmark_serving.py --random-range-ratio 0.8), 10 x concurrency prompts
 # (https://github.com/InferenceMAX/InferenceMAX README, "Benchmark Client Configuration").
 INFERENCEMAX_RATIO = 0.8
+#: TensorRT-LLM's tokens per step when an engine does not say (trtllm-build's and the LLM API's
+#: ``max_num_tokens`` default, 8,192): without chunked context a step holds a whole prompt and the
+#: decodes beside it, up to this many tokens.
+TRTLLM_MAX_NUM_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -182,9 +186,16 @@ def preset_hardware(name):
 
 
 def framework_of(m):
-    """The framework profile name of measurement ``m``: its backend where simllm ships a profile
-    for it, else vllm."""
+    """The framework of measurement ``m`` (``--framework``): its backend where simllm ships a
+    profile for it, else vllm."""
     return m.backend if m.backend in FRAMEWORKS else "vllm"
+
+
+def profile_of(m):
+    """The shipped framework profile that describes the server of measurement ``m``: the one its
+    format names (``Measurement.framework_profile``: an older release of the backend), else
+    :func:`framework_of`'s."""
+    return m.framework_profile or framework_of(m)
 
 
 #: A framework that adds nothing: what the peak bounds are simulated with.
@@ -198,7 +209,7 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
 
     ``model`` and ``hardware`` are preset names or loaded configs (calibration passes modified
     hardware), ``framework`` a framework profile (default: the one of ``m``'s backend, see
-    :func:`framework_of`); ``num_prompts`` overrides the requests simulated.
+    :func:`profile_of`); ``num_prompts`` overrides the requests simulated.
     """
     model = _preset("models", model) if isinstance(model, str) else model
     hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
@@ -215,7 +226,10 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
                             **lengths)
     elif m.concurrency:
         n = m.num_prompts or shape.prompts_per_client * m.concurrency
-        jitter = {} if shape.client_jitter_ms is None else {"client_jitter_ms": shape.client_jitter_ms}
+        jitter_ms = shape.client_jitter_ms
+        if jitter_ms is None and not math.isnan(m.client_jitter_ms):
+            jitter_ms = m.client_jitter_ms  # what the format says its client did
+        jitter = {} if jitter_ms is None else {"client_jitter_ms": jitter_ms}
         workload = Workload(num_prompts=n + m.warmup_requests, max_concurrency=m.concurrency,
                             warmup_requests=m.warmup_requests, **lengths, **jitter)
     else:
@@ -223,10 +237,15 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
     if num_prompts:
         workload = replace(workload, num_prompts=num_prompts)
     disagg = m.mode == "disagg"
+    chunked = m.backend != "sglang" if m.chunked_prefill is None else bool(m.chunked_prefill)
+    max_len = min(model.max_sequence_length, m.input_len + m.output_len)
+    tokens = {}
+    if m.backend == "trtllm" and not chunked:  # a whole prompt and the decodes beside it in one step
+        tokens = {"max_num_batched_tokens": max(TRTLLM_MAX_NUM_TOKENS, max_len)}
     serving = ServingConfig(
         tensor_parallel_size=1 if disagg else m.tp,
         dtype=_dtype(m, model),
-        max_model_len=min(model.max_sequence_length, m.input_len + m.output_len),
+        max_model_len=max_len,
         max_num_seqs=m.concurrency if static else max(256, m.concurrency),  # a static batch: all of it
         framework=framework_of(m),
         kv_cache_dtype=_kv_cache_dtype(m),
@@ -238,11 +257,13 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         moe_tensor_parallel_size=0 if disagg else moe_tensor_parallel(m, model),
         # SGLang runs prefill batches apart from decode batches (its default: no mixed chunks),
         # which is vLLM's v0 schedule, not v1's chunked prefill.
-        enable_chunked_prefill=m.backend != "sglang",
+        enable_chunked_prefill=chunked,
+        **tokens,
         batching="static" if static else "continuous",
     )
+    framework = framework or load_framework(profile_of(m))
     if static:  # the benchmark drives the engine itself: no HTTP frontend before it
-        framework = replace(framework or load_framework(framework_of(m)), frontend_latency_ms=0.0)
+        framework = replace(framework, frontend_latency_ms=0.0)
     if disagg:
         s = simulate_disagg(model, hardware, serving, workload, disagg_config(m, model), keep_requests=False,
                             percentiles=(50,), framework=framework).summary
@@ -336,12 +357,12 @@ def predict_points(points, hardware_for=None, num_prompts=0, shape=BenchmarkShap
     ``workers`` threads by default, 0 = all cores; the kernels release the GIL).
     ``hardware_for(name)`` maps a point's hardware preset name to the config to simulate
     (calibration's trial factors); default: the preset itself. ``framework_for(name)`` likewise maps
-    a point's framework name (:func:`framework_of`) to the profile to simulate; default: the shipped one."""
+    a point's framework profile name (:func:`profile_of`) to the profile to simulate; default: the shipped one."""
     hardware_for = hardware_for or (lambda name: name)
     framework_for = framework_for or load_framework
     todo = [i for i, p in enumerate(points) if not p.reason]
     items = [(points[i].measurement, points[i].model, hardware_for(points[i].hardware),
-              framework_for(framework_of(points[i].measurement))) for i in todo]
+              framework_for(profile_of(points[i].measurement))) for i in todo]
     outcomes = run_many(predict_point, (num_prompts, shape), items, executor, workers=workers or None,
                         scheduler=scheduler)
     out = list(points)

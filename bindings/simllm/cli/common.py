@@ -19,13 +19,12 @@ from simllm.config.serving import (
     BATCHING,
     CHUNKED_BATCHED_TOKENS,
     EXPERT_ROUTINGS,
-    FRAMEWORKS,
     ROUTERS,
     UNCHUNKED_MIN_BATCHED_TOKENS,
     ServingConfig,
 )
 from simllm.config.sections import MAX_MAGNITUDE, MIN_STEP
-from simllm.config import datasets
+from simllm.config import datasets, presets
 from simllm.config.datasets import Dataset
 from simllm.config.workload import (
     ARRIVALS,
@@ -223,10 +222,11 @@ def add_engine_args(p):
                         "\"model\", ngram; the acceptance, which simllm cannot derive, as synthetic_acceptance_rates "
                         "(per position, unconditional) or synthetic_acceptance_length): drafts verified every step, "
                         "the drafter priced, its weights and KV in memory")
-    p.add_argument("--framework", default=d.framework, metavar="{" + ",".join(FRAMEWORKS) + "}|PATH",
+    p.add_argument("--framework", default=d.framework,
+                   metavar="{" + ",".join(presets.preset_names("frameworks")) + "}|PATH",
                    help="serving framework profile (configs/frameworks/NAME.yaml, or a profile YAML): its "
-                        "per-request frontend time, per-iteration CPU overhead and per-kernel launch gap "
-                        "(default %(default)s)")
+                        "per-request frontend time, per-step and per-sequence CPU overhead, per-kernel launch "
+                        "gap and decode-attention floor (default %(default)s)")
 
 
 def add_workload_args(p, load=True):

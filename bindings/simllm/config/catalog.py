@@ -32,7 +32,8 @@ KEY_FIGURES = {
                  "network_bandwidth_gbps", "kernel_tables"),
     "workloads": ("num_prompts", "request_rate", "max_concurrency", "arrival", "burstiness", "input_len",
                   "output_len", "prefix_len", "prefix_hit_ratio", "trace", "seed"),
-    "frameworks": ("version", "frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us",
+    "frameworks": ("version", "frontend_latency_ms", "iteration_overhead_us", "sequence_overhead_us",
+                   "unsplit_decode_ns_per_key", "launch_overhead_us",
                    "dp_padding_tokens"),
 }
 #: A model's figures counted from its dimensions (``ModelConfig``), shown before the file's own.

@@ -4,7 +4,8 @@ a frozen :class:`FrameworkProfile`.
 
 GPU presets hold GPU physics only; these profiles hold the serving framework's costs: the time a
 request spends in the API server before the engine sees it (``frontend_latency_ms``), the CPU
-time per engine step that the GPU does not hide (``iteration_overhead_us``) and the gap between
+time per engine step that the GPU does not hide (``iteration_overhead_us``, and
+``sequence_overhead_us`` per sequence with a token in the step) and the gap between
 kernels inside a CUDA graph (``launch_overhead_us``). What a benchmark client adds belongs to
 the measurement (``simllm.formats.common.Measurement.client_overhead_ms``).
 
@@ -45,6 +46,19 @@ class FrameworkProfile:
         0.0, 0.0, 6000.0,
         "per engine step, CPU time the GPU does not hide (scheduler, input preparation, sampling "
         "bookkeeping); 5-6 ms for a synchronous Python scheduler at batch 256 (vllm issue #10634)")
+    sequence_overhead_us: float = bounded(
+        0.0, 0.0, 100.0,
+        "per sequence with a token in a step, CPU time the GPU does not hide: its sampling "
+        "bookkeeping, stop checks and streamed response in a scheduler that does them one request "
+        "at a time between steps (vllm issue #10634: 5-6 ms a step at batch 256, ~20-23 us a "
+        "sequence); 0 where the framework overlaps them with the next step")
+    unsplit_decode_ns_per_key: float = bounded(
+        0.0, 0.0, 50.0,
+        "per key of a sequence's context and per layer, the time of a decode-attention kernel that "
+        "gives each sequence (per KV head) one thread block, however long its context (TensorRT-LLM's "
+        "masked MHA and XQA without multi-block mode): a decode-only step's attention takes at least "
+        "this times the batch's mean context; 0 for kernels that split long sequences over blocks "
+        "(flash-decoding, FlashInfer, multi-block mode)")
     launch_overhead_us: float = bounded(
         2.0, 0.2, 10.0,
         "per kernel, the gap between kernels inside a CUDA graph (a fraction of a us) up to an "

@@ -2,7 +2,7 @@
 model and a GPU (tensor-parallel divisibility, dtypes)."""
 from dataclasses import dataclass, field, fields
 
-from simllm.config import dtypes
+from simllm.config import dtypes, presets
 from simllm.config.model import MAX_CONTEXT_TOKENS
 from simllm.config.speculative import speculative_config
 from simllm.errors import CLI, ConfigError
@@ -34,8 +34,10 @@ def _one_of(choices):
 
 
 def _framework_name(value):
-    """A shipped framework profile's name or a path to a profile YAML."""
-    return isinstance(value, str) and (value in FRAMEWORKS or value.endswith((".yaml", ".yml")))
+    """A shipped framework profile's name (a backend's current release, or an older one such as
+    nim-trtllm) or a path to a profile YAML."""
+    return isinstance(value, str) and (value in FRAMEWORKS or value.endswith((".yaml", ".yml"))
+                                       or value in presets.preset_names("frameworks"))
 
 
 def _dtype(allowed):
@@ -119,10 +121,11 @@ class ServingConfig:
     num_redundant_experts: int = setting(0, "--num-redundant-experts", _count(0, MAX_SEQS), f"an integer in [0, {MAX_SEQS}]")
     router: str = setting("round_robin", "--router", _one_of(ROUTERS), "one of " + ", ".join(ROUTERS))
     # Serving framework whose profile (configs/frameworks/NAME.yaml, or a path to a profile YAML)
-    # gives the per-request frontend time, per-step CPU overhead and per-kernel launch gap; the
-    # scheduler simulated is vLLM's either way.
+    # gives the per-request frontend time, per-step and per-sequence CPU overhead, the per-kernel
+    # launch gap and the decode-attention floor; the scheduler simulated is vLLM's either way.
     framework: str = setting("vllm", "--framework", _framework_name,
-                             "one of " + ", ".join(FRAMEWORKS) + ", or a path to a framework profile YAML")
+                             "one of " + ", ".join(presets.preset_names("frameworks"))
+                             + " (shipped profiles), or a path to a framework profile YAML")
     # vLLM's --speculative-config: a SpeculativeConfig, or its JSON object / mapping (None: off)
     speculative_config: object = setting(None, "--speculative-config", normalize=speculative_config)
 

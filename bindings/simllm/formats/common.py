@@ -97,6 +97,16 @@ class Measurement:
     fixed_lengths: bool = False
     # Requests the client sent first and left out of its figures (a steady-state measurement).
     warmup_requests: int = 0
+    # The client's mean delay before each send of its closed loop, where the format says what client
+    # ran (GenAI-Perf's perf_analyzer sends the next request as its last one ends: 0); NaN when
+    # unknown (simllm.calibration.validate.BenchmarkShape decides).
+    client_jitter_ms: float = NAN
+    # The shipped framework profile that describes the server measured, where the format names
+    # one other than its backend's current release ("" = the backend's: simllm.calibration.validate.framework_of).
+    framework_profile: str = ""
+    # Whether the server chunked long prompts (mixed prefill/decode steps), where the format's
+    # server is known to (None: the backend's as simllm.calibration.validate.predict poses it).
+    chunked_prefill: object = None
 
     def __post_init__(self):
         for name, (lo, hi) in _COUNT_RANGES.items():
@@ -110,7 +120,8 @@ class Measurement:
         if not (isinstance(rate, (int, float)) and (MIN_RATE <= rate <= MAX_RATE or rate == math.inf)):
             raise ConfigError(f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf", source=self.source,
                               line=self.line or None, key="request_rate", value=rate)
-        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput", "client_overhead_ms"):
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput", "client_overhead_ms",
+                     "client_jitter_ms"):
             v = getattr(self, name)  # NaN: not measured
             if not isinstance(v, (int, float)) or not (math.isnan(v) or 0.0 <= v <= MAX_MEASURED):
                 raise ConfigError(f"a number in [0, {MAX_MEASURED:.0e}] (or none)", source=self.source,

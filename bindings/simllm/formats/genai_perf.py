@@ -195,13 +195,26 @@ def is_genai_perf_csv_header(fieldnames):
     return bool(fieldnames) and "input_config-concurrency" in fieldnames and "time_to_first_token-avg" in fieldnames
 
 
+#: The framework profile of a row's server by its ``task_inputs-execution_type``: NVIDIA NIM of
+#: 2024 on TensorRT-LLM, not today's trtllm-serve. Others: the backend's current profile.
+CSV_PROFILES = {"NIM_TRT-LLM": "nim-trtllm"}
+#: Whether those servers chunked long prompts: TensorRT-LLM's C++ executor does not unless told
+#: (``ExecutorConfig(..., enableChunkedContext = false)``, cpp/include/tensorrt_llm/executor/executor.h,
+#: and the Triton backend's ``enable_chunked_context`` parameter, default false), so a prompt runs
+#: whole in one step, at most ``max_num_tokens`` (8,192 by default) with the decodes beside it.
+CSV_CHUNKED = {"NIM_TRT-LLM": False}
+
+
 def read_genai_perf_csv(path):
     """Rows of a table of genai-perf closed-loop runs (see :data:`CSV_COLUMNS`): each a closed loop
     of ``input_config-concurrency`` clients on ``task_inputs-n_gpus`` GPUs (tensor parallel), its
     prompts exactly ``synthetic_input_tokens_mean`` long when the standard deviation is 0 and its
     outputs ``output_tokens_mean`` (``max_tokens``) long, :data:`CSV_WARMUP_PER_CLIENT` warm-up
     requests a client left out. TPOT and ITL are genai-perf's ``inter_token_latency`` (per request
-    (latency - TTFT) / (output tokens - 1)); E2E its ``request_latency``."""
+    (latency - TTFT) / (output tokens - 1)); E2E its ``request_latency``. Its client, perf_analyzer's
+    concurrency mode, sends a client's next request as its last one ends (client jitter 0); its
+    server's framework profile and chunking are :data:`CSV_PROFILES`' and :data:`CSV_CHUNKED`'s by the
+    row's execution type."""
     source = str(path)
     out = []
     for line, row in csv_rows(path, CSV_COLUMNS, "a genai-perf table's"):
@@ -224,6 +237,7 @@ def read_genai_perf_csv(path):
         gpu = row["task_inputs-GPU"].strip()
         stddev = field_number(row, "input_config-synthetic_input_tokens_stddev", source, line)
         itl = time_ms("inter_token_latency")
+        execution = (row.get("task_inputs-execution_type") or "").strip()
         out.append(Measurement(
             source=source, line=line, model=CSV_MODELS.get(model, model), hardware=CSV_GPUS.get(gpu, gpu),
             backend="trtllm", precision=row["task_inputs-precision"].strip().lower(), mode="agg",
@@ -235,6 +249,8 @@ def read_genai_perf_csv(path):
             e2el_ms=time_ms("request_latency", required=False),
             output_throughput=field_number(row, "output_token_throughput-avg", source, line, default=NAN),
             fixed_lengths=stddev == 0, warmup_requests=CSV_WARMUP_PER_CLIENT * concurrency,
+            client_jitter_ms=0.0,
+            framework_profile=CSV_PROFILES.get(execution, ""), chunked_prefill=CSV_CHUNKED.get(execution),
         ))
     if not out:
         raise ConfigError("at least one measured row, got none", source=source)

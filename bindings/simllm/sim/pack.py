@@ -199,6 +199,8 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
         eff_link=hardware.interconnect_utilization,
         **_links(hardware, tp, serving.data_parallel_size if coupled else 1, coupled),
         iter_overhead_s=fw.iteration_overhead_us * 1e-6,
+        seq_overhead_s=fw.sequence_overhead_us * 1e-6,
+        attn_token_s=fw.unsplit_decode_ns_per_key * 1e-9,
     )
     if ep > 1 and serving.expert_routing == "random":
         # the slowest GPU of random routings over the expert slots (redundant replicas included,

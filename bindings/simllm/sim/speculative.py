@@ -81,7 +81,7 @@ def pack_drafter(model, hardware, serving, spec, framework=None):
         ds = dataclasses.replace(serving, max_model_len=0)
     r = serving_mod.resolve(dm, hardware, ds)
     # The drafter's passes run inside the target's engine step: no CPU time of their own.
-    p = pack_cost_params(dm, hardware, ds, r, framework)._replace(iter_overhead_s=0.0)
+    p = pack_cost_params(dm, hardware, ds, r, framework)._replace(iter_overhead_s=0.0, seq_overhead_s=0.0)
     h = float(model.hidden_size)
     embedding = p.vocab * p.hidden / p.tp * p.a_bytes
     if spec.method == "draft_model":
