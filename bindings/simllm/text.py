@@ -59,6 +59,14 @@ def table(headers, rows, align=None):
     return "\n".join(lines)
 
 
+def markdown_table(headers, rows):
+    """A Markdown (GitHub) table: a header row, the separator, a row per item; ``|`` in a cell is
+    escaped."""
+    def line(cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    return "\n".join([line(headers), "| " + " | ".join("---" for _ in headers) + " |", *(line(r) for r in rows)])
+
+
 def jsonable(obj):
     """``obj`` with numpy scalars and arrays as Python numbers and lists, and NaN or infinite
     floats as ``None`` (strict JSON)."""

@@ -198,6 +198,24 @@ def profile_of(m):
     return m.framework_profile or framework_of(m)
 
 
+#: The rows a shipped figure was fitted on, per measured file: what a table of errors calls in
+#: sample (:func:`in_sample`). silicon_sample.csv: its dense aggregated H100 and H200 rows, on which
+#: each backend's client overhead was fitted (simllm.formats.aiconfigurator.SILICON_CLIENT_OVERHEAD_MS);
+#: nim_genai_perf.csv: its Llama-3-8B rows, on which configs/frameworks/nim-trtllm.yaml's per-step,
+#: per-sequence and decode-attention figures were fitted.
+FITTED_ON = {
+    "silicon_sample.csv": lambda p: (p.measurement.mode == "agg" and p.hardware in ("h100-sxm", "h200-sxm")
+                                     and p.model in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-32b")),
+    "nim_genai_perf.csv": lambda p: p.model == "llama-3.1-8b",
+}
+
+
+def in_sample(point):
+    """Whether a shipped figure was fitted on ``point``'s row (:data:`FITTED_ON`)."""
+    fitted = FITTED_ON.get(Path(point.measurement.source.split("#")[0]).name)
+    return bool(fitted and fitted(point))
+
+
 #: A framework that adds nothing: what the peak bounds are simulated with.
 NO_OVERHEAD = FrameworkProfile(name="none", frontend_latency_ms=0.0, iteration_overhead_us=0.0, launch_overhead_us=0.0)
 

@@ -1,0 +1,91 @@
+"""Accuracy tables: ``simllm validate``'s errors per measured dataset, GPU family and framework,
+in and out of sample, as Markdown (README's Accuracy section and docs/accuracy-tables.md are
+written from them by ``docs/accuracy_tables.py``, so that no cell goes stale).
+
+Imports the calibration layer (the points and their statistics) and :mod:`simllm.text`.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from simllm.calibration import validate as accuracy
+from simllm.text import markdown_table
+
+#: Each measured file's dataset, in the order the tables show them.
+DATASETS = (
+    ("silicon_sample.csv", "agg", "silicon_sample.csv, aggregated (aiconfigurator; vLLM, SGLang, TensorRT-LLM)"),
+    ("silicon_sample.csv", "disagg", "silicon_sample.csv, disaggregated"),
+    ("trtllm_static_batch.csv", "static", "trtllm_static_batch.csv (TensorRT-LLM 0.9 static batches)"),
+    ("nim_genai_perf.csv", "agg", "nim_genai_perf.csv (NIM 2024, GenAI-Perf closed loops)"),
+)
+
+#: A hardware preset's GPU generation, by the start of its name.
+GPU_FAMILIES = (("a100", "Ampere"), ("l40s", "Ada"), ("rtx-4090", "Ada"), ("h100", "Hopper"), ("h200", "Hopper"),
+                ("gh200", "Hopper"), ("b200", "Blackwell"), ("b300", "Blackwell"), ("gb200", "Blackwell"),
+                ("gb300", "Blackwell"), ("rtx-pro-6000", "Blackwell"), ("mi3", "AMD CDNA3/4"))
+
+_METRIC_NAMES = {"static": ("TTFT (batch prefill)", "TPOT (decode step)"), "nim": ("TTFT", "ITL")}
+
+
+def gpu_family(preset):
+    """The GPU generation of hardware preset ``preset`` (its name when not known)."""
+    return next((family for start, family in GPU_FAMILIES if preset.startswith(start)), preset)
+
+
+def dataset_of(point):
+    """``(file name, mode)`` of a point: which of :data:`DATASETS` it belongs to."""
+    m = point.measurement
+    return Path(m.source.split("#")[0]).name, m.mode
+
+
+def _cells(points):
+    """``[rows, below bound, TTFT, TPOT]`` of simulated ``points``: each metric's median |error|
+    (median signed error) over the rows within the peak bound (validate's statistics)."""
+    kept = [p for p in points if not p.inconsistent]
+    cells = [len(points), len(points) - len(kept)]
+    for metric in ("ttft", "tpot"):
+        errors = np.array([p.error(metric) for p in kept])
+        errors = errors[~np.isnan(errors)]
+        cells.append(f"{np.median(np.abs(errors)) * 100:.1f}% ({np.median(errors) * 100:+.1f}%)" if errors.size
+                     else "-")
+    return cells
+
+
+def _group_rows(points, key):
+    """Rows ``[*group, rows, below bound, TTFT, TPOT]`` of the simulated points grouped by ``key``."""
+    groups = {}
+    for p in points:
+        if p.predicted is not None:
+            groups.setdefault(key(p), []).append(p)
+    return [[*name, *_cells(groups[name])] for name in sorted(groups)]
+
+
+def dataset_tables(points):
+    """Markdown: one table per dataset of :data:`DATASETS` that ``points`` hold (simulated points
+    of ``simllm.calibration.validate``, bounded), a row per GPU family, framework and sample
+    (``in`` = rows a shipped figure was fitted on, :func:`simllm.calibration.validate.in_sample`).
+    Cells: median |error| (median signed error) of the rows within the peak bound."""
+    out = []
+    for name, mode, title in DATASETS:
+        rows = [p for p in points if dataset_of(p) == (name, mode)]
+        if not any(p.predicted is not None for p in rows):
+            continue
+        ttft, tpot = _METRIC_NAMES.get("static" if mode == "static" else "nim" if name.startswith("nim") else "",
+                                       ("TTFT", "TPOT"))
+        body = _group_rows(rows, lambda p: (gpu_family(p.hardware), p.measurement.backend or "unknown",
+                                            "in" if accuracy.in_sample(p) else "out"))
+        out += [f"### {title}", "", markdown_table(["GPU", "framework", "sample", "rows", "below bound", ttft, tpot],
+                                                   body), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def summary_table(points):
+    """Markdown: one row per dataset and sample (in / out), the README's headline table."""
+    rows = []
+    for name, mode, title in DATASETS:
+        part = [p for p in points if dataset_of(p) == (name, mode) and p.predicted is not None]
+        for sample in ("in", "out"):
+            group = [p for p in part if accuracy.in_sample(p) == (sample == "in")]
+            if group:
+                rows.append([title.split(" (")[0], sample, *_cells(group)])
+    return markdown_table(["dataset", "sample", "rows", "below bound", "TTFT", "TPOT / ITL"], rows)
