@@ -522,6 +522,13 @@ def iteration_time_shaped(model, hw, batch, *, tp=1, weight_dtype=None, act_dtyp
                                    _coordinate(kk, GEMM_NK0))
                 else:
                     e = _lerp3(tables[op], _coordinate(m, GEMM_M0), _coordinate(n, GEMM_NK0), _coordinate(kk, GEMM_NK0))
+                    bf16 = data["gemm"]["bf16"]
+                    peak = peak_proj if op in ("qkv_proj", "o_proj") else peak_gemm
+                    share = fw.quantized_gemm_bf16_share
+                    if share > 0 and tables[op] is not bf16 and flops / peak < nbytes / bw:
+                        # a quantised GEMM, memory-bound: at least that share of the BF16 kernel's efficiency
+                        e = max(e, share * _lerp3(bf16, _coordinate(m, GEMM_M0), _coordinate(n, GEMM_NK0),
+                                                  _coordinate(kk, GEMM_NK0)))
                 peak = peak_proj if op in ("qkv_proj", "o_proj") else peak_gemm
                 t = max(flops / peak, nbytes / bw) / max(e, EFF_FLOOR)
                 points.append(max(t, points[-1]) if points else t)  # a larger M never runs faster

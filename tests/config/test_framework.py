@@ -37,7 +37,8 @@ def test_every_numeric_field_declares_bounds_and_a_default():
     numeric = [f for f in dataclasses.fields(FrameworkProfile) if f.type is float or f.type == "float"]
     assert {f.name for f in numeric} == set(BOUNDS) == {"frontend_latency_ms", "iteration_overhead_us",
                                                         "sequence_overhead_us", "unsplit_decode_ns_per_key",
-                                                        "launch_overhead_us", "dp_padding_tokens"}
+                                                        "quantized_gemm_bf16_share", "launch_overhead_us",
+                                                        "dp_padding_tokens"}
     for f in numeric:
         assert f.metadata["min"] <= f.default <= f.metadata["max"] and f.metadata["doc"]
 

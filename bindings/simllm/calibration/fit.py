@@ -50,10 +50,10 @@ FIT_METRICS = ("ttft", "tpot")
 # within their profile fields' documented bounds.
 GPU_FACTORS = ("compute_utilization", "bandwidth_utilization", "interconnect_latency_us")
 FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "sequence_overhead_us", "launch_overhead_us",
-                     "unsplit_decode_ns_per_key")
-# What a fit moves by default: the per-sequence overhead and the decode-attention floor only when
-# asked for (--fit): most measurements cannot tell them from the per-step overhead and the kernel
-# tables (they need concurrencies and contexts far apart).
+                     "unsplit_decode_ns_per_key", "quantized_gemm_bf16_share")
+# What a fit moves by default: the per-sequence overhead, the decode-attention floor and the
+# quantised GEMMs' share only when asked for (--fit): most measurements cannot tell them from the
+# per-step overhead and the kernel tables (they need concurrencies, contexts and dtypes far apart).
 DEFAULT_FRAMEWORK_FACTORS = ("frontend_latency_ms", "iteration_overhead_us", "launch_overhead_us")
 # What the measurements' benchmark client adds to each request's TTFT and E2E latency
 # (Measurement.client_overhead_ms): a property of the data, fitted only when asked for and

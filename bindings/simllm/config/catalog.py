@@ -33,7 +33,7 @@ KEY_FIGURES = {
     "workloads": ("num_prompts", "request_rate", "max_concurrency", "arrival", "burstiness", "input_len",
                   "output_len", "prefix_len", "prefix_hit_ratio", "trace", "seed"),
     "frameworks": ("version", "frontend_latency_ms", "iteration_overhead_us", "sequence_overhead_us",
-                   "unsplit_decode_ns_per_key", "launch_overhead_us",
+                   "unsplit_decode_ns_per_key", "quantized_gemm_bf16_share", "launch_overhead_us",
                    "dp_padding_tokens"),
 }
 #: A model's figures counted from its dimensions (``ModelConfig``), shown before the file's own.

@@ -59,6 +59,12 @@ class FrameworkProfile:
         "masked MHA and XQA without multi-block mode): a decode-only step's attention takes at least "
         "this times the batch's mean context; 0 for kernels that split long sequences over blocks "
         "(flash-decoding, FlashInfer, multi-block mode)")
+    quantized_gemm_bf16_share: float = bounded(
+        0.0, 0.0, 1.0,
+        "where an FP8 or FP4 weight GEMM is memory-bound (small batches), the share of the BF16 "
+        "GEMM table's efficiency at its shape it reaches at least: 1 where the engine runs small-M "
+        "kernels that read quantised weights as fast as BF16 ones (the measured per-tensor FP8 "
+        "tables reach about 0.5-0.65 of the bandwidth there, BF16 0.8); 0: the quantised table alone")
     launch_overhead_us: float = bounded(
         2.0, 0.2, 10.0,
         "per kernel, the gap between kernels inside a CUDA graph (a fraction of a us) up to an "

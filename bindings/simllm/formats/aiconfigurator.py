@@ -27,9 +27,10 @@ from simllm.formats.common import Measurement, WorkerPool, csv_rows, field_numbe
 #: beyond the engine (see the module docstring): simllm.calibration.fit.fit_client_overhead on the
 #: dense aggregated H100 and H200 rows (Llama-3.1-8B/70B, Qwen3-32B: 193 vLLM, 97 SGLang and 428
 #: TensorRT-LLM points within the peaks), simulated with the shipped kernel tables and framework
-#: profiles, 2026-12-04. As large as they are, the rows' low-load TTFTs exceed what the GPU and the
+#: profiles, 2026-12-07 (refitted once memory-bound FP8 GEMMs took a share of the BF16 tables' efficiency
+#: bandwidth: 51.9, 179.9 and 135.4 ms before). As large as they are, the rows' low-load TTFTs exceed what the GPU and the
 #: framework's own costs can produce by this much (docs/accuracy.md).
-SILICON_CLIENT_OVERHEAD_MS = {"vllm": 51.9, "sglang": 179.9, "trtllm": 135.4}
+SILICON_CLIENT_OVERHEAD_MS = {"vllm": 51.9, "sglang": 180.3, "trtllm": 134.9}
 
 #: The columns a silicon_sample.csv must have.
 SILICON_COLUMNS = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size",

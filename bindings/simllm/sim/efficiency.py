@@ -59,20 +59,20 @@ _memo_lock = threading.Lock()
 
 
 def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True,
-                     mla_heads=0.0, kv_dtype="bf16", dispatch_kernels=False):
+                     mla_heads=0.0, kv_dtype="bf16", dispatch_kernels=False, quantised_share=0.0):
     """:func:`build_efficiency_array`, kept for the last ``_MEMO_SIZE`` distinct inputs: the
     array is read-only, and a sweep that varies the load, not the model, the GPU or the
     parallelism, would otherwise rebuild the same one for every configuration (about two thirds
     of a small configuration's time: 2.7 of 4 ms)."""
     key = (id(tables), p._replace(eff=None), p.eff.tobytes(), weight_dtype, expert_dtype, proj_dtype,
-           bool(measured_link), float(mla_heads), kv_dtype, bool(dispatch_kernels))
+           bool(measured_link), float(mla_heads), kv_dtype, bool(dispatch_kernels), float(quantised_share))
     with _memo_lock:
         hit = _memo.get(key)
         if hit is not None and hit[0] is tables:  # the tables held by the memo: their id is theirs
             _memo.move_to_end(key)
             return hit[1]
     eff = build_efficiency_array(tables, p, weight_dtype, expert_dtype, proj_dtype, measured_link, mla_heads,
-                                 kv_dtype, dispatch_kernels)
+                                 kv_dtype, dispatch_kernels, quantised_share)
     with _memo_lock:
         _memo[key] = (tables, eff)
         while len(_memo) > _MEMO_SIZE:
@@ -81,7 +81,7 @@ def efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None
 
 
 def build_efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtype=None, measured_link=True,
-                           mla_heads=0.0, kv_dtype="bf16", dispatch_kernels=False):
+                           mla_heads=0.0, kv_dtype="bf16", dispatch_kernels=False, quantised_share=0.0):
     """The ``(codes.EFF_SIZE,)`` read-only float64 array for packed params ``p`` (GEMM and
     collective curves in seconds, the attention tables efficiencies in ``[EFF_FLOOR, 1]``).
 
@@ -113,6 +113,10 @@ def build_efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtyp
         with attention data parallelism do): it reads the set's measured all-to-all curve. Without
         attention data parallelism every GPU of the TP group already holds the tokens and the
         engines combine the experts' outputs over the collectives' path.
+    quantised_share : float
+        Where a quantised weight GEMM (its dtype's own table: FP8, FP4) is memory-bound, its
+        efficiency is at least this share of the BF16 table's at the same shape (the framework
+        profile's ``quantized_gemm_bf16_share``; 0: the quantised table alone).
     """
     expert_dtype = expert_dtype or weight_dtype
     eff = np.ones(codes.EFF_SIZE, dtype=np.float64)
@@ -147,11 +151,19 @@ def build_efficiency_array(tables, p, weight_dtype, expert_dtype=None, proj_dtyp
                 e = kt.gemm_efficiency(weights, m, n * hit, k)
         else:
             e = kt.gemm_efficiency(by_table[table][0], rows, n, k)
+        # A quantised weight GEMM (FP8, FP4) where it is memory-bound moves its bytes at least at
+        # quantised_share of the BF16 GEMM's efficiency at its shape.
+        quantised = (quantised_share > 0.0 and table != ACTS and by_table[table][0] is not acts
+                     and not (op in (codes.OP_MOE_UP, codes.OP_MOE_DOWN) and p.n_experts > 0))
+        e16 = quantised_share * kt.gemm_efficiency(acts, rows, n, k) if quantised else None
         peak = by_table[table][1]
         seconds = np.empty(codes.EFF_M_POINTS)
         for i, t in enumerate(rows):
             flops, nbytes, _ = op_cost_nb(p, op, t, t, t, t)
-            seconds[i] = max(flops / peak, nbytes / p.mem_bw) / max(e[i], codes.EFF_FLOOR)
+            ei = e[i]
+            if e16 is not None and flops / peak < nbytes / p.mem_bw:
+                ei = max(ei, e16[i])
+            seconds[i] = max(flops / peak, nbytes / p.mem_bw) / max(ei, codes.EFF_FLOOR)
         start = codes.EFF_GEMM_S + op * codes.EFF_M_POINTS
         eff[start:start + codes.EFF_M_POINTS] = np.maximum.accumulate(seconds)
         if op not in (codes.OP_LM_HEAD, codes.OP_MOE_UP, codes.OP_MOE_DOWN):  # (see simcore.cost.gemm_op_seconds_nb)

@@ -221,7 +221,8 @@ def pack_cost_params(model, hardware, serving, resolved=None, framework=None):
                                                 measured_link=tp <= hardware.gpus_per_node,
                                                 mla_heads=q_heads if model.is_mla else 0.0,
                                                 kv_dtype=r.kv_dtype,
-                                                dispatch_kernels=ep > 1 and serving.data_parallel_size > 1))
+                                                dispatch_kernels=ep > 1 and serving.data_parallel_size > 1,
+                                                quantised_share=fw.quantized_gemm_bf16_share))
 
 
 def pipeline_settings(params, hardware, serving):
