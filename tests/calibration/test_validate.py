@@ -96,7 +96,7 @@ def test_vllm_result_json_needs_the_hardware_from_the_caller(tmp_path):
     assert (m.input_len, m.output_len, m.concurrency, m.num_prompts, math.isinf(m.request_rate)) == (
         512, 128, 32, 200, True)
     (p,) = accuracy.validate([m])
-    assert p.predicted and set(p.predicted) == set(accuracy.METRICS)
+    assert p.predicted and set(p.predicted) == {*accuracy.METRICS, "peak_memory_gb"}  # and each GPU's peak memory
     (q,) = accuracy.validate(load_measurements([path]))
     assert "no hardware preset" in q.reason
 

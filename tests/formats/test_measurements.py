@@ -35,7 +35,7 @@ def same(row, expected):
     # no importer knows what its client adds; these formats measure one engine, no MoE layout
     expected = {"client_overhead_ms": 0.0, "ep": 1, "moe_tp": 1, "prefill": None, "decode": None,
                 "fixed_lengths": False, "warmup_requests": 0, "client_jitter_ms": math.nan, "framework_profile": "",
-                "chunked_prefill": None,
+                "chunked_prefill": None, "peak_memory_gb": math.nan,
                 **expected}
     assert set(got) == set(expected)
     for k, v in expected.items():

@@ -186,3 +186,23 @@ def test_a_nim_row_runs_on_the_2024_stack_with_its_client_in_step(tmp_path, monk
     # at 3,000 keys the floor sets attention: the step is dearer than without it
     plain = p._replace(attn_token_s=0.0)
     assert steps_s[0] > iteration_seconds(plain, 1, isl + 1, isl + 1, 1)
+
+
+def test_a_static_batch_rows_peak_memory_is_weights_workspace_and_its_kv(tmp_path):
+    """The static table's ``GPU Peak Memory Usage (GB)`` is read per GPU; the prediction is the
+    memory plan's weights, activations and runtime plus the KV blocks at their peak use: for one
+    batch of 8 x (128 + 2048) tokens of Llama-2-7B, all of their KV at once."""
+    (a, _) = load_measurements([table(tmp_path, "static.csv", STATIC_HEADER, STATIC_ROWS)])[:2]
+    assert a.peak_memory_gb == 20.1
+    got = accuracy.predict(a, "llama-2-7b", "h100-sxm")
+    serving = simllm.ServingConfig(dtype="fp8", kv_cache_dtype="fp8", max_model_len=128 + 2048, max_num_seqs=8,
+                                   batching="static", framework="trtllm")  # TensorRT-LLM's FP8: an FP8 KV cache
+    pool = prepare_pool(simllm.load_model("llama-2-7b"), simllm.load_hardware("h100-sxm"), serving,
+                        load_framework("trtllm"))
+    mem = pool.memory
+    blocks = 8 * -(-(128 + 2048) // mem.block_size)  # every request's blocks, the whole run
+    want = (mem.weight_bytes + mem.activation_bytes + mem.runtime_overhead_bytes
+            + blocks * mem.block_size * mem.kv_bytes_per_token) / 1e9
+    assert got["peak_memory_gb"] == pytest.approx(want, rel=1e-9)
+    p = accuracy.Point(a, "llama-2-7b", "h100-sxm", got)
+    assert accuracy.memory_error(p) == pytest.approx(want / 20.1 - 1, rel=1e-9)

@@ -289,11 +289,30 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
         s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,),
                      framework=framework).summary
     out = {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
+    if not disagg:
+        out["peak_memory_gb"] = peak_memory_gb(s)
     client = getattr(m, "client_overhead_ms", 0.0)
     if client:
         out["ttft"] += client
         out["e2el"] += client
     return out
+
+
+def peak_memory_gb(summary):
+    """Each GPU's peak memory in a run, GB (10**9 bytes), from its summary: weights, activations
+    and the runtime's own, and the KV cache's blocks at their peak use."""
+    mem = summary["memory"]
+    used = mem["weight_bytes"] + mem["activation_bytes"] + mem["runtime_overhead_bytes"]
+    return (used + (summary["kv_cache_usage_peak"] or 0.0) * mem["kv_pool_bytes"]) / 1e9
+
+
+def memory_error(point):
+    """Relative error of a point's predicted peak memory per GPU (nan where either is missing)."""
+    measured = point.measurement.peak_memory_gb
+    predicted = (point.predicted or {}).get("peak_memory_gb", math.nan)
+    if math.isnan(measured) or not measured or math.isnan(predicted):
+        return math.nan
+    return predicted / measured - 1.0
 
 
 def moe_tensor_parallel(m, model):

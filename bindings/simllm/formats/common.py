@@ -107,6 +107,9 @@ class Measurement:
     # Whether the server chunked long prompts (mixed prefill/decode steps), where the format's
     # server is known to (None: the backend's as simllm.calibration.validate.predict poses it).
     chunked_prefill: object = None
+    # Each GPU's peak memory during the run, GB (10**9 bytes), where the format measured it
+    # (TensorRT-LLM's static-batch table); NaN: not measured.
+    peak_memory_gb: float = NAN
 
     def __post_init__(self):
         for name, (lo, hi) in _COUNT_RANGES.items():
@@ -121,7 +124,7 @@ class Measurement:
             raise ConfigError(f"requests per second in [{MIN_RATE:g}, {MAX_RATE:g}], or inf", source=self.source,
                               line=self.line or None, key="request_rate", value=rate)
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput", "client_overhead_ms",
-                     "client_jitter_ms"):
+                     "client_jitter_ms", "peak_memory_gb"):
             v = getattr(self, name)  # NaN: not measured
             if not isinstance(v, (int, float)) or not (math.isnan(v) or 0.0 <= v <= MAX_MEASURED):
                 raise ConfigError(f"a number in [0, {MAX_MEASURED:.0e}] (or none)", source=self.source,

@@ -6,8 +6,8 @@ One row per run: ``Model``, ``GPU``, ``Precision`` (``FP8``, or ``Mixed``: FP16)
 Parallel Size``, ``Pipeline Model Parallel Size``, ``Batch Size``, ``Input/Output Lengths``
 (``ISL,OSL``); measured ``1st Token Latency (ms)`` (the batch's context phase: every
 request's first token), ``Token-to-token Latency (ms)`` (one generation step of the batch),
-``Latency (ms)`` (the whole batch) and ``Throughput (tokens / sec)`` (generated tokens over the
-batch's latency), each blank where the run measured nothing (rows with neither a first-token
+``Latency (ms)`` (the whole batch), ``Throughput (tokens / sec)`` (generated tokens over the
+batch's latency) and ``GPU Peak Memory Usage (GB)`` (each GPU's, read as 10**9 bytes), each blank where the run measured nothing (rows with neither a first-token
 nor a step time are left out: the runs that did not fit or failed). Read as a closed loop of ``Batch Size`` clients sending one request each
 (``num_prompts`` = ``concurrency`` = the batch), every request exactly its stated lengths.
 
@@ -71,6 +71,7 @@ def read_static_batch_csv(path):
             ttft_ms=ttft_ms, tpot_ms=step_ms, itl_ms=step_ms,
             e2el_ms=field_number(row, "Latency (ms)", path, line, default=math.nan),
             output_throughput=field_number(row, "Throughput (tokens / sec)", path, line, default=math.nan),
+            peak_memory_gb=field_number(row, "GPU Peak Memory Usage (GB)", path, line, default=math.nan),
             fixed_lengths=True,
         ))
     if not out:

@@ -4,6 +4,7 @@ written from them by ``docs/accuracy_tables.py``, so that no cell goes stale).
 
 Imports the calibration layer (the points and their statistics) and :mod:`simllm.text`.
 """
+import math
 from pathlib import Path
 
 import numpy as np
@@ -38,33 +39,39 @@ def dataset_of(point):
     return Path(m.source.split("#")[0]).name, m.mode
 
 
-def _cells(points):
+def _median_cell(errors):
+    errors = np.array(errors, dtype=float)
+    errors = errors[~np.isnan(errors)]
+    return f"{np.median(np.abs(errors)) * 100:.1f}% ({np.median(errors) * 100:+.1f}%)" if errors.size else "-"
+
+
+def _cells(points, memory=False):
     """``[rows, below bound, TTFT, TPOT]`` of simulated ``points``: each metric's median |error|
-    (median signed error) over the rows within the peak bound (validate's statistics)."""
+    (median signed error) over the rows within the peak bound (validate's statistics); with
+    ``memory``, the peak memory per GPU's too (:func:`simllm.calibration.validate.memory_error`)."""
     kept = [p for p in points if not p.inconsistent]
     cells = [len(points), len(points) - len(kept)]
-    for metric in ("ttft", "tpot"):
-        errors = np.array([p.error(metric) for p in kept])
-        errors = errors[~np.isnan(errors)]
-        cells.append(f"{np.median(np.abs(errors)) * 100:.1f}% ({np.median(errors) * 100:+.1f}%)" if errors.size
-                     else "-")
+    cells += [_median_cell([p.error(metric) for p in kept]) for metric in ("ttft", "tpot")]
+    if memory:
+        cells.append(_median_cell([accuracy.memory_error(p) for p in points]))
     return cells
 
 
-def _group_rows(points, key):
-    """Rows ``[*group, rows, below bound, TTFT, TPOT]`` of the simulated points grouped by ``key``."""
+def _group_rows(points, key, memory=False):
+    """Rows ``[*group, rows, below bound, TTFT, TPOT(, memory)]`` of the simulated points grouped by ``key``."""
     groups = {}
     for p in points:
         if p.predicted is not None:
             groups.setdefault(key(p), []).append(p)
-    return [[*name, *_cells(groups[name])] for name in sorted(groups)]
+    return [[*name, *_cells(groups[name], memory)] for name in sorted(groups)]
 
 
 def dataset_tables(points):
     """Markdown: one table per dataset of :data:`DATASETS` that ``points`` hold (simulated points
     of ``simllm.calibration.validate``, bounded), a row per GPU family, framework and sample
     (``in`` = rows a shipped figure was fitted on, :func:`simllm.calibration.validate.in_sample`).
-    Cells: median |error| (median signed error) of the rows within the peak bound."""
+    Cells: median |error| (median signed error) of the rows within the peak bound; a dataset that
+    measured each GPU's peak memory gets its column (over every simulated row)."""
     out = []
     for name, mode, title in DATASETS:
         rows = [p for p in points if dataset_of(p) == (name, mode)]
@@ -72,10 +79,11 @@ def dataset_tables(points):
             continue
         ttft, tpot = _METRIC_NAMES.get("static" if mode == "static" else "nim" if name.startswith("nim") else "",
                                        ("TTFT", "TPOT"))
+        memory = any(not math.isnan(p.measurement.peak_memory_gb) for p in rows)
         body = _group_rows(rows, lambda p: (gpu_family(p.hardware), p.measurement.backend or "unknown",
-                                            "in" if accuracy.in_sample(p) else "out"))
-        out += [f"### {title}", "", markdown_table(["GPU", "framework", "sample", "rows", "below bound", ttft, tpot],
-                                                   body), ""]
+                                            "in" if accuracy.in_sample(p) else "out"), memory)
+        headers = ["GPU", "framework", "sample", "rows", "below bound", ttft, tpot] + ["peak memory"] * memory
+        out += [f"### {title}", "", markdown_table(headers, body), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
