@@ -117,14 +117,16 @@ def test_shared_tables_read_whole():
 def test_a_static_batch_is_posed_with_nothing_between_the_numbers_and_the_engine(tmp_path):
     """validate poses a static-batch row as one batch of its requests sent at once, exactly its
     lengths, no HTTP frontend: the predicted first token is the cost model's one iteration over
-    every prompt, and TPOT the mean of its decode steps over the batch's growing contexts."""
+    every prompt (the benchmark's context phase: 16,384 tokens here, past the 8,192 of a serving
+    step), and TPOT the mean of its decode steps over the batch's growing contexts."""
 
-    batch, isl, osl = 8, 128, 16
+    batch, isl, osl = 8, 2048, 16
     row = f'1,{batch},1,FP8,"{isl},{osl}",1,1,LLaMA v2 7B,H100 80GB HBM3,1.0,1.0,1.0,1.0,1.0'
     (m,) = load_measurements([table(tmp_path, "one.csv", STATIC_HEADER, [row])])
     got = accuracy.predict(m, "llama-2-7b", "h100-sxm")
     serving = simllm.ServingConfig(dtype="fp8", kv_cache_dtype="fp8", max_model_len=isl + osl, max_num_seqs=batch,
-                                   framework="trtllm", batching="static", enable_chunked_prefill=True)
+                                   framework="trtllm", batching="static", enable_chunked_prefill=False,
+                                   max_num_batched_tokens=batch * isl)
     framework = replace(load_framework("trtllm"), frontend_latency_ms=0.0)
     p = prepare_pool(simllm.load_model("llama-2-7b"), simllm.load_hardware("h100-sxm"), serving, framework).params
     prefill_s = iteration_seconds(p, batch * isl, batch * isl * (isl + 1) / 2, batch * isl, batch)
@@ -196,7 +198,8 @@ def test_a_static_batch_rows_peak_memory_is_weights_workspace_and_its_kv(tmp_pat
     assert a.peak_memory_gb == 20.1
     got = accuracy.predict(a, "llama-2-7b", "h100-sxm")
     serving = simllm.ServingConfig(dtype="fp8", kv_cache_dtype="fp8", max_model_len=128 + 2048, max_num_seqs=8,
-                                   batching="static", framework="trtllm")  # TensorRT-LLM's FP8: an FP8 KV cache
+                                   batching="static", framework="trtllm",  # TensorRT-LLM's FP8: an FP8 KV cache
+                                   enable_chunked_prefill=False, max_num_batched_tokens=8192)  # the context in one step
     pool = prepare_pool(simllm.load_model("llama-2-7b"), simllm.load_hardware("h100-sxm"), serving,
                         load_framework("trtllm"))
     mem = pool.memory

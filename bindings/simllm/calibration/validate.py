@@ -258,7 +258,10 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
     chunked = m.backend != "sglang" if m.chunked_prefill is None else bool(m.chunked_prefill)
     max_len = min(model.max_sequence_length, m.input_len + m.output_len)
     tokens = {}
-    if m.backend == "trtllm" and not chunked:  # a whole prompt and the decodes beside it in one step
+    if static:  # the benchmark's context phase runs the whole batch's prompts in one step
+        chunked = False
+        tokens = {"max_num_batched_tokens": max(TRTLLM_MAX_NUM_TOKENS, m.concurrency * m.input_len, max_len)}
+    elif m.backend == "trtllm" and not chunked:  # a whole prompt and the decodes beside it in one step
         tokens = {"max_num_batched_tokens": max(TRTLLM_MAX_NUM_TOKENS, max_len)}
     serving = ServingConfig(
         tensor_parallel_size=1 if disagg else m.tp,
