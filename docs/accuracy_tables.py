@@ -49,7 +49,17 @@ def render(points):
         "faster than simllm's schedule allows at the datasheet peaks, left out of the errors. How each",
         "dataset is posed and what its errors mean: [Accuracy](accuracy.md).",
         "",
-        tables.dataset_tables(points),
+        tables.dataset_tables(points).rstrip("\n"),
+        "",
+        "## The 80% error bands",
+        "",
+        "How often the band that `run`, `compare` and `optimize` print beside a figure (from the accuracy",
+        "record, `configs/accuracy.json`: the 20 nearest of `silicon_sample.csv`'s aggregated rows) holds",
+        "the measured value, per dataset: the record's own rows each left out of it, every other dataset's",
+        "rows as they are. Nominal: 80%.",
+        "",
+        tables.band_table(points),
+        "",
     ])
     return block, full
 

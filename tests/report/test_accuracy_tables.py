@@ -54,6 +54,30 @@ def test_families_samples_and_markdown():
     assert not in_sample(point("trtllm_static_batch.csv", "llama-3.1-8b", "h100-sxm", 0, 0))
 
 
+def test_band_coverage_of_rows_the_record_does_not_hold():
+    """A record whose six points ran 0.8-1.4x their measured values gives an 80% band of
+    [v / 1.325, v / 0.85] (its 10% and 90% quantiles of log(predicted / measured), linear between
+    points) around a prediction v: a NIM row predicted exactly is in it, one predicted at twice the
+    measured value is not; TPOT likewise. The table says so per dataset."""
+    from simllm.calibration.record import model_family, record_from_dict
+
+    def rec_point(ratio):
+        return {"model": "llama-3.1-8b", "family": model_family("llama-3.1-8b"), "gpu": "h100-sxm",
+                "framework": "trtllm", "precision": "native", "tp": 1, "dp": 1, "isl": 100, "osl": 10,
+                "concurrency": 1, "closed_loop": True, "below_bound": False, "measured_ttft_ms": 100.0,
+                "predicted_ttft_ms": 100.0 * ratio, "measured_tpot_ms": 10.0, "predicted_tpot_ms": 10.0 * ratio,
+                "measured_output_throughput": 5.0, "predicted_output_throughput": 5.0 * ratio}
+
+    rec = record_from_dict({"provenance": {"sources": [{"file": "silicon_sample.csv"}]},
+                            "points": [rec_point(r) for r in (0.8, 0.9, 1.0, 1.1, 1.25, 1.4)]})
+    exact = point("nim_genai_perf.csv", "llama-3.1-8b", "h100-sxm", 0.0, 0.0)
+    twice = point("nim_genai_perf.csv", "llama-3.1-8b", "h100-sxm", 1.0, 1.0)
+    assert tables._covered(exact, "ttft", rec) and not tables._covered(twice, "ttft", rec)
+    assert tables._covered(exact, "tpot", rec) and not tables._covered(twice, "tpot", rec)
+    text = tables.band_table([exact, twice], rec)
+    assert text.splitlines()[2] == "| nim_genai_perf.csv | 2 | not in the record | 50% | 50% |"
+
+
 def test_the_readme_block_is_replaced_whole():
     s = script()
     text = f"a\n{s.BEGIN}\nold\n{s.END}\nb\n"

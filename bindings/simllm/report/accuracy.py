@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from simllm.calibration import bands
 from simllm.calibration import validate as accuracy
+from simllm.calibration.record import load_record
 from simllm.text import markdown_table
 
 #: Each measured file's dataset, in the order the tables show them.
@@ -97,3 +99,42 @@ def summary_table(points):
             if group:
                 rows.append([title.split(" (")[0], sample, *_cells(group)])
     return markdown_table(["dataset", "sample", "rows", "below bound", "TTFT", "TPOT / ITL"], rows)
+
+
+def _covered(point, metric, record):
+    """Whether ``point``'s measured ``metric`` lies in the 80% band the accuracy ``record`` gives
+    its prediction (None where either is missing)."""
+    m = point.measurement
+    measured = getattr(m, f"{metric}_ms")
+    predicted = point.predicted.get(metric)
+    if predicted is None or math.isnan(measured) or not measured:
+        return None
+    features = bands.Features(point.model, point.hardware, m.backend or "vllm", m.tp, float(m.input_len),
+                              float(m.output_len), float(max(m.concurrency, 1)), m.dp)
+    band = bands.error_band(features, f"{metric}_ms", record, value=predicted, reasons=())
+    return None if band is None else band.lo <= measured <= band.hi
+
+
+def band_table(points, record=None):
+    """Markdown: how often the 80% error band (:mod:`simllm.calibration.bands`, from the accuracy
+    ``record``; default the shipped one) holds the measured value, per dataset: the record's own
+    rows left out one at a time (:func:`simllm.calibration.bands.leave_one_out_coverage`), every
+    other dataset's rows within the peak bound as they are (the record holds none of them)."""
+    record = load_record() if record is None else record
+    own = {s["file"] for s in record.provenance.get("sources", [])}
+    rows = []
+    for name, mode, title in DATASETS:
+        part = [p for p in points if dataset_of(p) == (name, mode) and p.predicted is not None and not p.inconsistent]
+        if not part:
+            continue
+        if name in own and mode == "agg":
+            cells = [f"{bands.leave_one_out_coverage(record, f'{metric}_ms')[0] * 100:.0f}%" for metric in ("ttft", "tpot")]
+            how = "each left out of the record"
+        else:
+            cells = []
+            for metric in ("ttft", "tpot"):
+                hits = [c for c in (_covered(p, metric, record) for p in part) if c is not None]
+                cells.append(f"{np.mean(hits) * 100:.0f}%" if hits else "-")
+            how = "not in the record"
+        rows.append([title.split(" (")[0], len(part), how, *cells])
+    return markdown_table(["dataset", "rows", "rows are", "TTFT band holds", "TPOT band holds"], rows)
