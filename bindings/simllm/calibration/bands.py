@@ -162,13 +162,13 @@ def log_errors(record, metric):
     return r
 
 
-def nearest(features, record, metric, k=K):
+def nearest(features, record, metric, k=K, terms=None):
     """Indices of the ``k`` record points nearest ``features`` that have ``metric``, nearest
-    first (ties by record order)."""
+    first (ties by record order); ``terms`` as :func:`distances` takes them."""
     usable = np.flatnonzero(~np.isnan(log_errors(record, metric)))
     if usable.size == 0:
         return usable
-    d = distances(features, record)[usable]
+    d = distances(features, record, terms)[usable]
     order = np.argsort(d, kind="stable")[:k]
     return usable[order]
 
@@ -229,7 +229,7 @@ def domain_reasons(features, record):
     return tuple(out)
 
 
-def error_band(features, metric, record=None, coverage=COVERAGE, *, value=1.0, k=K, reasons=None):
+def error_band(features, metric, record=None, coverage=COVERAGE, *, value=1.0, k=K, reasons=None, terms=None):
     """The band of a prediction of ``metric`` for ``features``.
 
     Parameters
@@ -248,6 +248,8 @@ def error_band(features, metric, record=None, coverage=COVERAGE, *, value=1.0, k
         Nearest cases used.
     reasons : tuple of str, optional
         :func:`domain_reasons` of ``features`` and ``record`` when the caller has them.
+    terms : tuple, optional
+        The record's :func:`distance_terms`, for a caller making many bands from one record.
 
     Returns
     -------
@@ -256,7 +258,7 @@ def error_band(features, metric, record=None, coverage=COVERAGE, *, value=1.0, k
     """
     record = load_record() if record is None else record
     name = METRIC_OF.get(metric, metric)
-    idx = nearest(features, record, name, k)
+    idx = nearest(features, record, name, k, terms)
     if idx.size == 0:
         return None
     r = log_errors(record, name)[idx]

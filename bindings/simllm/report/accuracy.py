@@ -101,7 +101,7 @@ def summary_table(points):
     return markdown_table(["dataset", "sample", "rows", "below bound", "TTFT", "TPOT / ITL"], rows)
 
 
-def _covered(point, metric, record):
+def _covered(point, metric, record, terms=None):
     """Whether ``point``'s measured ``metric`` lies in the 80% band the accuracy ``record`` gives
     its prediction (None where either is missing)."""
     m = point.measurement
@@ -111,7 +111,7 @@ def _covered(point, metric, record):
         return None
     features = bands.Features(point.model, point.hardware, m.backend or "vllm", m.tp, float(m.input_len),
                               float(m.output_len), float(max(m.concurrency, 1)), m.dp)
-    band = bands.error_band(features, f"{metric}_ms", record, value=predicted, reasons=())
+    band = bands.error_band(features, f"{metric}_ms", record, value=predicted, reasons=(), terms=terms)
     return None if band is None else band.lo <= measured <= band.hi
 
 
@@ -122,6 +122,7 @@ def band_table(points, record=None):
     other dataset's rows within the peak bound as they are (the record holds none of them)."""
     record = load_record() if record is None else record
     own = {s["file"] for s in record.provenance.get("sources", [])}
+    terms = bands.distance_terms(record)  # once: every band below reads the same record
     rows = []
     for name, mode, title in DATASETS:
         part = [p for p in points if dataset_of(p) == (name, mode) and p.predicted is not None and not p.inconsistent]
@@ -133,7 +134,7 @@ def band_table(points, record=None):
         else:
             cells = []
             for metric in ("ttft", "tpot"):
-                hits = [c for c in (_covered(p, metric, record) for p in part) if c is not None]
+                hits = [c for c in (_covered(p, metric, record, terms) for p in part) if c is not None]
                 cells.append(f"{np.mean(hits) * 100:.0f}%" if hits else "-")
             how = "not in the record"
         rows.append([title.split(" (")[0], len(part), how, *cells])
