@@ -392,7 +392,7 @@ def describe_points(points):
     left = sum(1 for p in points if p.predicted is not None and p.inconsistent)
     models = sorted({p.model for p in used})
     backends = sorted({p.measurement.backend for p in used if p.measurement.backend})
-    sources = sorted({Path(p.measurement.source.split("#")[0]).name for p in used})
+    sources = sorted({accuracy.source_name(p.measurement) for p in used})
     out = (f"{len(used)} measured points ({', '.join(models)}; {', '.join(backends) or 'unknown backend'}) "
            f"from {', '.join(sources)}")
     return out + (f" ({left} faster than the peaks left out)" if left else "")

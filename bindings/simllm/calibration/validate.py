@@ -210,9 +210,14 @@ FITTED_ON = {
 }
 
 
+def source_name(measurement):
+    """The file name a measurement was read from (without its folder or a ``#`` part)."""
+    return Path(measurement.source.split("#")[0]).name
+
+
 def in_sample(point):
     """Whether a shipped figure was fitted on ``point``'s row (:data:`FITTED_ON`)."""
-    fitted = FITTED_ON.get(Path(point.measurement.source.split("#")[0]).name)
+    fitted = FITTED_ON.get(source_name(point.measurement))
     return bool(fitted and fitted(point))
 
 

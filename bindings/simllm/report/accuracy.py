@@ -5,7 +5,6 @@ written from them by ``docs/accuracy_tables.py``, so that no cell goes stale).
 Imports the calibration layer (the points and their statistics) and :mod:`simllm.text`.
 """
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -14,20 +13,21 @@ from simllm.calibration import validate as accuracy
 from simllm.calibration.record import load_record
 from simllm.text import markdown_table
 
-#: Each measured file's dataset, in the order the tables show them.
+#: Each measured file's dataset, in the order the tables show them: file, mode, title, and what its
+#: TTFT and TPOT columns measure.
 DATASETS = (
-    ("silicon_sample.csv", "agg", "silicon_sample.csv, aggregated (aiconfigurator; vLLM, SGLang, TensorRT-LLM)"),
-    ("silicon_sample.csv", "disagg", "silicon_sample.csv, disaggregated"),
-    ("trtllm_static_batch.csv", "static", "trtllm_static_batch.csv (TensorRT-LLM 0.9 static batches)"),
-    ("nim_genai_perf.csv", "agg", "nim_genai_perf.csv (NIM 2024, GenAI-Perf closed loops)"),
+    ("silicon_sample.csv", "agg", "silicon_sample.csv, aggregated (aiconfigurator; vLLM, SGLang, TensorRT-LLM)",
+     ("TTFT", "TPOT")),
+    ("silicon_sample.csv", "disagg", "silicon_sample.csv, disaggregated", ("TTFT", "TPOT")),
+    ("trtllm_static_batch.csv", "static", "trtllm_static_batch.csv (TensorRT-LLM 0.9 static batches)",
+     ("TTFT (batch prefill)", "TPOT (decode step)")),
+    ("nim_genai_perf.csv", "agg", "nim_genai_perf.csv (NIM 2024, GenAI-Perf closed loops)", ("TTFT", "ITL")),
 )
 
 #: A hardware preset's GPU generation, by the start of its name.
 GPU_FAMILIES = (("a100", "Ampere"), ("l40s", "Ada"), ("rtx-4090", "Ada"), ("h100", "Hopper"), ("h200", "Hopper"),
                 ("gh200", "Hopper"), ("b200", "Blackwell"), ("b300", "Blackwell"), ("gb200", "Blackwell"),
                 ("gb300", "Blackwell"), ("rtx-pro-6000", "Blackwell"), ("mi3", "AMD CDNA3/4"))
-
-_METRIC_NAMES = {"static": ("TTFT (batch prefill)", "TPOT (decode step)"), "nim": ("TTFT", "ITL")}
 
 
 def gpu_family(preset):
@@ -37,8 +37,7 @@ def gpu_family(preset):
 
 def dataset_of(point):
     """``(file name, mode)`` of a point: which of :data:`DATASETS` it belongs to."""
-    m = point.measurement
-    return Path(m.source.split("#")[0]).name, m.mode
+    return accuracy.source_name(point.measurement), point.measurement.mode
 
 
 def _median_cell(errors):
@@ -75,12 +74,10 @@ def dataset_tables(points):
     Cells: median |error| (median signed error) of the rows within the peak bound; a dataset that
     measured each GPU's peak memory gets its column (over every simulated row)."""
     out = []
-    for name, mode, title in DATASETS:
+    for name, mode, title, (ttft, tpot) in DATASETS:
         rows = [p for p in points if dataset_of(p) == (name, mode)]
         if not any(p.predicted is not None for p in rows):
             continue
-        ttft, tpot = _METRIC_NAMES.get("static" if mode == "static" else "nim" if name.startswith("nim") else "",
-                                       ("TTFT", "TPOT"))
         memory = any(not math.isnan(p.measurement.peak_memory_gb) for p in rows)
         body = _group_rows(rows, lambda p: (gpu_family(p.hardware), p.measurement.backend or "unknown",
                                             "in" if accuracy.in_sample(p) else "out"), memory)
@@ -92,7 +89,7 @@ def dataset_tables(points):
 def summary_table(points):
     """Markdown: one row per dataset and sample (in / out), the README's headline table."""
     rows = []
-    for name, mode, title in DATASETS:
+    for name, mode, title, _ in DATASETS:
         part = [p for p in points if dataset_of(p) == (name, mode) and p.predicted is not None]
         for sample in ("in", "out"):
             group = [p for p in part if accuracy.in_sample(p) == (sample == "in")]
@@ -124,7 +121,7 @@ def band_table(points, record=None):
     own = {s["file"] for s in record.provenance.get("sources", [])}
     terms = bands.distance_terms(record)  # once: every band below reads the same record
     rows = []
-    for name, mode, title in DATASETS:
+    for name, mode, title, _ in DATASETS:
         part = [p for p in points if dataset_of(p) == (name, mode) and p.predicted is not None and not p.inconsistent]
         if not part:
             continue
