@@ -321,5 +321,11 @@ PLAN_SCHED = 0  # requests the replica scheduled (0: it sits the step out)
 PLAN_FLOPS = 1  # its iteration's FLOPs ...
 PLAN_BYTES = 2  # ... and memory bytes
 PLAN_USED = 3  # its KV blocks in use
-PLAN_FAST = 4  # 1: the step was scheduled with the rank's decode cohort in aggregate (fast/cohort.py)
+PLAN_FAST = 4  # how the rank's step was scheduled: one of PLAN_EXPLICIT, PLAN_COHORT, PLAN_PREFILL_ONLY
 N_PLAN = 5
+# Values of PLAN_FAST: the explicit scheduler (its requests materialised), its decode cohort in
+# aggregate (fast/cohort.py) or a v0 prefill-only step beside the cohort (fast_schedule_nb's
+# FAST_PREFILL_ONLY).
+PLAN_EXPLICIT = 0.0
+PLAN_COHORT = 1.0
+PLAN_PREFILL_ONLY = 2.0

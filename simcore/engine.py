@@ -34,8 +34,11 @@ from simcore.codes import (
     N_GLOBALS,
     N_PLAN,
     PLAN_BYTES,
+    PLAN_COHORT,
+    PLAN_EXPLICIT,
     PLAN_FAST,
     PLAN_FLOPS,
+    PLAN_PREFILL_ONLY,
     PLAN_SCHED,
     PLAN_USED,
     POLICY_CONTINUOUS,
@@ -70,14 +73,22 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import iteration_totals_memo_nb, moe_experts_memo_nb, moe_experts_seconds_nb
+from simcore.cost import (
+    iteration_totals_memo_inline_nb,
+    iteration_totals_memo_nb,
+    moe_experts_memo_nb,
+    moe_experts_seconds_nb,
+)
 from simcore.fast.cohort import (
+    FAST_PREFILL_ONLY,
     FAST_SCHEDULED,
     fast_aggregates_nb,
     fast_commit_nb,
     fast_iteration_nb,
     fast_schedule_nb,
     materialize_nb,
+    prefill_only_commit_nb,
+    prefill_only_schedule_nb,
     rebuild_nb,
 )
 from simcore.fast.decode_run import decode_run_nb, pure_decode_nb
@@ -535,8 +546,8 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
 
     With ``e.fast_forward`` and no speculation each rank keeps its decoding requests in a cohort
     (fast/cohort.py) as one replica's step does: a rank's step is scheduled in aggregate
-    (``fast_schedule_nb``) unless it needs the explicit scheduler, which then runs on its
-    materialised requests, so that a step costs O(ranks + requests joining or finishing) instead of
+    (``fast_schedule_nb``; a v0 prefill-only step beside the cohort as one replica's step runs it)
+    unless it needs the explicit scheduler, which then runs on its materialised requests, so that a step costs O(ranks + requests joining or finishing) instead of
     O(requests running): a wide-EP decode pool runs hundreds of requests per rank."""
     clk = lay.off_clock
     cohort = False
@@ -559,20 +570,30 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     k_most = 0
     for k in range(e.n_replicas):
         plan[k, PLAN_SCHED] = 0.0
-        plan[k, PLAN_FAST] = 0.0
+        plan[k, PLAN_FAST] = PLAN_EXPLICIT
         if ws[k, RUNNING_COUNT] == 0 and ws[k, QUEUE_WAITING] == 0:
             continue
         if sp is None:
             fast = False
+            prefill_only = False
             n_sched = 0
             if cohort:
                 what, n_sched = fast_schedule_nb(e, lay, now, reqi, reqf, ws[k])
                 # an empty fast schedule changed nothing: the explicit one rejects what cannot run
                 fast = what == FAST_SCHEDULED and ws[k, COHORT_SIZE] + n_sched > 0
-                if not fast:
+                # a v0 prefill-only step (SGLang's decode ranks admitting a request whose cache
+                # arrived) leaves the cohort as it is, as one replica's step does
+                prefill_only = what == FAST_PREFILL_ONLY
+                if prefill_only:
+                    n_sched = prefill_only_schedule_nb(e, lay, now, reqi, reqf, ws[k])
+                    prefill_only = n_sched > 0
+                if not (fast or prefill_only):
                     materialize_nb(e, lay, acc[k, clk + CLOCK_COHORT], reqi, reqf, ws[k])
             if fast:
                 n_tokens, pairs, kv_read, n_emit = fast_aggregates_nb(lay, reqi, ws[k], n_sched)
+            elif prefill_only:
+                n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
+                n_emit = float(n_sched)
             else:
                 n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
                 if n_sched == 0:
@@ -580,9 +601,11 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
                         rebuild_nb(e, lay, reqi, ws[k])
                     continue
                 n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
-            dt, flops, nbytes = iteration_totals_memo_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens, pairs,
-                                                         kv_read, n_emit)
-            plan[k, PLAN_FAST] = 1.0 if fast else 0.0
+            # inlined: a call copies CostParams for every rank of every step (a wide-EP decode
+            # pool prices 32 ranks a step; 12-17% of a disaggregated run's kernel)
+            dt, flops, nbytes = iteration_totals_memo_inline_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens,
+                                                                pairs, kv_read, n_emit)
+            plan[k, PLAN_FAST] = PLAN_COHORT if fast else (PLAN_PREFILL_ONLY if prefill_only else PLAN_EXPLICIT)
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
             n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
             if n_sched == 0:
@@ -612,7 +635,10 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
     for k in range(e.n_replicas):
         n_sched = np.int64(plan[k, PLAN_SCHED])
         if sp is None:
-            if plan[k, PLAN_FAST] > 0.0:
+            if plan[k, PLAN_FAST] == PLAN_PREFILL_ONLY:
+                prefill_only_commit_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched, reqi, reqf,
+                                       ws[k], glob, acc[k])
+            elif plan[k, PLAN_FAST] == PLAN_COHORT:
                 fast_commit_nb(e, lay, t_end, dt, plan[k, PLAN_FLOPS], plan[k, PLAN_BYTES], n_sched, reqi, reqf, ws[k],
                                glob, acc[k])
             elif n_sched > 0:

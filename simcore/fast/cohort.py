@@ -292,19 +292,36 @@ def _advance_rows_nb(e, lay, t_end, w_end, reqi, reqf, ws, glob, acc, n_sched):
 
 
 @jit_inline
-def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
-    """vLLM v0 without chunked prefill: an iteration that prefills newly admitted whole prompts
-    and nothing else (the cohort waits; it does not advance)."""
+def prefill_only_schedule_nb(e, lay, now, reqi, reqf, ws):
+    """Schedule a v0 prefill-only iteration (vLLM v0 without chunked prefill, SGLang's prefill
+    batches: :data:`FAST_PREFILL_ONLY`): newly admitted whole prompts and nothing else, the cohort
+    waiting. Returns its explicit schedule rows; :func:`prefill_only_commit_nb` ends it."""
     n_sched, _ = admit_waiting_nb(e, lay, now, reqi, reqf, ws, 0, e.max_num_batched_tokens, True)
-    n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
-    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_prefix, lay.prefix_slots, n_tokens, pairs, kv_read,
-                                                 float(n_sched))
-    t_end = now + dt
+    return n_sched
+
+
+@jit_inline
+def prefill_only_commit_nb(e, lay, t_end, dt, flops, nbytes, n_sched, reqi, reqf, ws, glob, acc):
+    """End a prefill-only iteration (``n_sched`` explicit rows, :func:`prefill_only_schedule_nb`)
+    of ``dt`` seconds ending at ``t_end``: account it and advance its rows (the cohort does not
+    advance)."""
     account_iteration_nb(e, lay, t_end, acc, dt, flops, nbytes, n_sched, e.num_blocks - ws[FREE_BLOCKS])
     if ws[FREE_BLOCKS] < acc[STAT_MIN_FREE_BLOCKS]:
         acc[STAT_MIN_FREE_BLOCKS] = ws[FREE_BLOCKS]
     ws[FINISHED_LAST_STEP] = _advance_rows_nb(e, lay, t_end, window_of_nb(e, lay, t_end), reqi, reqf, ws, glob,
                                               acc, n_sched)
+
+
+@jit_inline
+def _prefill_only_nb(p, e, lay, now, reqi, reqf, ws, glob, acc):
+    """A whole v0 prefill-only iteration of one replica: :func:`prefill_only_schedule_nb`, its
+    cost, :func:`prefill_only_commit_nb`."""
+    n_sched = prefill_only_schedule_nb(e, lay, now, reqi, reqf, ws)
+    n_tokens, pairs, kv_read, _ = schedule_aggregates_nb(lay, reqi, ws, n_sched, 0)
+    dt, flops, nbytes = iteration_totals_memo_nb(p, acc, lay.off_prefix, lay.prefix_slots, n_tokens, pairs, kv_read,
+                                                 float(n_sched))
+    t_end = now + dt
+    prefill_only_commit_nb(e, lay, t_end, dt, flops, nbytes, n_sched, reqi, reqf, ws, glob, acc)
     return True, t_end
 
 

@@ -294,15 +294,21 @@ def grid_coordinate(values, log2_min):
 
 def interp2(table, x1, x2):
     """Bilinear interpolation of a 2-D table at grid coordinates ``(x1, x2)``, clamped."""
-    n1, n2 = table.shape
+    return _interp2_rows(table[np.newaxis], 0, x1, x2)
+
+
+def _interp2_rows(tables, rows, x1, x2):
+    """:func:`interp2` of ``tables[rows]`` (a stack of 2-D tables, ``rows`` an index per point
+    or one for all) at ``(x1, x2)``: the same arithmetic, every point at once."""
+    _, n1, n2 = tables.shape
     x1 = np.clip(np.asarray(x1, dtype=np.float64), 0.0, n1 - 1.0)
     x2 = np.clip(np.asarray(x2, dtype=np.float64), 0.0, n2 - 1.0)
     i1 = np.minimum(x1.astype(np.int64), n1 - 2)
     i2 = np.minimum(x2.astype(np.int64), n2 - 2)
     f1 = x1 - i1
     f2 = x2 - i2
-    a = table[i1, i2] + f2 * (table[i1, i2 + 1] - table[i1, i2])
-    b = table[i1 + 1, i2] + f2 * (table[i1 + 1, i2 + 1] - table[i1 + 1, i2])
+    a = tables[rows, i1, i2] + f2 * (tables[rows, i1, i2 + 1] - tables[rows, i1, i2])
+    b = tables[rows, i1 + 1, i2] + f2 * (tables[rows, i1 + 1, i2 + 1] - tables[rows, i1 + 1, i2])
     return a + f1 * (b - a)
 
 
@@ -318,12 +324,8 @@ def gemm_efficiency(table, m, n, k):
     c1 = np.clip(x1.reshape(-1), 0.0, n1 - 1.0)
     i1 = np.minimum(c1.astype(np.int64), n1 - 2)
     f1 = c1 - i1
-    a = np.empty_like(c1)
-    b = np.empty_like(c1)
-    for j in np.unique(i1):
-        sel = i1 == j
-        a[sel] = interp2(table[j], x2.reshape(-1)[sel], x3.reshape(-1)[sel])
-        b[sel] = interp2(table[j + 1], x2.reshape(-1)[sel], x3.reshape(-1)[sel])
+    a = _interp2_rows(table, i1, x2.reshape(-1), x3.reshape(-1))
+    b = _interp2_rows(table, i1 + 1, x2.reshape(-1), x3.reshape(-1))
     flat[:] = a + f1 * (b - a)
     return out
 
