@@ -85,6 +85,27 @@ class Estimate:
         simllm.estimate(self.m, self.h, self.s, batch_size=32, input_len=1024, output_len=128, speculative=self.spec)
 
 
+class Capacity:
+    """``simllm.capacity``: the engine saturated (2 x 256 clients, 3,072 requests of 1,024 / 128
+    tokens), what ``simllm estimate`` adds to its closed form."""
+
+    def setup(self):
+        self.m, self.h, self.s, _ = configs()
+        self.w = simllm.Workload()
+        simllm.capacity(self.m, self.h, self.s, self.w)
+
+    def time_capacity(self):
+        simllm.capacity(self.m, self.h, self.s, self.w)
+
+    def track_capacity_requests_per_second(self):
+        """Simulated requests per second of wall time."""
+        t = time.perf_counter()
+        cap = simllm.capacity(self.m, self.h, self.s, self.w)
+        return cap.num_requests / (time.perf_counter() - t)
+
+    track_capacity_requests_per_second.unit = "requests/s"
+
+
 class ExpertRouting:
     """Sampling random expert routings for the busiest GPU's curve (simllm.sim.routing): what
     packing a random-routing expert-parallel run pays the first time it sees a layout (later

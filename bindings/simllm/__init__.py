@@ -8,6 +8,7 @@ The public API::
     simllm.load_framework("vllm")                      # the serving framework's overheads (--framework)
     est = simllm.estimate(model, gpu, simllm.ServingConfig(tensor_parallel_size=1))
     est.to_dict()["summary"]["decode_lower_bound_ms"]
+    simllm.capacity(model, gpu).output_throughput_tok_s  # the saturated rate and throughput
     res = simllm.simulate(model, gpu, workload=simllm.load_workload("bench-1m"))
     res.summary["mean_ttft_ms"], res.requests["ttft_s"]
     many = simllm.simulate_many([{"serving": simllm.ServingConfig(max_num_seqs=b)} for b in (64, 256)],
@@ -44,6 +45,7 @@ _HOMES = {
     "simllm.search.pareto": ("pareto",),
     "simllm.search.spec": ("load_sweep_spec",),
     "simllm.search.sweep": ("SweepResult", "sweep"),
+    "simllm.sim.capacity": ("Capacity", "capacity"),
     "simllm.sim.disagg": ("simulate_disagg",),
     "simllm.sim.estimate": ("Estimate", "estimate"),
     "simllm.sim.many": ("ManyResult", "simulate_many"),
@@ -57,6 +59,7 @@ _HOME_OF, __getattr__, __dir__ = lazy_names(globals(), _HOMES)
 __version__ = "0.1.0"
 
 __all__ = [
+    "Capacity",
     "ConfigError",
     "DisaggConfig",
     "Estimate",
@@ -71,6 +74,7 @@ __all__ = [
     "SimulatedOOM",
     "SweepResult",
     "Workload",
+    "capacity",
     "estimate",
     "generate",
     "load_sweep_spec",

@@ -94,7 +94,18 @@ def test_table_marks_the_recommendation(sweep):
     assert "Llama-3.1-8B" in text and "P99 lat (ms)" in text and "Gen (tok/s)" in text
     marked = [line for line in text.splitlines() if line.startswith("* ")]
     assert len(marked) == 1 and marked[0].split()[1] == str(sweep.rows[sweep.recommended].concurrency)
-    assert text.rstrip().endswith(sweep.reason)
+    assert f"  {sweep.reason}\n" in text
+    assert text.rstrip().endswith(sweep.capacity.describe())
+
+
+def test_capacity_is_what_the_saturated_points_approach(target, sweep):
+    """No closed loop of the sweep completes more than the capacity; the saturated one (400
+    clients on 256 slots, ramp-up and drain included) comes within 15% of it."""
+    cap = sweep.capacity
+    assert cap == simllm.capacity(*target, simllm.Workload())
+    assert all(r.output_throughput_tok_s <= cap.output_throughput_tok_s / TOL for r in sweep.rows)
+    assert sweep.rows[-1].output_throughput_tok_s >= 0.85 * cap.output_throughput_tok_s
+    assert loadtest_to_json(sweep)["capacity"] == cap.to_dict()
 
 
 def test_row_equals_a_direct_simulation(target, sweep):

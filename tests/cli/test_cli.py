@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import simllm
 from helpers import DATA, ROOT, assert_one_line_error, run_main, stderr_lines
 from simllm.cli.app import GC_THRESHOLD_ALLOCATIONS
+from simllm.config.workload import LengthDist
 
 GOOD_MODEL = {
     "name": "tiny",
@@ -306,6 +308,23 @@ def test_estimate_json_in_process(capsys):
     data = json.loads(out)
     assert data["model"]["parameters"] == 494_032_768
     assert data["summary"]["ideal_tpot_ms"] > 0
+
+
+def test_estimate_prints_the_capacity_simllm_capacity_gives(capsys):
+    """The capacity row and JSON key are simllm.capacity of the same engine at the estimate's lengths."""
+    argv = ["estimate", "--model", "qwen2.5-0.5b", "--hardware", "l40s", "--input-len", "256", "--output-len", "64",
+            "--max-num-seqs", "32", "--max-model-len", "2048"]
+    rc, out, err = run_main(argv + ["--format", "json"], capsys)
+    assert rc == 0, err
+    want = simllm.capacity(simllm.load_model("qwen2.5-0.5b"), simllm.load_hardware("l40s"),
+                           simllm.ServingConfig(max_num_seqs=32, max_model_len=2048),
+                           simllm.Workload(input_len=LengthDist("fixed", 256), output_len=LengthDist("fixed", 64)))
+    assert json.loads(out)["capacity"] == pytest.approx(want.to_dict())
+    rc, out, err = run_main(argv, capsys)
+    assert rc == 0, err
+    assert f"{want.request_throughput_rps:,.3g} req/s" in out and "limited by max_num_seqs" in out
+    rc, out, err = run_main(argv + ["--no-capacity", "--format", "json"], capsys)
+    assert rc == 0 and json.loads(out)["capacity"] is None
 
 
 def test_estimate_seed_positional():

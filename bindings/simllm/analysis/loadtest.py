@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from simllm.errors import ConfigError
 from simllm.fileio import csv_text
+from simllm.sim.capacity import capacity
 from simllm.sim.runner import Base, Task, run_simulations
 from simllm.sim.slo import latency_p99_slo
 from simllm.text import table as text_table
@@ -169,6 +170,10 @@ class LoadTestResult:
         Model, hardware and request shape, for reports.
     results : tuple of SimResult
         The simulation of each point (per-request rows only with ``keep_requests=True``).
+    capacity : Capacity or None
+        The deployment's capacity for the points' request shape (:func:`simllm.sim.capacity.capacity`):
+        an open-loop rate above its ``request_throughput_rps`` grows the queue without bound. None
+        for a trace's requests or when not asked.
     """
 
     points: tuple
@@ -179,6 +184,7 @@ class LoadTestResult:
     slo_p99_latency_ms: object = None
     title: str = ""
     results: tuple = field(default=(), repr=False, compare=False)
+    capacity: object = None
 
 
 # ----------------------------------------------------------------------------- planning
@@ -331,7 +337,8 @@ def point_workload(base_workload, point):
 
 
 def run_loadtest(model, hardware, serving, base_workload, points, progress=None, *, keep_requests=False,
-                 min_gain=DEFAULT_MIN_GAIN, slo_p99_latency_ms=None, executor=None, workers=None, scheduler=None):
+                 min_gain=DEFAULT_MIN_GAIN, slo_p99_latency_ms=None, executor=None, workers=None, scheduler=None,
+                 with_capacity=True):
     """Simulate ``base_workload`` at every load point.
 
     Parameters
@@ -351,6 +358,8 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
         Passed to :func:`recommend`.
     executor, workers, scheduler
         Where the points run (:func:`simllm.sim.runner.run_many`; default threads on all cores).
+    with_capacity : bool
+        Also simulate the engine saturated for its capacity (one more run; not for a trace).
 
     Returns
     -------
@@ -375,8 +384,11 @@ def run_loadtest(model, hardware, serving, base_workload, points, progress=None,
     index, reason = recommend(rows, min_gain=min_gain, slo_p99_latency_ms=slo_p99_latency_ms)
     w = base_workload
     title = f"{model.name} on {hardware.name}, {w.describe_lengths()}"
+    cap = None
+    if with_capacity and not w.trace:
+        cap = capacity(model, hardware, serving, w)
     return LoadTestResult(points=points, rows=rows, recommended=index, reason=reason, min_gain=min_gain,
-                          slo_p99_latency_ms=slo_p99_latency_ms, title=title, results=tuple(results))
+                          slo_p99_latency_ms=slo_p99_latency_ms, title=title, results=tuple(results), capacity=cap)
 
 
 # ----------------------------------------------------------------------------- recommendation
@@ -530,6 +542,9 @@ def format_loadtest(result):
              text_table(headers, table_rows, "l" + "r" * len(_COLUMNS)), "",
              f"Recommendation (knee at >{result.min_gain:.0%} throughput gain per step{slo}):",
              f"  {'' if result.recommended is not None else 'none: '}{result.reason}"]
+    if result.capacity is not None:
+        lines += ["", "Capacity (the engine saturated; an open-loop rate above it queues without bound):",
+                  f"  {result.capacity.describe()}"]
     return "\n".join(lines)
 
 
@@ -547,7 +562,8 @@ def loadtest_to_json(result):
     dict
         ``rows`` (one dict per point, :class:`LoadTestRow` fields; ``"inf"`` for an infinite
         rate, None for NaN) and ``recommendation`` (``index`` into rows or None, ``concurrency``,
-        ``request_rate_rps``, ``reason``, ``min_gain``, ``slo_p99_latency_ms``), plus ``title``.
+        ``request_rate_rps``, ``reason``, ``min_gain``, ``slo_p99_latency_ms``), plus ``title`` and
+        ``capacity`` (:meth:`~simllm.sim.capacity.Capacity.to_dict`, None without one).
     """
     i = result.recommended
     rec = result.rows[i] if i is not None else None
@@ -562,6 +578,7 @@ def loadtest_to_json(result):
             "min_gain": result.min_gain,
             "slo_p99_latency_ms": result.slo_p99_latency_ms,
         },
+        "capacity": result.capacity.to_dict() if result.capacity is not None else None,
     }
 
 

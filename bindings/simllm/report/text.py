@@ -41,8 +41,9 @@ def _speculative_lines(est):
     ]
 
 
-def format_estimate(est):
-    """The human-readable report of :func:`simllm.estimate`."""
+def format_estimate(est, capacity=None):
+    """The human-readable report of :func:`simllm.estimate`, with the deployment's
+    :class:`~simllm.analysis.capacity.Capacity` at the estimate's lengths when given."""
     m, hw, r, mem, s = est.model, est.hardware, est.resolved, est.memory, est.serving
     declared = f"; declared {m.declared_parameters / 1e9:.2f} B" if m.declared_parameters else ""
     active = f", {m.active_parameter_count() / 1e9:.2f} B active per token" if m.is_moe else ""
@@ -122,6 +123,8 @@ def format_estimate(est):
             [f"TTFT / TPOT at batch {est.batch_size}", f"{est.batch_ttft_s * 1e3:.2f} ms / {est.batch_tpot_s * 1e3:.2f} ms"],
             [f"output throughput at batch {est.batch_size}",
              f"{est.batch_size / est.batch_tpot_s:,.0f} tokens/s" if est.batch_tpot_s else "-"],
+            *([["capacity (simulated, saturated)", capacity.describe()],
+               ["TPOT at capacity", f"{capacity.mean_tpot_ms:.2f} ms"]] if capacity else []),
         ], "ll"),
     ]
     if est.warnings:
