@@ -34,8 +34,10 @@ def predict(path):
     return accuracy.predict_points(bounded, None, args.num_prompts, shape, args.workers or 0)
 
 
-def render(points):
-    """``(README block, docs/accuracy-tables.md text)`` of the predicted ``points``."""
+def render(points, capacity):
+    """``(README block, docs/accuracy-tables.md text)`` of the predicted ``points`` and the
+    capacity check's results (``simllm.calibration.validate.capacity_points``)."""
+    from simllm.calibration.validate import MAXIMUM_MIN_LOAD
     from simllm.report import accuracy as tables
 
     block = "\n".join([BEGIN, tables.summary_table(points), END])
@@ -60,6 +62,15 @@ def render(points):
         "",
         tables.band_table(points),
         "",
+        "## Capacity",
+        "",
+        "The request rate and token throughput a deployment sustains (`simllm.capacity`, printed by",
+        "`simllm estimate`: the engine simulated saturated) against the measured maximum output throughput:",
+        "per deployment (model, GPU, parallelism, precision, lengths) its largest measured load, when that",
+        f"is at least {MAXIMUM_MIN_LOAD} clients or sequences (NIM's 250 clients, the static sweeps' largest batch).",
+        "",
+        tables.capacity_table(capacity),
+        "",
     ])
     return block, full
 
@@ -72,9 +83,9 @@ def with_block(readme, block):
     return readme[:start] + block + readme[end + len(END):]
 
 
-def stale(points):
-    """``[(path, new text)]`` of the files that differ from what ``points`` give."""
-    block, full = render(points)
+def stale(points, capacity):
+    """``[(path, new text)]`` of the files that differ from what ``points`` and ``capacity`` give."""
+    block, full = render(points, capacity)
     readme = README.read_text(encoding="utf-8")
     out = []
     if with_block(readme, block) != readme:
@@ -92,8 +103,10 @@ def main(argv=None):
     missing = [name for name in FILES if not (args.data / name).is_file()]
     if missing:
         raise SystemExit(f"{args.data}: {', '.join(missing)} absent: every dataset is needed for the tables")
+    from simllm.calibration import validate as accuracy
+
     points = [p for name in FILES for p in predict(args.data / name)]
-    changed = stale(points)
+    changed = stale(points, accuracy.capacity_points(points))
     if args.check:
         for path, _ in changed:
             print(f"{path} is stale: run python docs/accuracy_tables.py", file=sys.stderr)

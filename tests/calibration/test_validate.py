@@ -288,3 +288,31 @@ def test_pipeline_parallel_rows_are_simulated_pipelined(tmp_path):
     s = simllm.simulate(simllm.load_model("llama-3.1-8b"), simllm.load_hardware("h100-sxm"),
                         simllm.ServingConfig(max_model_len=1152, pipeline_parallel_size=2), w).summary
     assert p.predicted["tpot"] == pytest.approx(s["mean_tpot_ms"])
+
+
+def _nim_point(conc, throughput, tp=1, below=False):
+    """A simulated NIM row of ``conc`` clients that measured ``throughput`` output tokens/s."""
+    from simllm.formats.common import Measurement
+
+    m = Measurement(source="/data/nim_genai_perf.csv", line=conc, model="llama-3.1-8b", hardware="h100-sxm",
+                    backend="trtllm", precision="", mode="agg", tp=tp, pp=1, dp=1, input_len=200, output_len=200,
+                    concurrency=conc, request_rate=math.inf, num_prompts=0, ttft_ms=100.0, tpot_ms=10.0, itl_ms=10.0,
+                    output_throughput=throughput, fixed_lengths=True, client_jitter_ms=0.0)
+    bound = {"ttft": 1e9 if below else 1.0, "tpot": 1.0, "itl": 1.0, "e2el": 1.0}
+    return accuracy.Point(m, "llama-3.1-8b", "h100-sxm", {"ttft": 1.0, "tpot": 1.0, "itl": 1.0, "e2el": 1.0},
+                          "", bound)
+
+
+def test_capacity_is_checked_on_each_deployments_largest_load():
+    """The measured maxima are each deployment's largest load (at least MAXIMUM_MIN_LOAD, within the
+    peak bound); its capacity is simllm.capacity of the row as validate poses it."""
+    top = _nim_point(250, 9000.0)
+    pts = [_nim_point(1, 100.0), _nim_point(100, 8000.0), top, _nim_point(250, 20000.0, tp=2, below=True),
+           _nim_point(32, 4000.0, tp=4)]  # TP 4's largest load is too small to be a maximum
+    assert accuracy.measured_maxima(pts) == [top]
+    ((point, predicted, error),) = accuracy.capacity_points(pts, workers=1)
+    posed = accuracy.pose(top.measurement, "llama-3.1-8b", "h100-sxm")
+    want = simllm.capacity(posed.model, posed.hardware, posed.serving, posed.workload, framework=posed.framework)
+    assert point is top and predicted == want.output_throughput_tok_s
+    assert error == pytest.approx(predicted / 9000.0 - 1.0)
+    assert posed.serving.max_num_seqs == 256 and want.clients == 512  # NIM rows run TensorRT-LLM's 256 slots

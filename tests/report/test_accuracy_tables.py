@@ -7,7 +7,7 @@ import math
 import pytest
 
 from helpers import ROOT, SHARED_DATA, silicon_points
-from simllm.calibration.validate import Point
+from simllm.calibration.validate import Point, capacity_points
 from simllm.formats.common import Measurement
 from simllm.report import accuracy as tables
 from simllm.text import markdown_table
@@ -96,5 +96,13 @@ def test_the_committed_tables_are_what_the_data_gives(tmp_path_factory):
     s = script()
     _, silicon = silicon_points(tmp_path_factory)
     points = silicon + s.predict(SHARED_DATA / "trtllm_static_batch.csv") + s.predict(SHARED_DATA / "nim_genai_perf.csv")
-    stale = [str(path) for path, _ in s.stale(points)]
+    stale = [str(path) for path, _ in s.stale(points, capacity_points(points))]
     assert not stale, f"stale: {stale}; regenerate with python docs/accuracy_tables.py"
+
+
+def test_capacity_cells_are_median_errors_and_the_share_within_8_percent():
+    results = [(point("nim_genai_perf.csv", "llama-3.1-8b", "h100-sxm", 0, 0), 0.0, e) for e in (0.05, -0.1, 0.2)]
+    results.append((point("trtllm_static_batch.csv", "llama-3.1-8b", "a100-sxm-80gb", 0, 0, mode="static"), 0.0, 0.02))
+    lines = tables.capacity_table(results).splitlines()
+    assert lines[2] == "| nim_genai_perf.csv | Hopper | trtllm | 3 | 10.0% (+5.0%) | 33% |"
+    assert lines[3] == "| trtllm_static_batch.csv | Ampere | trtllm | 1 | 2.0% (+2.0%) | 100% |"

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from simllm.config.model import load_model
 from simllm.config.serving import FRAMEWORKS, ServingConfig
 from simllm.config.workload import LengthDist, Workload, fixed
 from simllm.errors import ConfigError
+from simllm.sim.capacity import capacity
 from simllm.sim.disagg import simulate_disagg
 from simllm.sim.runner import run_many
 from simllm.sim.simulate import simulate
@@ -225,15 +227,23 @@ def in_sample(point):
 NO_OVERHEAD = FrameworkProfile(name="none", frontend_latency_ms=0.0, iteration_overhead_us=0.0, launch_overhead_us=0.0)
 
 
-def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework=None):
-    """Simulate measurement ``m``; returns the predicted metrics in ms, with the measurement's
-    ``client_overhead_ms`` (what its benchmark client adds) added to TTFT and E2E latency, as the
-    client measured them.
+class Posed(NamedTuple):
+    """What :func:`pose` makes of a measurement: the simulation that reproduces it."""
 
-    ``model`` and ``hardware`` are preset names or loaded configs (calibration passes modified
-    hardware), ``framework`` a framework profile (default: the one of ``m``'s backend, see
-    :func:`profile_of`); ``num_prompts`` overrides the requests simulated.
-    """
+    model: object
+    hardware: object
+    serving: ServingConfig
+    workload: Workload
+    framework: FrameworkProfile
+    disagg: DisaggConfig  # None for an aggregated row
+
+
+def pose(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework=None):
+    """The simulation of measurement ``m`` under its own conditions (:class:`Posed`): its model
+    and GPU, engine settings, client and framework profile. ``model`` and ``hardware`` are preset
+    names or loaded configs (calibration passes modified hardware), ``framework`` a framework
+    profile (default: the one of ``m``'s backend, see :func:`profile_of`); ``num_prompts``
+    overrides the requests simulated."""
     model = _preset("models", model) if isinstance(model, str) else model
     hardware = _preset("hardware", hardware) if isinstance(hardware, str) else hardware
     lengths = {"input_len": shape.lengths(m.input_len, m), "output_len": shape.lengths(m.output_len, m),
@@ -290,20 +300,77 @@ def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework
     framework = framework or load_framework(profile_of(m))
     if static:  # the benchmark drives the engine itself: no HTTP frontend before it
         framework = replace(framework, frontend_latency_ms=0.0)
-    if disagg:
-        s = simulate_disagg(model, hardware, serving, workload, disagg_config(m, model), keep_requests=False,
-                            percentiles=(50,), framework=framework).summary
+    return Posed(model, hardware, serving, workload, framework, disagg_config(m, model) if disagg else None)
+
+
+def predict(m, model, hardware, num_prompts=0, shape=BenchmarkShape(), framework=None):
+    """Simulate measurement ``m`` as :func:`pose` poses it; returns the predicted metrics in ms,
+    with the measurement's ``client_overhead_ms`` (what its benchmark client adds) added to TTFT
+    and E2E latency, as the client measured them. The parameters are :func:`pose`'s."""
+    p = pose(m, model, hardware, num_prompts, shape, framework)
+    if p.disagg is not None:
+        s = simulate_disagg(p.model, p.hardware, p.serving, p.workload, p.disagg, keep_requests=False,
+                            percentiles=(50,), framework=p.framework).summary
     else:
-        s = simulate(model, hardware, serving, workload, keep_requests=False, percentiles=(50,),
-                     framework=framework).summary
+        s = simulate(p.model, p.hardware, p.serving, p.workload, keep_requests=False, percentiles=(50,),
+                     framework=p.framework).summary
     out = {metric: s[f"mean_{metric}_ms"] for metric in METRICS}
-    if not disagg:
+    if p.disagg is None:
         out["peak_memory_gb"] = peak_memory_gb(s)
     client = getattr(m, "client_overhead_ms", 0.0)
     if client:
         out["ttft"] += client
         out["e2el"] += client
     return out
+
+
+def predict_capacity(m, model, hardware, framework=None):
+    """The output throughput (tokens/s) of the deployment of aggregated measurement ``m`` saturated
+    (:func:`simllm.sim.capacity.capacity` of what :func:`pose` makes of it: its engine, lengths and
+    client), to set against a measured maximum."""
+    p = pose(m, model, hardware, framework=framework)
+    if p.disagg is not None:
+        raise ConfigError("an aggregated row", source=source_name(m), key="mode", value=m.mode)
+    return capacity(p.model, p.hardware, p.serving, p.workload, framework=p.framework).output_throughput_tok_s
+
+
+#: The largest load of a closed-loop or static-batch sweep is a measured maximum throughput (the
+#: capacity check of :func:`capacity_points`) when it is at least this: NIM's sweeps end at 250 clients,
+#: the static-batch sweeps at their largest batch.
+MAXIMUM_MIN_LOAD = 64
+
+
+def measured_maxima(points):
+    """The points whose measured output throughput is their deployment's maximum: per model, GPU,
+    parallelism, precision, framework and lengths, the row of the largest concurrency (a closed
+    loop) or batch (a static batch), when that is at least :data:`MAXIMUM_MIN_LOAD` and the row
+    measured its throughput and lies within the peak bound (simulated points of :func:`validate`).
+    Open loops and disaggregated rows are left out."""
+    best = {}
+    for p in points:
+        m = p.measurement
+        if (p.predicted is None or p.inconsistent or m.mode == "disagg" or not m.concurrency
+                or math.isnan(m.output_throughput) or m.output_throughput <= 0):
+            continue
+        key = (source_name(m), m.mode, p.model, p.hardware, m.tp, m.pp, m.dp, m.ep, m.precision, m.backend,
+               m.input_len, m.output_len)
+        if key not in best or m.concurrency > best[key].measurement.concurrency:
+            best[key] = p
+    return [p for p in best.values() if p.measurement.concurrency >= MAXIMUM_MIN_LOAD]
+
+
+def capacity_point(context, item):
+    """The runner's ``evaluate`` of :func:`capacity_points`: ``item`` a point; tokens/s."""
+    return predict_capacity(item.measurement, item.model, item.hardware)
+
+
+def capacity_points(points, workers=0):
+    """``[(point, predicted tokens/s, signed error)]`` of :func:`measured_maxima`: each deployment's
+    capacity (:func:`predict_capacity`) against the measured maximum output throughput, the error
+    ``predicted / measured - 1`` (points that fail to simulate left out)."""
+    maxima = measured_maxima(points)
+    outcomes = run_many(capacity_point, None, maxima, workers=workers or None)
+    return [(p, o.value, o.value / p.measurement.output_throughput - 1.0) for p, o in zip(maxima, outcomes) if o.ok]
 
 
 def peak_memory_gb(summary):

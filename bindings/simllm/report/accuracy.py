@@ -98,6 +98,22 @@ def summary_table(points):
     return markdown_table(["dataset", "sample", "rows", "below bound", "TTFT", "TPOT / ITL"], rows)
 
 
+def capacity_table(results):
+    """Markdown: the capacity check, per dataset and GPU family: ``results`` are
+    :func:`simllm.calibration.validate.capacity_points`' ``(point, predicted, error)``; cells the
+    deployments, the median |error| (median signed error) of their capacity against the measured
+    maximum output throughput, and how many lie within 8%."""
+    groups = {}
+    for p, _, err in results:
+        name, mode = dataset_of(p)
+        title = next((t for n, md, t, _ in DATASETS if (n, md) == (name, mode)), name)
+        groups.setdefault((title.split(" (")[0], gpu_family(p.hardware), p.measurement.backend or "unknown"),
+                          []).append(err)
+    rows = [[*key, len(errs), _median_cell(errs), f"{np.mean(np.abs(errs) <= 0.08) * 100:.0f}%"]
+            for key, errs in sorted(groups.items())]
+    return markdown_table(["dataset", "GPU", "framework", "deployments", "capacity", "within 8%"], rows)
+
+
 def _covered(point, metric, record, terms=None):
     """Whether ``point``'s measured ``metric`` lies in the 80% band the accuracy ``record`` gives
     its prediction (None where either is missing)."""
