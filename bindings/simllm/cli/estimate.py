@@ -2,10 +2,10 @@
 and the capacity (the saturated request rate and token throughput) at the same lengths."""
 import sys
 
-from simllm.sim.capacity import capacity
 from simllm.cli import common
 from simllm.config.workload import Workload, fixed
 from simllm.report import text as report
+from simllm.sim.capacity import capacity
 from simllm.sim.estimate import estimate
 
 

@@ -4,8 +4,8 @@ A serving engine under an open loop keeps its queue bounded only while requests 
 it completes them when saturated; past that rate the queue, and TTFT with it, grows without bound
 (a load test's knee sits just below it). :func:`capacity` measures that saturation rate the way a
 benchmark finds a server's maximum throughput: a closed loop with more clients than the engine
-runs at once (``2 x max_num_seqs x data_parallel_size``), so that a
-request is always waiting when a slot frees, ``requests_per_client`` requests each; the first and
+runs at once (``2 x max_num_seqs x data_parallel_size``), so that a request is always waiting
+when a slot frees, ``requests_per_client`` requests each; the first and
 the last ``clients`` completions (the ramp-up and the drain) are left out, and the rate is the
 completions in between over their span. Everything the engine does at saturation is in it: the
 batch each step runs, chunked prefill beside the decodes, KV-cache admission and preemption.
@@ -15,8 +15,6 @@ running, prefilling or preempted) against ``max_num_seqs`` per replica: at it, t
 below it with the KV cache full (or preempting, or static batching's slots, each of which reserves
 ``max_model_len`` tokens), the KV cache; else the prefill budget (``max_num_batched_tokens``) that
 admits them.
-
-One simulation of the engine saturated, with what it sustains read from its requests.
 """
 import math
 from dataclasses import asdict, dataclass, replace
