@@ -73,12 +73,7 @@ from simcore.codes import (
     STAT_SPEC_DRAFTS,
     WIN_OUTPUT_TOKENS,
 )
-from simcore.cost import (
-    iteration_totals_memo_inline_nb,
-    iteration_totals_memo_nb,
-    moe_experts_memo_nb,
-    moe_experts_seconds_nb,
-)
+from simcore.cost import iteration_totals_memo_nb, moe_experts_memo_nb, moe_experts_seconds_nb
 from simcore.fast.cohort import (
     FAST_PREFILL_ONLY,
     FAST_SCHEDULED,
@@ -601,10 +596,8 @@ def lockstep_step_nb(p, sp, e, lay, now, reqi, reqf, ws, glob, acc, plan):
                         rebuild_nb(e, lay, reqi, ws[k])
                     continue
                 n_tokens, pairs, kv_read, n_emit = schedule_aggregates_nb(lay, reqi, ws[k], n_sched, 0)
-            # inlined: a call copies CostParams for every rank of every step (a wide-EP decode
-            # pool prices 32 ranks a step; 12-17% of a disaggregated run's kernel)
-            dt, flops, nbytes = iteration_totals_memo_inline_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens,
-                                                                pairs, kv_read, n_emit)
+            dt, flops, nbytes = iteration_totals_memo_nb(p, acc[k], lay.off_prefix, lay.prefix_slots, n_tokens, pairs,
+                                                         kv_read, n_emit)
             plan[k, PLAN_FAST] = PLAN_COHORT if fast else (PLAN_PREFILL_ONLY if prefill_only else PLAN_EXPLICIT)
         else:  # the drafts' logits and the drafter's passes, on each rank's own batch
             n_sched = _schedule_continuous_step_nb(sp, e, lay, now, reqi, reqf, ws[k], glob, acc[k])
